@@ -1,0 +1,59 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// binPath is the real empo2 binary, built once for the CLI tests of this
+// package (tests run the binary, as a user would).
+var binPath string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "empo2-cli-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	binPath = filepath.Join(dir, "empo2")
+	build := exec.Command("go", "build", "-o", binPath, ".")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building empo2 for CLI tests:", err)
+		os.Exit(2)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// runCLI runs the empo2 binary with args and returns its stdout, stderr and
+// exit error (nil on exit status 0).
+func runCLI(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	cmd := exec.Command(binPath, args...)
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err = cmd.Run()
+	return out.String(), errb.String(), err
+}
+
+func TestVersion(t *testing.T) {
+	out, stderr, err := runCLI(t, "version")
+	if err != nil {
+		t.Fatalf("empo2 version: %v\n%s", err, stderr)
+	}
+	if !bytes.Contains([]byte(out), []byte("empo2 ")) {
+		t.Fatalf("version output %q lacks the program name", out)
+	}
+}
+
+func TestBadGlobalFlags(t *testing.T) {
+	if _, stderr, err := runCLI(t, "--log-level", "loud", "version"); err == nil {
+		t.Fatalf("a bad --log-level was accepted; stderr: %s", stderr)
+	}
+}

@@ -1,0 +1,141 @@
+package environments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+)
+
+// Sentinel errors callers can act on (wrap with %w).
+var (
+	ErrUnknownEnv    = errors.New("environments: unknown environment")
+	ErrUnknownTask   = errors.New("environments: unknown task")
+	ErrBadVariation  = errors.New("environments: variation out of range")
+	ErrNotReset      = errors.New("environments: Step before Reset")
+	ErrEpisodeDone   = errors.New("environments: episode is over")
+	ErrNotSupported  = errors.New("environments: not supported by this environment")
+	ErrClosed        = errors.New("environments: environment is closed")
+	ErrSimulatorDied = errors.New("environments: simulator process died")
+)
+
+// Info carries environment-specific extras (e.g. "moves", "valid", "won").
+type Info map[string]any
+
+// ResetResult is what an episode starts with.
+type ResetResult struct {
+	Observation     string // first observation (ScienceWorld: the "look around" text)
+	TaskDescription string // the goal in words, as the agent sees it
+	Info            Info
+}
+
+// StepResult is the outcome of one action.
+type StepResult struct {
+	Observation string
+	Reward      float64 // score change caused by this action, in Score units
+	Done        bool
+	Info        Info
+}
+
+// Env is one running instance of an environment. It is not safe for
+// concurrent use: use a Pool for parallel rollouts.
+type Env interface {
+	// Reset starts an episode of task at variation; seed drives any randomness.
+	Reset(ctx context.Context, task string, variation int, seed int64) (ResetResult, error)
+	// Step applies one action (free text, e.g. "open door to kitchen").
+	Step(ctx context.Context, action string) (StepResult, error)
+	// ValidActions lists the actions the environment accepts now, or
+	// ErrNotSupported where it cannot know them.
+	ValidActions(ctx context.Context) ([]string, error)
+	// Score is the episode's current score on a 0–100 scale (negative for a
+	// failed ScienceWorld-style episode).
+	Score() float64
+	// Close releases the instance; it is idempotent.
+	Close() error
+}
+
+// GoldProvider is implemented by environments that know a gold action
+// sequence for a task variation.
+type GoldProvider interface {
+	GoldActions(ctx context.Context, task string, variation int) ([]string, error)
+}
+
+// Split names a variation split.
+type Split string
+
+const (
+	Train Split = "train"
+	Dev   Split = "dev"
+	Test  Split = "test"
+)
+
+// Task describes one task of an environment.
+type Task struct {
+	Name                 string
+	Description          string // one line, for `empo2 env list`
+	Variations           int    // number of variations (0..Variations-1)
+	Train, Dev, TestVars []int
+	StepLimit            int  // per-task step limit
+	HeldOut              bool // reserved for out-of-distribution evaluation
+}
+
+// Options configures an environment instance. Fields an environment does
+// not use are ignored.
+type Options struct {
+	DataDir         string            // data files (WebShop)
+	Jar             string            // simulator jar (ScienceWorld)
+	Simplifications string            // e.g. "easy" (ScienceWorld)
+	StepLimit       int               // 0: the task's own limit
+	Extra           map[string]string // environment-specific settings
+}
+
+// Spec registers an environment by name.
+type Spec struct {
+	Name        string
+	Description string
+	New         func(Options) (Env, error)
+	Tasks       func(Options) ([]Task, error)
+}
+
+var (
+	regMu    sync.RWMutex
+	registry = map[string]Spec{}
+)
+
+// Register adds an environment; it panics on a duplicate name (a programmer mistake).
+func Register(s Spec) {
+	regMu.Lock()
+	defer regMu.Unlock()
+	if _, dup := registry[s.Name]; dup {
+		panic("environments: duplicate registration of " + s.Name)
+	}
+	registry[s.Name] = s
+}
+
+// Lookup returns the Spec registered under name.
+func Lookup(name string) (Spec, error) {
+	regMu.RLock()
+	defer regMu.RUnlock()
+	s, ok := registry[name]
+	if !ok {
+		return Spec{}, fmt.Errorf("%w: %q (have %v)", ErrUnknownEnv, name, namesLocked())
+	}
+	return s, nil
+}
+
+// Names lists the registered environments, sorted.
+func Names() []string {
+	regMu.RLock()
+	defer regMu.RUnlock()
+	return namesLocked()
+}
+
+func namesLocked() []string {
+	out := make([]string, 0, len(registry))
+	for n := range registry {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
