@@ -50,10 +50,10 @@ bench: build
 # loadable backend library (bin/libggml-cuda.so). Needs nvcc + CMake; it cannot
 # run on the CPU-only machines this project is developed on.
 cuda: deps
-	cmake -S third_party/cuda -B build/cuda -DCMAKE_BUILD_TYPE=Release \
+	cmake -S . -B build/cuda -DCMAKE_BUILD_TYPE=Release \
 		-DOLLAMA_DIR="$$(readlink -f third_party/ollama)"
-	cmake --build build/cuda -j
-	@mkdir -p bin && cp build/cuda/lib*.so bin/
+	cmake --build build/cuda --target ggml-cuda -j
+	@mkdir -p bin && cp build/cuda/libggml-*.so* bin/
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

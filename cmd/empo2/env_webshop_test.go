@@ -1,0 +1,80 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// requireEnvCommand skips while the generic `empo2 env` command is absent
+// from this build (it lives in env.go, another file of this package).
+func requireEnvCommand(t *testing.T) {
+	t.Helper()
+	if _, _, err := runCLI(t, "env", "list"); err != nil {
+		if out, _, _ := runCLI(t, "--help"); !strings.Contains(out, "\n   env") {
+			t.Skip("the env command is not built into empo2 yet")
+		}
+	}
+}
+
+func TestEnvListShowsWebShop(t *testing.T) {
+	requireEnvCommand(t)
+	out, stderr, err := runCLI(t, "env", "list")
+	if err != nil {
+		t.Fatalf("env list: %v\n%s", err, stderr)
+	}
+	if !strings.Contains(out, "webshop") {
+		t.Fatalf("env list does not show webshop:\n%s", out)
+	}
+}
+
+// rewardOne matches a printed reward or score of 1 (or 100 on the 0–100 scale).
+var rewardOne = regexp.MustCompile(`(?i)(reward|score)[^0-9\n]*(1(\.0+)?|100(\.0+)?)\b`)
+
+func TestEnvGoldWebShop(t *testing.T) {
+	requireEnvCommand(t)
+	for _, goal := range []string{"0", "7", "499"} {
+		out, stderr, err := runCLI(t, "env", "gold", "webshop", "--goal", goal)
+		if err != nil {
+			t.Fatalf("env gold webshop --goal %s: %v\n%s\n%s", goal, err, out, stderr)
+		}
+		if !strings.Contains(strings.ToLower(out), "click[buy now]") || !rewardOne.MatchString(out) {
+			t.Fatalf("env gold webshop --goal %s does not buy with reward 1:\n%s", goal, out)
+		}
+	}
+	if _, _, err := runCLI(t, "env", "gold", "webshop", "--goal", "999999"); err == nil {
+		t.Fatal("an out-of-range goal was accepted")
+	}
+}
+
+// TestEnvGoldWebShopData runs the gold path on data files given with --data
+// (the real attributes file beside a product file with its ASINs when the
+// shared copy is there, else a hand-made shop).
+func TestEnvGoldWebShopData(t *testing.T) {
+	requireEnvCommand(t)
+	dir := t.TempDir()
+	products := `[{"asin": "B000000001", "name": "Acme Red Lipstick", "full_description": "A long lasting lipstick.",
+ "small_description": ["Long lasting color"], "pricing": "$12.50",
+ "customization_options": {"Color": [{"value": "Ruby/Red"}, {"value": "Nude"}]},
+ "product_category": "Beauty › Makeup › Lips", "query": "lipstick", "category": "beauty"},
+ {"asin": "B000000002", "name": "Acme Blue Shampoo", "full_description": "Sulfate free shampoo.",
+ "small_description": "Gentle", "pricing": "$5.00", "customization_options": null,
+ "product_category": "Beauty › Hair Care", "query": "shampoo", "category": "beauty"}]`
+	attrs := `{"B000000001": {"attributes": ["long lasting"], "instruction": "Find me long lasting lipstick", "instruction_attributes": ["long lasting"]}}`
+	os.WriteFile(filepath.Join(dir, "items_shuffle_t.json"), []byte(products), 0o644)
+	os.WriteFile(filepath.Join(dir, "items_ins_v2_t.json"), []byte(attrs), 0o644)
+	out, stderr, err := runCLI(t, "env", "gold", "webshop", "--goal", "1", "--data", dir)
+	if err != nil {
+		t.Fatalf("env gold --data: %v\n%s\n%s", err, out, stderr)
+	}
+	if !strings.Contains(out, "click[b000000001]") || !rewardOne.MatchString(out) {
+		t.Fatalf("env gold --data output:\n%s", out)
+	}
+	bad := t.TempDir()
+	os.WriteFile(filepath.Join(bad, "items_shuffle_t.json"), []byte(`[{"asin": `), 0o644)
+	if _, stderr, err := runCLI(t, "env", "gold", "webshop", "--data", bad); err == nil || !strings.Contains(stderr, "malformed") {
+		t.Fatalf("malformed data: err %v, stderr %s", err, stderr)
+	}
+}

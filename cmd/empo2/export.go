@@ -1,0 +1,121 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/rs/zerolog/log"
+	"github.com/urfave/cli/v2"
+
+	"github.com/empo2/empo2/gguf"
+	"github.com/empo2/empo2/lora"
+)
+
+// stateGeneralType is trainer.StateGeneralType, the general.type of a
+// training-state file (export_test.go checks they agree). It is repeated
+// here so that export does not link the training graph.
+const stateGeneralType = "empo2.train_state"
+
+var (
+	exportModelFlag = &cli.StringFlag{
+		Name:     "model",
+		Usage:    "base model GGUF the adapter was trained on",
+		Required: true,
+	}
+	exportLoraFlag = &cli.StringFlag{
+		Name:     "lora",
+		Usage:    "adapter GGUF, or a training-state file (its adapter is exported)",
+		Required: true,
+	}
+	exportOutFlag = &cli.StringFlag{
+		Name:     "out",
+		Usage:    "GGUF to write",
+		Required: true,
+	}
+	exportMergedFlag = &cli.BoolFlag{
+		Name:  "merged",
+		Usage: "write a full model with W + (alpha/r)·B·A merged into every adapted weight",
+	}
+	exportTypeFlag = &cli.StringFlag{
+		Name:  "type",
+		Usage: "tensor type of the written adapter tensors, or of the merged weights with --merged: f32 or f16",
+		Value: "f32",
+	}
+)
+
+func init() {
+	register(&cli.Command{
+		Name:  "export",
+		Usage: "validate and copy an adapter in llama.cpp's format, or merge it into a full GGUF",
+		Description: "Examples:\n" +
+			"   empo2 export --model base.gguf --lora run/state.gguf --out adapter.gguf\n" +
+			"   empo2 export --model base.gguf --lora adapter.gguf --merged --out merged.gguf\n\n" +
+			"The adapter loads in llama.cpp tools with --lora adapter.gguf; the merged file\n" +
+			"replaces the base model and needs no adapter.",
+		Flags:  []cli.Flag{exportModelFlag, exportLoraFlag, exportOutFlag, exportMergedFlag, exportTypeFlag},
+		Action: exportAction,
+	})
+}
+
+// readAdapterOrState reads an adapter file, or the adapter inside a
+// training-state file.
+func readAdapterOrState(path string) (*lora.Adapter, error) {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading adapter: %w", err)
+	}
+	defer f.Close()
+	opt := lora.ReadOptions{}
+	if gt, _ := f.String(lora.KeyGeneralType); gt == stateGeneralType {
+		// A state file holds the adapter plus AdamW moments (".adam_m",
+		// ".adam_v" tensors; see trainer/state.go).
+		opt = lora.ReadOptions{GeneralType: stateGeneralType, Skip: func(n string) bool {
+			return strings.HasSuffix(n, ".adam_m") || strings.HasSuffix(n, ".adam_v")
+		}}
+	}
+	a, err := lora.FromGGUFWith(f, opt)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	for k := range a.Meta {
+		if strings.HasPrefix(k, "empo2.") {
+			delete(a.Meta, k) // training bookkeeping stays out of exported adapters
+		}
+	}
+	return a, nil
+}
+
+func exportAction(c *cli.Context) error {
+	typ, err := parseTensorType(c.String(exportTypeFlag.Name))
+	if err != nil {
+		return err
+	}
+	modelPath, loraPath, out := c.String(exportModelFlag.Name), c.String(exportLoraFlag.Name), c.String(exportOutFlag.Name)
+	if out == modelPath || out == loraPath {
+		return fmt.Errorf("--out %s would overwrite an input", out)
+	}
+	base, err := gguf.Open(modelPath)
+	if err != nil {
+		return fmt.Errorf("reading base model: %w", err)
+	}
+	defer base.Close()
+	a, err := readAdapterOrState(loraPath)
+	if err != nil {
+		return err
+	}
+	if err := lora.Validate(a, base); err != nil {
+		return fmt.Errorf("%s does not fit %s: %w", loraPath, modelPath, err)
+	}
+	if c.Bool(exportMergedFlag.Name) {
+		if err := lora.Merge(base, a, out, typ); err != nil {
+			return err
+		}
+		log.Info().Str("out", out).Int("merged", len(a.Pairs)).Float32("scale", a.Scale(a.Rank())).Msg("wrote merged model")
+		return nil
+	}
+	if err := a.Write(out, typ); err != nil {
+		return err
+	}
+	log.Info().Str("out", out).Int("pairs", len(a.Pairs)).Int("rank", a.Rank()).Msg("wrote adapter")
+	return nil
+}

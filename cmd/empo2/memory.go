@@ -1,0 +1,495 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/olekukonko/tablewriter"
+	"github.com/rs/zerolog/log"
+	"github.com/urfave/cli/v2"
+
+	"github.com/empo2/empo2/llama"
+	"github.com/empo2/empo2/memstore"
+)
+
+var (
+	memDBFlag        = &cli.StringFlag{Name: "db", Usage: "memory database `FILE` (SQLite)", Required: true, EnvVars: []string{"EMPO2_MEMORY_DB"}}
+	memNSFlag        = &cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, Usage: "namespace (a task variation, e.g. boil/3)"}
+	memNSReqFlag     = &cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, Usage: "namespace (a task variation, e.g. boil/3)", Required: true}
+	memJSONFlag      = &cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"}
+	memQueryFlag     = &cli.StringFlag{Name: "query", Aliases: []string{"q"}, Usage: "text to embed and search for", Required: true}
+	memKFlag         = &cli.IntFlag{Name: "k", Usage: "number of entries to return", Value: memstore.DefaultK}
+	memThreshFlag    = &cli.Float64Flag{Name: "threshold", Usage: "cosine similarity an entry must exceed", Value: memstore.DefaultThreshold}
+	memBySimFlag     = &cli.BoolFlag{Name: "by-similarity", Usage: "rank by similarity instead of stored score"}
+	memDimFlag       = &cli.IntFlag{Name: "dim", Usage: "dimension of the built-in hash embedder for a new database", Value: memstore.DefaultDim}
+	memEmbedFlag     = &cli.StringFlag{Name: "embed-model", Usage: "llama.cpp embedding GGUF `FILE` (default: the built-in hash embedder)"}
+	memCapFlag       = &cli.IntFlag{Name: "cap", Usage: "entries kept per namespace, oldest evicted first (0: no cap)", Value: memstore.DefaultCap}
+	memLimitFlag     = &cli.IntFlag{Name: "limit", Usage: "entries to show, newest first (0: all)", Value: 20}
+	memContentFlag   = &cli.StringFlag{Name: "content", Usage: "tip text to store", Required: true}
+	memKeyFlag       = &cli.StringFlag{Name: "key", Usage: "text whose embedding is the retrieval key (default: the content)"}
+	memScoreFlag     = &cli.Float64Flag{Name: "score", Usage: "score of the episode that wrote the tip"}
+	memStepFlag      = &cli.Int64Flag{Name: "step", Usage: "training step"}
+	memEpisodeFlag   = &cli.StringFlag{Name: "episode", Usage: "episode id"}
+	memOutFlag       = &cli.StringFlag{Name: "out", Aliases: []string{"o"}, Usage: "JSONL `FILE` to write (default: stdout)"}
+	memKeepFlag      = &cli.IntFlag{Name: "keep", Usage: "keep only the N newest entries per namespace"}
+	memBeforeFlag    = &cli.StringFlag{Name: "before", Usage: "delete entries older than a duration (72h) or an RFC 3339 time"}
+	memBelowFlag     = &cli.Float64Flag{Name: "below-score", Usage: "delete entries whose score is below this"}
+	memAllFlag       = &cli.BoolFlag{Name: "all", Usage: "reset every namespace (and forget the embedder)"}
+	memCheckFlag     = &cli.BoolFlag{Name: "check", Usage: "also run SQLite's integrity check"}
+	memTruncateFlag  = &cli.IntFlag{Name: "width", Usage: "truncate contents to this many characters in tables (0: no limit)", Value: 80}
+	errMemNoSuchFile = errors.New("no such memory database")
+)
+
+func init() {
+	db := []cli.Flag{memDBFlag}
+	register(&cli.Command{
+		Name:  "memory",
+		Usage: "inspect and edit the tips memory (SQLite, cosine retrieval)",
+		Description: "The memory holds, per namespace (task variation), tips written by the policy after\n" +
+			"episodes, keyed by an embedding of the context. Retrieval returns entries whose\n" +
+			"cosine similarity exceeds --threshold, ranked by score, top --k, and the match count.",
+		Subcommands: []*cli.Command{
+			{
+				Name: "stats", Usage: "summarize the database and each namespace",
+				Description: "Examples:\n   empo2 memory stats --db mem.db\n   empo2 memory stats --db mem.db --check --json",
+				Flags:       append(db, memJSONFlag, memCheckFlag),
+				Action:      memStats,
+			},
+			{
+				Name: "list", Usage: "list entries, newest first",
+				Description: "Examples:\n   empo2 memory list --db mem.db --namespace boil/3 --limit 5\n   empo2 memory list --db mem.db --json --limit 0",
+				Flags:       append(db, memNSFlag, memLimitFlag, memTruncateFlag, memJSONFlag),
+				Action:      memList,
+			},
+			{
+				Name: "search", Usage: "retrieve the tips for a text as the trainer does",
+				Description: "Examples:\n   empo2 memory search --db mem.db -n boil/3 -q \"You are in the kitchen\"\n" +
+					"   empo2 memory search --db mem.db -n boil/3 -q \"stove\" --k 3 --threshold 0.3 --by-similarity --json",
+				Flags:  append(db, memNSReqFlag, memQueryFlag, memKFlag, memThreshFlag, memBySimFlag, memEmbedFlag, memTruncateFlag, memJSONFlag),
+				Action: memSearch,
+			},
+			{
+				Name: "add", Usage: "store one tip (creates the database if needed)",
+				Description: "Examples:\n   empo2 memory add --db mem.db -n boil/3 --content \"heat the pot on the stove\" --score 80\n" +
+					"   empo2 memory add --db mem.db -n boil/3 --key \"You are in the kitchen\" --content \"open the fridge\" --step 12 --episode e7",
+				Flags:  append(db, memNSReqFlag, memContentFlag, memKeyFlag, memScoreFlag, memStepFlag, memEpisodeFlag, memDimFlag, memEmbedFlag, memCapFlag, memJSONFlag),
+				Action: memAdd,
+			},
+			{
+				Name: "export", Usage: "write entries as JSONL (with their embeddings)",
+				Description: "Examples:\n   empo2 memory export --db mem.db > mem.jsonl\n   empo2 memory export --db mem.db -n boil/3 --out boil3.jsonl",
+				Flags:       append(db, memNSFlag, memOutFlag),
+				Action:      memExport,
+			},
+			{
+				Name: "import", Usage: "add entries from JSONL files (- for stdin); duplicates are skipped",
+				ArgsUsage:   "FILE...",
+				Description: "Examples:\n   empo2 memory import --db new.db mem.jsonl\n   cat tips.jsonl | empo2 memory import --db mem.db -",
+				Flags:       append(db, memDimFlag, memEmbedFlag, memCapFlag, memJSONFlag),
+				Action:      memImport,
+			},
+			{
+				Name: "prune", Usage: "delete entries by age, score or count (criteria combine with OR)",
+				Description: "Examples:\n   empo2 memory prune --db mem.db --keep 100\n" +
+					"   empo2 memory prune --db mem.db -n boil/3 --before 72h --below-score 0",
+				Flags:  append(db, memNSFlag, memKeepFlag, memBeforeFlag, memBelowFlag, memJSONFlag),
+				Action: memPrune,
+			},
+			{
+				Name: "reset", Usage: "delete a namespace, or everything with --all",
+				Description: "Examples:\n   empo2 memory reset --db mem.db -n boil/3\n   empo2 memory reset --db mem.db --all",
+				Flags:       append(db, memNSFlag, memAllFlag, memJSONFlag),
+				Action:      memReset,
+			},
+		},
+	})
+}
+
+// memOpen opens the database named by --db. mustExist refuses to create a
+// new file (for commands that only read or delete).
+func memOpen(c *cli.Context, mustExist bool, opts ...memstore.Option) (*memstore.Store, error) {
+	path := c.String(memDBFlag.Name)
+	if mustExist {
+		if _, err := os.Stat(path); err != nil {
+			return nil, fmt.Errorf("%w: %s", errMemNoSuchFile, path)
+		}
+	}
+	return memstore.Open(path, nil, opts...)
+}
+
+// memAttachEmbedder gives s an embedder: --embed-model when set, else the
+// built-in one the database records, else (a database without one) a hash
+// embedder of --dim when create is true; --dim given explicitly always asks
+// for a hash embedder of that dimension. It returns a closer for a loaded model.
+func memAttachEmbedder(c *cli.Context, s *memstore.Store, create bool) (func(), error) {
+	nop := func() {}
+	if p := c.String(memEmbedFlag.Name); p != "" {
+		e, err := llama.NewEmbedder(p, llama.EmbedderOptions{})
+		if err != nil {
+			return nop, fmt.Errorf("--embed-model: %w", err)
+		}
+		if err := s.SetEmbedder(e); err != nil {
+			e.Close()
+			return nop, err
+		}
+		return func() { e.Close() }, nil
+	}
+	if c.IsSet(memDimFlag.Name) {
+		return nop, s.SetEmbedder(memstore.NewHashEmbedder(c.Int(memDimFlag.Name)))
+	}
+	id, _ := s.Embedder()
+	if id == "" {
+		if !create {
+			return nop, nil
+		}
+		return nop, s.SetEmbedder(memstore.NewHashEmbedder(c.Int(memDimFlag.Name)))
+	}
+	e, ok := memstore.BuiltinEmbedder(id)
+	if !ok {
+		return nop, fmt.Errorf("%w: the database was built with %q; pass that model with --embed-model", memstore.ErrNoEmbedder, id)
+	}
+	return nop, s.SetEmbedder(e)
+}
+
+func memCap(c *cli.Context) memstore.Option { return memstore.WithCap(c.Int(memCapFlag.Name)) }
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func newTable(w io.Writer, header ...string) *tablewriter.Table {
+	t := tablewriter.NewWriter(w)
+	t.SetHeader(header)
+	t.SetAutoWrapText(false)
+	t.SetAutoFormatHeaders(false)
+	t.SetBorder(false)
+	t.SetColumnSeparator(" ")
+	t.SetCenterSeparator(" ")
+	t.SetHeaderLine(true)
+	t.SetAlignment(tablewriter.ALIGN_LEFT)
+	t.SetHeaderAlignment(tablewriter.ALIGN_LEFT)
+	return t
+}
+
+func truncate(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if n <= 0 {
+		return s
+	}
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:max(n-1, 0)]) + "…"
+}
+
+func fmtScore(f float64) string { return strconv.FormatFloat(f, 'g', 6, 64) }
+
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.Local().Format("2006-01-02 15:04:05")
+}
+
+func memStats(c *cli.Context) error {
+	s, err := memOpen(c, true)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if c.Bool(memCheckFlag.Name) {
+		if err := s.Check(c.Context); err != nil {
+			return err
+		}
+	}
+	st, err := s.Stats(c.Context)
+	if err != nil {
+		return err
+	}
+	w := c.App.Writer
+	if c.Bool(memJSONFlag.Name) {
+		return printJSON(w, st)
+	}
+	emb := st.Embedder
+	if emb == "" {
+		emb = "(none yet)"
+	}
+	fmt.Fprintf(w, "database   %s (%.1f MB, schema v%d)\n", st.Path, float64(st.FileBytes)/1e6, st.SchemaVersion)
+	fmt.Fprintf(w, "embedder   %s, dim %d\n", emb, st.Dim)
+	fmt.Fprintf(w, "entries    %d in %d namespaces\n", st.Entries, len(st.Namespaces))
+	if c.Bool(memCheckFlag.Name) {
+		fmt.Fprintln(w, "integrity  ok")
+	}
+	if len(st.Namespaces) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	t := newTable(w, "NAMESPACE", "ENTRIES", "MIN SCORE", "MEAN SCORE", "MAX SCORE", "OLDEST", "NEWEST")
+	for _, n := range st.Namespaces {
+		t.Append([]string{n.Name, strconv.Itoa(n.Count), fmtScore(n.MinScore), fmtScore(n.MeanScore), fmtScore(n.MaxScore), fmtTime(n.Oldest), fmtTime(n.Newest)})
+	}
+	t.Render()
+	return nil
+}
+
+func memList(c *cli.Context) error {
+	s, err := memOpen(c, true)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	es, err := s.List(c.Context, c.String(memNSFlag.Name), c.Int(memLimitFlag.Name))
+	if err != nil {
+		return err
+	}
+	w := c.App.Writer
+	if c.Bool(memJSONFlag.Name) {
+		if es == nil {
+			es = []memstore.Entry{}
+		}
+		return printJSON(w, es)
+	}
+	if len(es) == 0 {
+		fmt.Fprintln(w, "no entries")
+		return nil
+	}
+	t := newTable(w, "ID", "NAMESPACE", "SCORE", "STEP", "EPISODE", "CREATED", "CONTENT")
+	width := c.Int(memTruncateFlag.Name)
+	for _, e := range es {
+		t.Append([]string{strconv.FormatInt(e.ID, 10), e.Namespace, fmtScore(e.Score), strconv.FormatInt(e.Step, 10), e.Episode, fmtTime(e.Created), truncate(e.Content, width)})
+	}
+	t.Render()
+	return nil
+}
+
+// memSearchReport is what `memory search --json` prints.
+type memSearchReport struct {
+	Namespace       string           `json:"namespace"`
+	Query           string           `json:"query"`
+	Threshold       float64          `json:"threshold"`
+	K               int              `json:"k"`
+	Count           int              `json:"count"`
+	IntrinsicReward float64          `json:"intrinsic_reward"`
+	Entries         []memstore.Match `json:"entries"`
+}
+
+func memSearch(c *cli.Context) error {
+	s, err := memOpen(c, true)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	closeEmb, err := memAttachEmbedder(c, s, false)
+	defer closeEmb()
+	if err != nil {
+		return err
+	}
+	thr := c.Float64(memThreshFlag.Name)
+	q := memstore.Query{K: c.Int(memKFlag.Name), Threshold: float32(thr)}
+	if q.K <= 0 {
+		return fmt.Errorf("--k %d: want a positive number", q.K)
+	}
+	if thr == 0 {
+		q.Threshold = math32SmallestPositive // "> 0" (Threshold 0 would mean the default)
+	}
+	if c.Bool(memBySimFlag.Name) {
+		q.Order = memstore.OrderBySimilarity
+	}
+	ns := c.String(memNSReqFlag.Name)
+	res, err := s.RetrieveText(c.Context, ns, c.String(memQueryFlag.Name), q)
+	if err != nil {
+		return err
+	}
+	w := c.App.Writer
+	if c.Bool(memJSONFlag.Name) {
+		return printJSON(w, memSearchReport{Namespace: ns, Query: c.String(memQueryFlag.Name), Threshold: thr, K: q.K,
+			Count: res.Count, IntrinsicReward: res.IntrinsicReward(), Entries: res.Entries})
+	}
+	fmt.Fprintf(w, "%d entries above %.3g in %s; showing %d; intrinsic reward %.4g\n", res.Count, thr, ns, len(res.Entries), res.IntrinsicReward())
+	if len(res.Entries) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	t := newTable(w, "RANK", "SIMILARITY", "SCORE", "STEP", "CONTENT")
+	width := c.Int(memTruncateFlag.Name)
+	for i, m := range res.Entries {
+		t.Append([]string{strconv.Itoa(i + 1), strconv.FormatFloat(float64(m.Similarity), 'f', 3, 32), fmtScore(m.Score), strconv.FormatInt(m.Step, 10), truncate(m.Content, width)})
+	}
+	t.Render()
+	return nil
+}
+
+// math32SmallestPositive is the smallest positive float32: "similarity >
+// it" is "similarity > 0" for float32 similarities.
+const math32SmallestPositive = 1.401298464324817070923729583289916131280e-45
+
+func memAdd(c *cli.Context) error {
+	s, err := memOpen(c, false, memCap(c))
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	closeEmb, err := memAttachEmbedder(c, s, true)
+	defer closeEmb()
+	if err != nil {
+		return err
+	}
+	ns := c.String(memNSReqFlag.Name)
+	n, err := s.Add(c.Context, ns, []memstore.Entry{{
+		Content: c.String(memContentFlag.Name), Key: c.String(memKeyFlag.Name), Score: c.Float64(memScoreFlag.Name),
+		Step: c.Int64(memStepFlag.Name), Episode: c.String(memEpisodeFlag.Name),
+	}})
+	if err != nil {
+		return err
+	}
+	if c.Bool(memJSONFlag.Name) {
+		return printJSON(c.App.Writer, map[string]int{"added": n})
+	}
+	if n == 0 {
+		fmt.Fprintf(c.App.Writer, "duplicate content in %s: skipped\n", ns)
+	} else {
+		fmt.Fprintf(c.App.Writer, "added 1 entry to %s\n", ns)
+	}
+	return nil
+}
+
+func memExport(c *cli.Context) error {
+	s, err := memOpen(c, true)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	var w io.Writer = c.App.Writer
+	var f *os.File
+	if p := c.String(memOutFlag.Name); p != "" && p != "-" {
+		if f, err = os.Create(p); err != nil {
+			return err
+		}
+		w = f
+	}
+	n, err := s.Export(c.Context, w, c.String(memNSFlag.Name))
+	if f != nil {
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		return err
+	}
+	log.Info().Int("entries", n).Str("db", s.Path()).Msg("exported")
+	return nil
+}
+
+func memImport(c *cli.Context) error {
+	if c.NArg() == 0 {
+		return fmt.Errorf("memory import: name one or more JSONL files (- for stdin)")
+	}
+	s, err := memOpen(c, false, memCap(c))
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	// Attach an embedder only when one is asked for or recorded: a new
+	// database adopts the embedder of the file's records; --dim set
+	// explicitly makes a hash embedder for records without embeddings.
+	id, _ := s.Embedder()
+	if id != "" || c.IsSet(memEmbedFlag.Name) || c.IsSet(memDimFlag.Name) {
+		closeEmb, err := memAttachEmbedder(c, s, true)
+		defer closeEmb()
+		if err != nil {
+			return err
+		}
+	}
+	var total memstore.ImportStats
+	for _, p := range c.Args().Slice() {
+		var r io.Reader = os.Stdin
+		if p != "-" {
+			f, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			r = f
+		}
+		st, err := s.Import(c.Context, r)
+		if err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		total.Read += st.Read
+		total.Added += st.Added
+		log.Debug().Str("file", p).Int("read", st.Read).Int("added", st.Added).Msg("imported")
+	}
+	if c.Bool(memJSONFlag.Name) {
+		return printJSON(c.App.Writer, total)
+	}
+	fmt.Fprintf(c.App.Writer, "read %d records, added %d (%d duplicates skipped)\n", total.Read, total.Added, total.Read-total.Added)
+	return nil
+}
+
+func memPrune(c *cli.Context) error {
+	o := memstore.PruneOptions{Namespace: c.String(memNSFlag.Name), Keep: c.Int(memKeepFlag.Name)}
+	if c.IsSet(memKeepFlag.Name) && o.Keep <= 0 {
+		return fmt.Errorf("--keep %d: want a positive number", o.Keep)
+	}
+	if b := c.String(memBeforeFlag.Name); b != "" {
+		if d, err := time.ParseDuration(b); err == nil {
+			o.Before = time.Now().Add(-d)
+		} else if t, err := time.Parse(time.RFC3339, b); err == nil {
+			o.Before = t
+		} else {
+			return fmt.Errorf("--before %q: want a duration (72h) or an RFC 3339 time", b)
+		}
+	}
+	if c.IsSet(memBelowFlag.Name) {
+		v := c.Float64(memBelowFlag.Name)
+		o.BelowScore = &v
+	}
+	if o.Keep <= 0 && o.Before.IsZero() && o.BelowScore == nil {
+		return fmt.Errorf("memory prune: give --keep, --before or --below-score")
+	}
+	s, err := memOpen(c, true)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	n, err := s.Prune(c.Context, o)
+	if err != nil {
+		return err
+	}
+	if c.Bool(memJSONFlag.Name) {
+		return printJSON(c.App.Writer, map[string]int{"removed": n})
+	}
+	fmt.Fprintf(c.App.Writer, "removed %d entries\n", n)
+	return nil
+}
+
+func memReset(c *cli.Context) error {
+	ns := c.String(memNSFlag.Name)
+	all := c.Bool(memAllFlag.Name)
+	if (ns == "") == !all {
+		return fmt.Errorf("memory reset: give exactly one of --namespace and --all")
+	}
+	s, err := memOpen(c, true)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	n, err := s.Reset(c.Context, ns)
+	if err != nil {
+		return err
+	}
+	if c.Bool(memJSONFlag.Name) {
+		return printJSON(c.App.Writer, map[string]int{"removed": n})
+	}
+	fmt.Fprintf(c.App.Writer, "removed %d entries\n", n)
+	return nil
+}

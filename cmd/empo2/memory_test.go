@@ -1,0 +1,163 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/empo2/empo2/memstore"
+	"github.com/empo2/empo2/modelgen"
+)
+
+// memCLI runs the binary and fails the test on a non-zero exit.
+func memCLI(t *testing.T, args ...string) string {
+	t.Helper()
+	out, stderr, err := runCLI(t, args...)
+	require.NoError(t, err, "empo2 %s\nstderr: %s", strings.Join(args, " "), stderr)
+	return out
+}
+
+// memCLIFail runs the binary, expecting failure with stderr containing sub.
+func memCLIFail(t *testing.T, sub string, args ...string) {
+	t.Helper()
+	_, stderr, err := runCLI(t, args...)
+	require.Error(t, err, "empo2 %s succeeded", strings.Join(args, " "))
+	assert.Contains(t, strings.ToLower(stderr), strings.ToLower(sub), "empo2 %s", strings.Join(args, " "))
+	assert.NotContains(t, stderr, "goroutine", "panic")
+}
+
+func TestMemoryCLI(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "mem.db")
+	add := func(ns, content, key, score string) string {
+		return memCLI(t, "memory", "add", "--db", db, "-n", ns, "--content", content, "--key", key, "--score", score, "--step", "7", "--episode", "ep1")
+	}
+	assert.Contains(t, add("boil/3", "heat the pot of water on the stove", "You are in the kitchen with a stove", "80"), "added 1")
+	add("boil/3", "focus on the thermometer first", "You are in the kitchen, a thermometer is here", "-20")
+	add("boil/3", "go to the greenhouse", "You are outside near the greenhouse door", "100")
+	assert.Contains(t, add("boil/3", "go to the greenhouse", "anything", "5"), "duplicate")
+	add("melt/0", "put ice in the pot", "You are in the kitchen", "10")
+
+	var st memstore.Stats
+	require.NoError(t, json.Unmarshal([]byte(memCLI(t, "memory", "stats", "--db", db, "--json", "--check")), &st))
+	assert.Equal(t, 4, st.Entries)
+	assert.Equal(t, "hash-ngram-v1/384", st.Embedder)
+	require.Len(t, st.Namespaces, 2)
+	assert.Equal(t, "boil/3", st.Namespaces[0].Name)
+	assert.Equal(t, 3, st.Namespaces[0].Count)
+	assert.Equal(t, 100.0, st.Namespaces[0].MaxScore)
+	table := memCLI(t, "memory", "stats", "--db", db)
+	assert.Contains(t, table, "NAMESPACE")
+	assert.Contains(t, table, "melt/0")
+
+	// Search: the two kitchen tips match, the greenhouse one does not;
+	// ranked by score; count and reward as the trainer sees them.
+	var sr struct {
+		Count           int              `json:"count"`
+		IntrinsicReward float64          `json:"intrinsic_reward"`
+		Entries         []memstore.Match `json:"entries"`
+	}
+	out := memCLI(t, "memory", "search", "--db", db, "-n", "boil/3", "-q", "You are in the kitchen", "--json")
+	require.NoError(t, json.Unmarshal([]byte(out), &sr))
+	assert.Equal(t, 2, sr.Count)
+	require.Len(t, sr.Entries, 2)
+	assert.Equal(t, "heat the pot of water on the stove", sr.Entries[0].Content)
+	assert.Equal(t, "focus on the thermometer first", sr.Entries[1].Content)
+	assert.Equal(t, int64(7), sr.Entries[0].Step)
+	assert.Equal(t, "ep1", sr.Entries[0].Episode)
+	assert.InDelta(t, 1.0/3, sr.IntrinsicReward, 1e-9)
+	out = memCLI(t, "memory", "search", "--db", db, "-n", "boil/3", "-q", "You are in the kitchen", "--json", "--by-similarity", "--k", "1", "--threshold", "-1")
+	require.NoError(t, json.Unmarshal([]byte(out), &sr))
+	assert.Equal(t, 3, sr.Count)
+	require.Len(t, sr.Entries, 1)
+	assert.Greater(t, sr.Entries[0].Similarity, float32(0.5))
+	out = memCLI(t, "memory", "search", "--db", db, "-n", "boil/3", "-q", "You are in the kitchen")
+	assert.Contains(t, out, "2 entries above 0.5")
+	assert.Contains(t, out, "SIMILARITY")
+
+	var list []memstore.Entry
+	require.NoError(t, json.Unmarshal([]byte(memCLI(t, "memory", "list", "--db", db, "--json", "--limit", "2")), &list))
+	require.Len(t, list, 2)
+	assert.Equal(t, "put ice in the pot", list[0].Content, "newest first")
+	assert.Contains(t, memCLI(t, "memory", "list", "--db", db, "-n", "boil/3"), "go to the greenhouse")
+
+	// Export, import into a new database: same search results.
+	jl := filepath.Join(dir, "mem.jsonl")
+	memCLI(t, "memory", "export", "--db", db, "--out", jl)
+	raw, err := os.ReadFile(jl)
+	require.NoError(t, err)
+	assert.Equal(t, 4, strings.Count(string(raw), "\n"))
+	db2 := filepath.Join(dir, "copy.db")
+	assert.Contains(t, memCLI(t, "memory", "import", "--db", db2, jl), "added 4")
+	assert.Contains(t, memCLI(t, "memory", "import", "--db", db2, jl), "4 duplicates skipped")
+	a := memCLI(t, "memory", "search", "--db", db, "-n", "boil/3", "-q", "kitchen stove", "--json", "--threshold", "-1")
+	b := memCLI(t, "memory", "search", "--db", db2, "-n", "boil/3", "-q", "kitchen stove", "--json", "--threshold", "-1")
+	assert.JSONEq(t, a, b)
+	stdout := memCLI(t, "memory", "export", "--db", db, "-n", "melt/0")
+	assert.Equal(t, 1, strings.Count(stdout, "\n"))
+
+	// Prune and reset.
+	assert.Contains(t, memCLI(t, "memory", "prune", "--db", db2, "--below-score", "0"), "removed 1")
+	assert.Contains(t, memCLI(t, "memory", "prune", "--db", db2, "-n", "boil/3", "--keep", "1"), "removed 1")
+	assert.Contains(t, memCLI(t, "memory", "reset", "--db", db2, "-n", "melt/0"), "removed 1")
+	assert.Contains(t, memCLI(t, "memory", "reset", "--db", db2, "--all"), "removed 1")
+	require.NoError(t, json.Unmarshal([]byte(memCLI(t, "memory", "stats", "--db", db2, "--json")), &st))
+	assert.Equal(t, 0, st.Entries)
+
+	// Errors: clear messages, no panics, no file created by read commands.
+	memCLIFail(t, "no such memory database", "memory", "stats", "--db", filepath.Join(dir, "missing.db"))
+	_, err = os.Stat(filepath.Join(dir, "missing.db"))
+	assert.True(t, os.IsNotExist(err))
+	notes := filepath.Join(dir, "notes.txt")
+	require.NoError(t, os.WriteFile(notes, []byte("just some text, not a database\n"), 0o644))
+	memCLIFail(t, "not an empo2 memory database", "memory", "list", "--db", notes)
+	memCLIFail(t, "exactly one of", "memory", "reset", "--db", db)
+	memCLIFail(t, "--keep, --before or --below-score", "memory", "prune", "--db", db)
+	memCLIFail(t, "--before", "memory", "prune", "--db", db, "--before", "last week")
+	memCLIFail(t, "namespace", "memory", "search", "--db", db, "-q", "x")
+	memCLI(t, "memory", "add", "--db", filepath.Join(dir, "d.db"), "-n", "x", "--content", "c", "--dim", "16")
+	memCLIFail(t, "embedder differs", "memory", "add", "--db", filepath.Join(dir, "d.db"), "-n", "x", "--content", "c", "--dim", "32")
+	memCLIFail(t, "hash-ngram-v1/16", "memory", "add", "--db", filepath.Join(dir, "d.db"), "-n", "x", "--content", "c", "--embed-model", writeMemModel(t, dir))
+	bad := filepath.Join(dir, "bad.jsonl")
+	require.NoError(t, os.WriteFile(bad, []byte("{\"namespace\":\"x\",\"content\":\"c\",\"bogus\":1}\n"), 0o644))
+	memCLIFail(t, "line 1", "memory", "import", "--db", db, bad)
+}
+
+// writeMemModel writes a tiny random-weight Qwen2 GGUF to use as an
+// embedding model.
+func writeMemModel(t *testing.T, dir string) string {
+	t.Helper()
+	p := filepath.Join(dir, "embed.gguf")
+	if _, err := os.Stat(p); err == nil {
+		return p
+	}
+	require.NoError(t, modelgen.Write(p, modelgen.DefaultConfig()))
+	return p
+}
+
+func TestMemoryCLIEmbedModel(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "mem.db")
+	model := writeMemModel(t, dir)
+	memCLI(t, "memory", "add", "--db", db, "-n", "a", "--content", "heat the water on the stove", "--embed-model", model)
+	memCLI(t, "memory", "add", "--db", db, "-n", "a", "--content", "open the door to the hallway", "--embed-model", model)
+	var st memstore.Stats
+	require.NoError(t, json.Unmarshal([]byte(memCLI(t, "memory", "stats", "--db", db, "--json")), &st))
+	assert.True(t, strings.HasPrefix(st.Embedder, "llama:"), st.Embedder)
+	var sr struct {
+		Count   int              `json:"count"`
+		Entries []memstore.Match `json:"entries"`
+	}
+	out := memCLI(t, "memory", "search", "--db", db, "-n", "a", "-q", "heat the water on the stove", "--embed-model", model, "--json", "--by-similarity", "--threshold", "-1")
+	require.NoError(t, json.Unmarshal([]byte(out), &sr))
+	require.Len(t, sr.Entries, 2)
+	assert.Equal(t, "heat the water on the stove", sr.Entries[0].Content)
+	assert.InDelta(t, 1, sr.Entries[0].Similarity, 1e-4, "a text retrieves its own key")
+	memCLIFail(t, "--embed-model", "memory", "search", "--db", db, "-n", "a", "-q", "x")
+	memCLIFail(t, "embed-model", "memory", "add", "--db", db, "-n", "a", "--content", "x", "--embed-model", filepath.Join(dir, "missing.gguf"))
+}

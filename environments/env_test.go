@@ -1,0 +1,213 @@
+package environments
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// counterEnv is a trivial Env that records concurrent use: two goroutines
+// inside one instance at once is a pool bug.
+type counterEnv struct {
+	inUse  atomic.Int32
+	steps  int // deliberately unsynchronized: -race catches shared use
+	closed atomic.Bool
+	bad    *atomic.Int32
+}
+
+func (c *counterEnv) Reset(context.Context, string, int, int64) (ResetResult, error) {
+	return ResetResult{}, nil
+}
+func (c *counterEnv) Step(context.Context, string) (StepResult, error) {
+	if c.inUse.Add(1) != 1 {
+		c.bad.Add(1)
+	}
+	c.steps++
+	time.Sleep(50 * time.Microsecond)
+	c.inUse.Add(-1)
+	return StepResult{}, nil
+}
+func (c *counterEnv) ValidActions(context.Context) ([]string, error) { return nil, ErrNotSupported }
+func (c *counterEnv) Score() float64                                 { return 0 }
+func (c *counterEnv) Close() error                                   { c.closed.Store(true); return nil }
+
+func TestConcurrentPool(t *testing.T) {
+	var bad atomic.Int32
+	var made []*counterEnv
+	var mu sync.Mutex
+	p, err := NewPoolFunc(func() (Env, error) {
+		e := &counterEnv{bad: &bad}
+		mu.Lock()
+		made = append(made, e)
+		mu.Unlock()
+		return e, nil
+	}, 4)
+	require.NoError(t, err)
+	require.Equal(t, 4, p.Size())
+
+	const jobs = 64
+	err = p.Map(context.Background(), jobs, func(ctx context.Context, i int, e Env) error {
+		for range 5 {
+			if _, err := e.Step(ctx, "wait"); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Zero(t, bad.Load(), "an instance was used by two goroutines at once")
+	total := 0
+	for _, e := range made {
+		total += e.steps
+	}
+	require.Equal(t, jobs*5, total)
+
+	// A job error is reported.
+	boom := errors.New("boom")
+	err = p.Map(context.Background(), 3, func(ctx context.Context, i int, e Env) error {
+		if i == 1 {
+			return boom
+		}
+		return nil
+	})
+	require.ErrorIs(t, err, boom)
+
+	// Acquire blocks when all are out, and honours ctx.
+	var out []Env
+	for range 4 {
+		e, err := p.Acquire(context.Background())
+		require.NoError(t, err)
+		out = append(out, e)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	_, err = p.Acquire(ctx)
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+
+	// A waiting Acquire gets ErrClosed when the pool closes.
+	got := make(chan error, 1)
+	go func() { _, err := p.Acquire(context.Background()); got <- err }()
+	time.Sleep(10 * time.Millisecond)
+	require.NoError(t, p.Close())
+	select {
+	case err := <-got:
+		require.ErrorIs(t, err, ErrClosed)
+	case <-time.After(2 * time.Second):
+		t.Fatal("Acquire did not return after Close")
+	}
+	// Instances still out are closed on release; a foreign one is refused.
+	for _, e := range out {
+		require.NoError(t, p.Release(e))
+	}
+	for _, e := range made {
+		require.True(t, e.closed.Load(), "instance left open after Close")
+	}
+	require.Error(t, p.Release(&counterEnv{bad: &bad}))
+	require.NoError(t, p.Close(), "Close is idempotent")
+}
+
+func TestNewPoolFailure(t *testing.T) {
+	var n atomic.Int32
+	var closed atomic.Int32
+	_, err := NewPoolFunc(func() (Env, error) {
+		if n.Add(1) == 2 {
+			return nil, ErrSimulatorDied
+		}
+		return &closeCounter{&closed}, nil
+	}, 3)
+	require.ErrorIs(t, err, ErrSimulatorDied)
+	require.Equal(t, int32(2), closed.Load(), "started instances must be closed on failure")
+	_, err = NewPoolFunc(nil, 0)
+	require.Error(t, err)
+	_, err = NewPool("no-such-env", Options{}, 1)
+	require.ErrorIs(t, err, ErrUnknownEnv)
+}
+
+type closeCounter struct{ n *atomic.Int32 }
+
+func (c *closeCounter) Reset(context.Context, string, int, int64) (ResetResult, error) {
+	return ResetResult{}, nil
+}
+func (c *closeCounter) Step(context.Context, string) (StepResult, error) { return StepResult{}, nil }
+func (c *closeCounter) ValidActions(context.Context) ([]string, error)   { return nil, nil }
+func (c *closeCounter) Score() float64                                   { return 0 }
+func (c *closeCounter) Close() error                                     { c.n.Add(1); return nil }
+
+func TestSplitVariations(t *testing.T) {
+	// ScienceWorld's rule: boil has 30 variations -> 0-13 train, 14-20 dev, 21-29 test.
+	tr, dv, te := SplitVariations(30)
+	require.Equal(t, 14, len(tr))
+	require.Equal(t, []int{14, 15, 16, 17, 18, 19, 20}, dv)
+	require.Equal(t, 21, te[0])
+	require.Equal(t, 29, te[len(te)-1])
+	for _, n := range []int{5, 10, 14, 20, 30, 126, 436, 1386} {
+		tr, dv, te := SplitVariations(n)
+		seen := map[int]bool{}
+		for _, s := range [][]int{tr, dv, te} {
+			for _, v := range s {
+				require.False(t, seen[v], "n=%d: %d in two splits", n, v)
+				require.True(t, v >= 0 && v < n)
+				seen[v] = true
+			}
+		}
+		require.Len(t, seen, n, "n=%d: every variation lands in a split", n)
+		require.InDelta(t, 0.5, float64(len(tr))/float64(n), 0.1)
+	}
+	tr, dv, te = SplitVariations(4)
+	require.Equal(t, []int{0, 1}, tr)
+	require.Equal(t, []int{2}, dv)
+	require.Equal(t, []int{3}, te)
+	tr, _, _ = SplitVariations(0)
+	require.Empty(t, tr)
+}
+
+func TestTaskHelpers(t *testing.T) {
+	tasks := []Task{WithSplits(Task{Name: "a", Variations: 8, StepLimit: 30}), {Name: "b", Variations: 2}}
+	tk, err := FindTask(tasks, "a")
+	require.NoError(t, err)
+	require.Equal(t, []int{0, 1, 2, 3}, tk.Train)
+	_, err = FindTask(tasks, "")
+	require.ErrorIs(t, err, ErrUnknownTask)
+	_, err = FindTask(tasks, "zzz")
+	require.ErrorIs(t, err, ErrUnknownTask)
+	only, err := FindTask(tasks[:1], "")
+	require.NoError(t, err)
+	require.Equal(t, "a", only.Name)
+	require.ErrorIs(t, CheckVariation(tk, 8), ErrBadVariation)
+	require.ErrorIs(t, CheckVariation(tk, -1), ErrBadVariation)
+	require.NoError(t, CheckVariation(tk, 7))
+	require.Equal(t, 30, StepLimit(tk, Options{}))
+	require.Equal(t, 5, StepLimit(tk, Options{StepLimit: 5}))
+	require.Equal(t, DefaultStepLimit, StepLimit(tasks[1], Options{}))
+	v, err := tk.VariationsIn(Dev)
+	require.NoError(t, err)
+	require.Equal(t, []int{4, 5}, v)
+	_, err = ParseSplit("validation")
+	require.Error(t, err)
+	s, err := ParseSplit(" Test ")
+	require.NoError(t, err)
+	require.Equal(t, Test, s)
+}
+
+func TestCorrectAction(t *testing.T) {
+	valid := []string{"open door to kitchen", "go to kitchen", "look around", "pick up red wire"}
+	out, changed := CorrectAction("Look  Around", valid)
+	require.False(t, changed)
+	require.Equal(t, "Look  Around", out)
+	out, changed = CorrectAction("walk to the kitchen", valid)
+	require.True(t, changed)
+	require.Equal(t, "go to kitchen", out)
+	out, _ = CorrectAction("take red wire", valid)
+	require.Equal(t, "pick up red wire", out)
+	out, changed = CorrectAction("anything", nil)
+	require.False(t, changed)
+	require.Equal(t, "anything", out)
+	require.InDelta(t, 0.5, Jaccard("a b", "b c a"), 0.17)
+	require.Equal(t, 0.0, Jaccard("", ""))
+	require.Equal(t, 1.0, Jaccard("Go to kitchen", "go TO kitchen"))
+}

@@ -1,0 +1,448 @@
+package scienceworld
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/empo2/empo2/environments"
+)
+
+// Name is the registry name of this environment.
+const Name = "scienceworld"
+
+const pythonInterface = "scienceworld.runtime.pythonapi.PythonInterface"
+
+// Options.Extra keys understood by this environment.
+const (
+	ExtraJava           = "java"            // java launcher (default $JAVA_HOME/bin/java, then PATH)
+	ExtraHeap           = "xmx"             // JVM heap, e.g. "2g" (default 1g)
+	ExtraTimeout        = "timeout"         // per py4j call, e.g. "30s" (default 120s)
+	ExtraStartupTimeout = "startup_timeout" // JVM start (default 120s)
+	ExtraInfo           = "info"            // "full": add look, inv and valid to StepResult.Info, as the Python wrapper does
+)
+
+func init() {
+	environments.Register(environments.Spec{
+		Name:        Name,
+		Description: "ScienceWorld 1.3 simulator (Scala jar, one JVM per instance, py4j from Go)",
+		New:         func(o environments.Options) (environments.Env, error) { return New(o) },
+		Tasks:       Tasks,
+	})
+}
+
+// Env is one ScienceWorld instance: its own JVM (the simulator keeps global
+// state) and one py4j connection. It reproduces the official Python
+// wrapper: Reset loads the task and plays "look around"; the score is
+// round(100 × getScore()) (round half to even, like Python's round); the
+// reward is the score change; an episode is done when the simulator says
+// completed, the score is negative, or the move count exceeds the step limit.
+type Env struct {
+	opts     environments.Options
+	correct  bool
+	fullInfo bool
+
+	proc *jvm // nil when connected to an external gateway (tests)
+	cl   *client
+	pi   Ref
+
+	agentIdx bool   // the jar's methods take an agent index (multi-agent builds)
+	loaded   string // task|variation|simplifications currently loaded without gold
+	task     taskInfo
+	variant  int
+	limit    int
+	last     int
+	score    int
+	started  bool
+	done     bool
+	closed   bool
+}
+
+var (
+	_ environments.Env          = (*Env)(nil)
+	_ environments.GoldProvider = (*Env)(nil)
+)
+
+func durationExtra(opts environments.Options, key string, def time.Duration) (time.Duration, error) {
+	s := opts.Extra[key]
+	if s == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("scienceworld: option %s=%q: want a positive duration like 30s", key, s)
+	}
+	return d, nil
+}
+
+// New starts a JVM running the simulator jar and creates its
+// PythonInterface. Close it to stop the JVM.
+func New(opts environments.Options) (*Env, error) {
+	if err := checkSimplifications(opts.Simplifications, ""); err != nil {
+		return nil, err
+	}
+	jar, err := findJar(opts)
+	if err != nil {
+		return nil, err
+	}
+	java, err := findJava(opts)
+	if err != nil {
+		return nil, err
+	}
+	startup, err := durationExtra(opts, ExtraStartupTimeout, 120*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	heap := opts.Extra[ExtraHeap]
+	if heap == "" {
+		heap = "1g"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), startup)
+	defer cancel()
+	proc, err := startJVM(ctx, java, jar, heap, startup)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := proc.dial(10 * time.Second)
+	if err != nil {
+		proc.kill()
+		return nil, fmt.Errorf("%w: connecting to the gateway: %v", environments.ErrSimulatorDied, err)
+	}
+	e, err := newWithConn(ctx, opts, conn, proc)
+	if err != nil {
+		_ = proc.stop(2 * time.Second)
+		return nil, err
+	}
+	return e, nil
+}
+
+// newWithConn builds an Env on an open gateway connection.
+func newWithConn(ctx context.Context, opts environments.Options, conn net.Conn, proc *jvm) (*Env, error) {
+	timeout, err := durationExtra(opts, ExtraTimeout, 120*time.Second)
+	if err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	cl := newClient(conn, timeout)
+	if proc != nil {
+		cl.dead = proc.deadErr
+	}
+	pi, err := cl.New(ctx, pythonInterface)
+	if err != nil {
+		_ = cl.Close()
+		return nil, fmt.Errorf("scienceworld: creating %s (is the jar a ScienceWorld jar?): %w", pythonInterface, err)
+	}
+	return &Env{
+		opts: opts, proc: proc, cl: cl, pi: pi,
+		correct:  environments.CorrectionEnabled(opts),
+		fullInfo: strings.EqualFold(opts.Extra[ExtraInfo], "full"),
+	}, nil
+}
+
+func checkSimplifications(s, task string) error {
+	if s == "" {
+		return nil
+	}
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		ok := f == "easy"
+		for _, k := range Simplifications {
+			ok = ok || f == k
+		}
+		if !ok {
+			return fmt.Errorf("%w: ScienceWorld simplification %q (have easy, %s)", environments.ErrNotSupported, f, strings.Join(Simplifications, ", "))
+		}
+	}
+	electrical := strings.Contains(task, "power-component") || strings.Contains(task, "conductivity")
+	if electrical && strings.Contains(s, "noElectricalAction") {
+		return fmt.Errorf("%w: task %s needs electrical actions, but noElectricalAction was asked for", environments.ErrNotSupported, task)
+	}
+	return nil
+}
+
+// isMissingMethod reports a py4j "method does not exist" answer.
+func isMissingMethod(err error) bool {
+	var je *JavaError
+	return errors.As(err, &je) && strings.Contains(je.Msg, "does not exist")
+}
+
+// agentMethods take a trailing agent index in multi-agent builds of the jar.
+var agentMethods = map[string]bool{
+	"step": true, "freeActionLook": true, "freeActionInventory": true,
+	"getValidActionObjectCombinations": true, "getPossibleObjects": true,
+}
+
+// call invokes a PythonInterface method, adapting once to jars whose
+// methods take an agent index.
+func (e *Env) call(ctx context.Context, method string, args ...any) (Value, error) {
+	if e.agentIdx && agentMethods[method] {
+		args = append(args, 0)
+	}
+	v, err := e.cl.Call(ctx, e.pi, method, args...)
+	if err != nil && !e.agentIdx && agentMethods[method] && isMissingMethod(err) {
+		if v2, err2 := e.cl.Call(ctx, e.pi, method, append(args, 0)...); err2 == nil {
+			e.agentIdx = true
+			return v2, nil
+		}
+	}
+	return v, err
+}
+
+func (e *Env) load(ctx context.Context, task string, variation int, simp string, gold bool) error {
+	v, err := e.cl.Call(ctx, e.pi, "load", task, variation, simp, gold)
+	if isMissingMethod(err) { // multi-agent builds: load(task, variation, simplifications, numAgents, gold)
+		v, err = e.cl.Call(ctx, e.pi, "load", task, variation, simp, 1, gold)
+	}
+	if err != nil {
+		return err
+	}
+	if v.Type == 's' && v.Str != "" {
+		return fmt.Errorf("scienceworld: load %s variation %d: %s", task, variation, v.Str)
+	}
+	return nil
+}
+
+func (e *Env) usable() error {
+	if e.closed {
+		return environments.ErrClosed
+	}
+	return nil
+}
+
+// Reset loads task at variation (the seed is not used: the simulator
+// seeds itself from the variation) and plays "look around".
+func (e *Env) Reset(ctx context.Context, task string, variation int, seed int64) (environments.ResetResult, error) {
+	if err := e.usable(); err != nil {
+		return environments.ResetResult{}, err
+	}
+	t, ok := lookupTask(task)
+	if !ok {
+		return environments.ResetResult{}, fmt.Errorf("%w: ScienceWorld has no task %q", environments.ErrUnknownTask, task)
+	}
+	if variation < 0 || variation >= t.variations {
+		return environments.ResetResult{}, fmt.Errorf("%w: %s has variations 0..%d, got %d", environments.ErrBadVariation, t.name, t.variations-1, variation)
+	}
+	if err := checkSimplifications(e.opts.Simplifications, t.name); err != nil {
+		return environments.ResetResult{}, err
+	}
+	e.started, e.done = false, false
+	key := fmt.Sprintf("%s|%d|%s", t.name, variation, e.opts.Simplifications)
+	if key == e.loaded {
+		v, err := e.cl.Call(ctx, e.pi, "reset")
+		if err != nil {
+			return environments.ResetResult{}, err
+		}
+		if v.Type == 's' && v.Str != "" {
+			return environments.ResetResult{}, fmt.Errorf("scienceworld: reset %s variation %d: %s", t.name, variation, v.Str)
+		}
+	} else {
+		e.loaded = ""
+		if err := e.load(ctx, t.name, variation, e.opts.Simplifications, false); err != nil {
+			return environments.ResetResult{}, err
+		}
+		e.loaded = key
+	}
+	e.task, e.variant = t, variation
+	e.limit = environments.StepLimit(environments.Task{StepLimit: t.limit}, e.opts)
+	e.last, e.score = 0, 0
+	obs, score, _, moves, err := e.rawStep(ctx, "look around")
+	if err != nil {
+		return environments.ResetResult{}, err
+	}
+	e.last, e.score = score, score
+	desc, err := e.cl.Call(ctx, e.pi, "getTaskDescription")
+	if err != nil {
+		return environments.ResetResult{}, err
+	}
+	e.started = true
+	return environments.ResetResult{
+		Observation:     obs,
+		TaskDescription: desc.Str,
+		Info:            environments.Info{"moves": moves, "score": score, "task": t.name, "variation": variation},
+	}, nil
+}
+
+// Score converts the simulator's 0–1 score the way the Python wrapper does:
+// int(round(100 × raw)), rounding halves to even.
+func Score(raw float64) int { return int(math.RoundToEven(100 * raw)) }
+
+func (e *Env) rawStep(ctx context.Context, action string) (obs string, score int, completed bool, moves int, err error) {
+	o, err := e.call(ctx, "step", action)
+	if err != nil {
+		return
+	}
+	s, err := e.cl.Call(ctx, e.pi, "getScore")
+	if err != nil {
+		return
+	}
+	c, err := e.cl.Call(ctx, e.pi, "getCompleted")
+	if err != nil {
+		return
+	}
+	m, err := e.cl.Call(ctx, e.pi, "getNumMoves")
+	if err != nil {
+		return
+	}
+	return o.Str, Score(s.Num), c.Bool, int(m.Int), nil
+}
+
+// Step plays one action (corrected to the most similar valid action first
+// when the correct_actions extra is on).
+func (e *Env) Step(ctx context.Context, action string) (environments.StepResult, error) {
+	if err := e.usable(); err != nil {
+		return environments.StepResult{}, err
+	}
+	if !e.started {
+		return environments.StepResult{}, environments.ErrNotReset
+	}
+	if e.done {
+		return environments.StepResult{}, environments.ErrEpisodeDone
+	}
+	info := environments.Info{}
+	if e.correct {
+		valid, err := e.ValidActions(ctx)
+		if err != nil {
+			return environments.StepResult{}, err
+		}
+		if fixed, changed := environments.CorrectAction(action, valid); changed {
+			info["corrected_from"] = action
+			action = fixed
+		}
+	}
+	obs, score, completed, moves, err := e.rawStep(ctx, action)
+	if err != nil {
+		return environments.StepResult{}, err
+	}
+	reward := score - e.last
+	e.last, e.score = score, score
+	e.done = completed || score < 0 || moves > e.limit
+	info["moves"] = moves
+	info["score"] = score
+	info["completed"] = completed
+	if e.fullInfo {
+		for key, m := range map[string]string{"look": "freeActionLook", "inv": "freeActionInventory"} {
+			v, err := e.call(ctx, m)
+			if err != nil {
+				return environments.StepResult{}, err
+			}
+			info[key] = v.Str
+		}
+		valid, err := e.ValidActions(ctx)
+		if err != nil {
+			return environments.StepResult{}, err
+		}
+		info["valid"] = valid
+	}
+	return environments.StepResult{Observation: obs, Reward: float64(reward), Done: e.done, Info: info}, nil
+}
+
+// ValidActions returns the simulator's valid action-object combinations.
+func (e *Env) ValidActions(ctx context.Context) ([]string, error) {
+	if err := e.usable(); err != nil {
+		return nil, err
+	}
+	if !e.started {
+		return nil, environments.ErrNotReset
+	}
+	v, err := e.call(ctx, "getValidActionObjectCombinations")
+	if err != nil {
+		return nil, err
+	}
+	if !v.IsRef() {
+		return nil, fmt.Errorf("%w: getValidActionObjectCombinations answered type %q", errProtocol, v.Type)
+	}
+	return e.cl.StringsJoined(ctx, v.Ref)
+}
+
+// Score is the current score (round(100 × raw), negative after a failure).
+func (e *Env) Score() float64 { return float64(e.score) }
+
+// GoldActions asks the simulator for its gold action sequence (this loads
+// the task with gold-path generation; the next Reset reloads it plainly).
+func (e *Env) GoldActions(ctx context.Context, task string, variation int) ([]string, error) {
+	if err := e.usable(); err != nil {
+		return nil, err
+	}
+	t, ok := lookupTask(task)
+	if !ok {
+		return nil, fmt.Errorf("%w: ScienceWorld has no task %q", environments.ErrUnknownTask, task)
+	}
+	if variation < 0 || variation >= t.variations {
+		return nil, fmt.Errorf("%w: %s has variations 0..%d, got %d", environments.ErrBadVariation, t.name, t.variations-1, variation)
+	}
+	e.loaded, e.started = "", false
+	if err := e.load(ctx, t.name, variation, e.opts.Simplifications, true); err != nil {
+		return nil, err
+	}
+	v, err := e.cl.Call(ctx, e.pi, "getGoldActionSequence")
+	if err != nil {
+		return nil, err
+	}
+	if !v.IsRef() {
+		return nil, fmt.Errorf("%w: getGoldActionSequence answered type %q", errProtocol, v.Type)
+	}
+	return e.cl.StringsJoined(ctx, v.Ref)
+}
+
+// Client-side queries of the simulator, for checks and tools.
+
+// TaskNames asks the simulator for its task list.
+func (e *Env) TaskNames(ctx context.Context) ([]string, error) {
+	v, err := e.cl.Call(ctx, e.pi, "getTaskNames")
+	if err != nil {
+		return nil, err
+	}
+	if !v.IsRef() {
+		return nil, fmt.Errorf("%w: getTaskNames answered type %q", errProtocol, v.Type)
+	}
+	return e.cl.StringsJoined(ctx, v.Ref)
+}
+
+// MaxVariations asks the simulator for a task's variation count.
+func (e *Env) MaxVariations(ctx context.Context, task string) (int, error) {
+	v, err := e.cl.Call(ctx, e.pi, "getTaskMaxVariations", task)
+	return int(v.Int), err
+}
+
+// Split asks the simulator for the variations of the loaded task in split s.
+func (e *Env) Split(ctx context.Context, s environments.Split) ([]int, error) {
+	m := map[environments.Split]string{environments.Train: "getVariationsTrain", environments.Dev: "getVariationsDev", environments.Test: "getVariationsTest"}[s]
+	if m == "" {
+		return nil, fmt.Errorf("%w: split %q", environments.ErrBadVariation, s)
+	}
+	v, err := e.cl.Call(ctx, e.pi, m)
+	if err != nil {
+		return nil, err
+	}
+	if !v.IsRef() {
+		return nil, fmt.Errorf("%w: %s answered type %q", errProtocol, m, v.Type)
+	}
+	return e.cl.Ints(ctx, v.Ref)
+}
+
+// PossibleSimplifications asks the simulator for its simplification labels.
+func (e *Env) PossibleSimplifications(ctx context.Context) ([]string, error) {
+	v, err := e.cl.Call(ctx, e.pi, "getPossibleSimplifications")
+	if err != nil {
+		return nil, err
+	}
+	return strings.Split(v.Str, ", "), nil
+}
+
+// Close stops the JVM (closing its stdin makes the gateway exit; it is
+// killed if it lingers). It is idempotent.
+func (e *Env) Close() error {
+	if e.closed {
+		return nil
+	}
+	e.closed = true
+	_ = e.cl.Close()
+	if e.proc != nil {
+		return e.proc.stop(5 * time.Second)
+	}
+	return nil
+}

@@ -1,0 +1,220 @@
+package scienceworld
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog/log"
+
+	"github.com/empo2/empo2/environments"
+)
+
+// ErrNoJar means no simulator jar was given or found.
+var ErrNoJar = errors.New("scienceworld: simulator jar not found (set --scienceworld-jar or SCIENCEWORLD_JAR; see docs/environments.md)")
+
+// JarEnv is the environment variable that names the simulator jar when
+// Options.Jar is empty.
+const JarEnv = "SCIENCEWORLD_JAR"
+
+// findJar resolves the jar path from opts or the environment.
+func findJar(opts environments.Options) (string, error) {
+	jar := opts.Jar
+	if jar == "" {
+		jar = os.Getenv(JarEnv)
+	}
+	if jar == "" {
+		return "", ErrNoJar
+	}
+	st, err := os.Stat(jar)
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrNoJar, err)
+	}
+	if st.IsDir() {
+		return "", fmt.Errorf("%w: %s is a directory", ErrNoJar, jar)
+	}
+	return jar, nil
+}
+
+// findJava resolves the java launcher: Extra["java"], $JAVA_HOME/bin/java,
+// then java on PATH.
+func findJava(opts environments.Options) (string, error) {
+	if j := opts.Extra["java"]; j != "" {
+		return j, nil
+	}
+	if home := os.Getenv("JAVA_HOME"); home != "" {
+		j := filepath.Join(home, "bin", "java")
+		if _, err := os.Stat(j); err == nil {
+			return j, nil
+		}
+	}
+	j, err := exec.LookPath("java")
+	if err != nil {
+		return "", fmt.Errorf("scienceworld: no java launcher (install a JRE 8+ or set JAVA_HOME): %w", err)
+	}
+	return j, nil
+}
+
+// jvm is one simulator process: py4j's GatewayServer on an ephemeral port
+// of 127.0.0.1, started with --die-on-broken-pipe so that it exits when its
+// stdin closes (including when this process dies).
+type jvm struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	port   int
+	exited chan struct{} // closed when the process has exited
+	err    error         // its exit status, valid after exited is closed
+
+	mu      sync.Mutex
+	stderr  []string // last lines of stderr, for error messages
+	outLine int      // stdout lines drained
+}
+
+const keepStderr = 20
+
+// startJVM launches the gateway and waits for it to print its port.
+func startJVM(ctx context.Context, java, jar string, heap string, startup time.Duration) (*jvm, error) {
+	args := []string{}
+	if heap != "" {
+		args = append(args, "-Xmx"+heap)
+	}
+	args = append(args, "-cp", jar, "py4j.GatewayServer", "--die-on-broken-pipe", "0")
+	cmd := exec.Command(java, args...)
+	cmd.Dir = filepath.Dir(jar)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("scienceworld: starting %s: %w", java, err)
+	}
+	j := &jvm{cmd: cmd, stdin: stdin, exited: make(chan struct{})}
+	go j.drainStderr(stderr)
+
+	portc := make(chan string, 1)
+	go j.drainStdout(stdout, portc)
+	go func() {
+		j.err = cmd.Wait()
+		close(j.exited)
+	}()
+
+	timer := time.NewTimer(startup)
+	defer timer.Stop()
+	select {
+	case line := <-portc:
+		port, err := strconv.Atoi(strings.TrimSpace(line))
+		if err != nil || port <= 0 || port > 65535 {
+			j.kill()
+			return nil, fmt.Errorf("%w: expected the gateway port on the first line of stdout, got %q%s", environments.ErrSimulatorDied, line, j.stderrTail())
+		}
+		j.port = port
+		return j, nil
+	case <-j.exited:
+		return nil, fmt.Errorf("%w: the JVM exited while starting (%v)%s", environments.ErrSimulatorDied, j.err, j.stderrTail())
+	case <-timer.C:
+		j.kill()
+		return nil, fmt.Errorf("%w: the JVM printed no port within %s%s", environments.ErrSimulatorDied, startup, j.stderrTail())
+	case <-ctx.Done():
+		j.kill()
+		return nil, ctx.Err()
+	}
+}
+
+// drainStdout hands the first line (the port) over and then discards the
+// simulator's per-step debug output, so that the JVM never blocks on a
+// full pipe.
+func (j *jvm) drainStdout(r io.Reader, portc chan<- string) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	first := true
+	for {
+		line, err := br.ReadString('\n')
+		if first && (line != "" || err == nil) {
+			portc <- line
+			first = false
+		} else if line != "" {
+			j.mu.Lock()
+			j.outLine++
+			j.mu.Unlock()
+			log.Trace().Str("jvm", "stdout").Msg(strings.TrimRight(line, "\n"))
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (j *jvm) drainStderr(r io.Reader) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		j.mu.Lock()
+		j.stderr = append(j.stderr, sc.Text())
+		if len(j.stderr) > keepStderr {
+			j.stderr = j.stderr[len(j.stderr)-keepStderr:]
+		}
+		j.mu.Unlock()
+		log.Debug().Str("jvm", "stderr").Msg(sc.Text())
+	}
+}
+
+func (j *jvm) stderrTail() string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if len(j.stderr) == 0 {
+		return ""
+	}
+	return "; stderr: " + strings.Join(j.stderr, " | ")
+}
+
+// deadErr says why the process died, or nil while it runs.
+func (j *jvm) deadErr() error {
+	select {
+	case <-j.exited:
+		return fmt.Errorf("the JVM exited (%v)%s", j.err, j.stderrTail())
+	default:
+		return nil
+	}
+}
+
+func (j *jvm) dial(timeout time.Duration) (net.Conn, error) {
+	return net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(j.port)), timeout)
+}
+
+func (j *jvm) kill() {
+	_ = j.stdin.Close()
+	if j.cmd.Process != nil {
+		_ = j.cmd.Process.Kill()
+	}
+	<-j.exited
+}
+
+// stop closes stdin (the gateway then exits by itself) and kills the
+// process if it is still there after grace.
+func (j *jvm) stop(grace time.Duration) error {
+	_ = j.stdin.Close()
+	select {
+	case <-j.exited:
+		return nil
+	case <-time.After(grace):
+		j.kill()
+		return nil
+	}
+}

@@ -1,0 +1,533 @@
+package webshop
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/empo2/empo2/environments"
+)
+
+// Names and limits of the environment.
+const (
+	EnvName          = "webshop"
+	TaskName         = "webshop"
+	DefaultStepLimit = 15
+	testGoals        = 500
+)
+
+// Button texts of the original's pages.
+const (
+	btnBackToSearch = "Back to Search"
+	btnNext         = "Next >"
+	btnPrev         = "< Prev"
+	btnBuy          = "Buy Now"
+	sep             = " [SEP] "
+)
+
+var subPages = []string{"Description", "Features", "Reviews"}
+
+func init() {
+	environments.Register(environments.Spec{
+		Name:        EnvName,
+		Description: "WebShop (native Go): search a product catalogue, pick options and buy what the instruction asks for",
+		New:         func(o environments.Options) (environments.Env, error) { return New(o) },
+		Tasks:       Tasks,
+	})
+}
+
+// config is what Options select.
+type config struct {
+	dataDir   string
+	human     bool
+	lo        LoadOptions
+	stepLimit int
+}
+
+func parseOptions(o environments.Options) (config, error) {
+	c := config{dataDir: o.DataDir, stepLimit: o.StepLimit}
+	if c.stepLimit <= 0 {
+		c.stepLimit = DefaultStepLimit
+	}
+	switch g := strings.ToLower(o.Extra["goals"]); g {
+	case "", "synthetic":
+	case "human":
+		c.human = true
+	default:
+		return c, fmt.Errorf("webshop: Extra[goals] = %q: want synthetic or human", g)
+	}
+	if s := o.Extra["products"]; s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			return c, fmt.Errorf("webshop: Extra[products] = %q: want a product count", s)
+		}
+		c.lo.MaxProducts = n
+	}
+	return c, nil
+}
+
+func loadFor(c config) (*Catalog, []Goal, error) {
+	cat, err := cachedCatalog(c.dataDir, c.lo)
+	if err != nil {
+		return nil, nil, err
+	}
+	goals := cat.Goals(c.human)
+	if len(goals) == 0 {
+		kind := "synthetic"
+		if c.human {
+			kind = "human"
+		}
+		return nil, nil, fmt.Errorf("%w: no %s goals (is the instructions file there?)", ErrNoGoals, kind)
+	}
+	return cat, goals, nil
+}
+
+// Split returns the test and train goal indexes for n goals: the first 500
+// goals are the test set and the rest train, as in verl-agent; with fewer
+// than 1000 goals the first half is the test set.
+func Split(n int) (test, train []int) {
+	nt := testGoals
+	if n < 2*testGoals {
+		nt = n / 2
+	}
+	for i := 0; i < n; i++ {
+		if i < nt {
+			test = append(test, i)
+		} else {
+			train = append(train, i)
+		}
+	}
+	return test, train
+}
+
+// Tasks lists the single WebShop task with its goal split.
+func Tasks(o environments.Options) ([]environments.Task, error) {
+	c, err := parseOptions(o)
+	if err != nil {
+		return nil, err
+	}
+	_, goals, err := loadFor(c)
+	if err != nil {
+		return nil, err
+	}
+	test, train := Split(len(goals))
+	return []environments.Task{{
+		Name:        TaskName,
+		Description: "buy the product (with its options, under the price) that an instruction describes",
+		Variations:  len(goals),
+		Train:       train,
+		TestVars:    test,
+		StepLimit:   c.stepLimit,
+	}}, nil
+}
+
+type pageKind int
+
+const (
+	pageNone pageKind = iota
+	pageSearch
+	pageResults
+	pageItem
+	pageSub
+	pageDone
+)
+
+// Env is one WebShop session.
+type Env struct {
+	cat       *Catalog
+	goals     []Goal
+	stepLimit int
+
+	goal      *Goal
+	variation int
+	page      pageKind
+	keywords  string
+	results   []*Product
+	pageNum   int
+	product   *Product
+	options   map[string]string
+	subPage   string
+	steps     int
+	done      bool
+	reward    float64
+	closed    bool
+	obs       string
+	clickable map[string]func() // lower-cased clickable text → what it does
+	order     []string          // clickables in page order
+}
+
+var (
+	_ environments.Env          = (*Env)(nil)
+	_ environments.GoldProvider = (*Env)(nil)
+)
+
+// New opens an environment; catalogues are loaded once per process and shared.
+func New(o environments.Options) (*Env, error) {
+	c, err := parseOptions(o)
+	if err != nil {
+		return nil, err
+	}
+	cat, goals, err := loadFor(c)
+	if err != nil {
+		return nil, err
+	}
+	return &Env{cat: cat, goals: goals, stepLimit: c.stepLimit}, nil
+}
+
+// Catalog returns the catalogue the environment plays in.
+func (e *Env) Catalog() *Catalog { return e.cat }
+
+// Goal returns goal i of the environment's goal list.
+func (e *Env) Goal(i int) (Goal, error) {
+	if i < 0 || i >= len(e.goals) {
+		return Goal{}, fmt.Errorf("%w: goal %d of %d", environments.ErrBadVariation, i, len(e.goals))
+	}
+	return e.goals[i], nil
+}
+
+func checkTask(task string) error {
+	if task != TaskName && task != "" {
+		return fmt.Errorf("%w: %q (webshop has the task %q)", environments.ErrUnknownTask, task, TaskName)
+	}
+	return nil
+}
+
+// Reset starts an episode on goal variation; seed is unused (episodes are
+// deterministic).
+func (e *Env) Reset(ctx context.Context, task string, variation int, seed int64) (environments.ResetResult, error) {
+	if e.closed {
+		return environments.ResetResult{}, environments.ErrClosed
+	}
+	if err := checkTask(task); err != nil {
+		return environments.ResetResult{}, err
+	}
+	if variation < 0 || variation >= len(e.goals) {
+		return environments.ResetResult{}, fmt.Errorf("%w: goal %d of %d", environments.ErrBadVariation, variation, len(e.goals))
+	}
+	e.goal = &e.goals[variation]
+	e.variation = variation
+	e.steps, e.done, e.reward = 0, false, 0
+	e.toSearchPage()
+	return environments.ResetResult{
+		Observation:     e.obs,
+		TaskDescription: e.goal.Instruction,
+		Info:            environments.Info{"goal": variation, "human_goal": e.goal.Human, "page": "search"},
+	}, nil
+}
+
+var actionRE = regexp.MustCompile(`^\s*([A-Za-z_]+)\s*\[(.*)\]\s*$`)
+
+// Step applies "search[keywords]" or "click[text]". An action the page does
+// not offer changes nothing and earns 0.
+func (e *Env) Step(ctx context.Context, action string) (environments.StepResult, error) {
+	switch {
+	case e.closed:
+		return environments.StepResult{}, environments.ErrClosed
+	case e.goal == nil:
+		return environments.StepResult{}, environments.ErrNotReset
+	case e.done:
+		return environments.StepResult{}, environments.ErrEpisodeDone
+	}
+	if err := ctx.Err(); err != nil {
+		return environments.StepResult{}, err
+	}
+	e.steps++
+	valid := false
+	var stepErr error
+	reward := 0.0
+	if m := actionRE.FindStringSubmatch(action); m != nil {
+		name := strings.ToLower(m[1])
+		arg := strings.ToLower(strings.TrimSpace(m[2]))
+		switch {
+		case name == "search" && arg != "" && e.page == pageSearch:
+			valid = true
+			stepErr = e.search(arg, 1)
+		case name == "click":
+			if f, ok := e.clickable[arg]; ok {
+				valid = true
+				f()
+				if e.page == pageDone {
+					reward = 100 * e.reward
+				}
+			}
+		}
+	}
+	if stepErr != nil {
+		return environments.StepResult{}, stepErr
+	}
+	info := environments.Info{"valid": valid, "steps": e.steps, "page": e.pageName()}
+	if e.page == pageDone {
+		info["won"] = e.reward >= 1-1e-9
+		info["raw_reward"] = e.reward
+	}
+	if !e.done && e.steps >= e.stepLimit {
+		e.done = true
+		info["truncated"] = true
+		info["won"] = false
+		info["raw_reward"] = 0.0
+	}
+	return environments.StepResult{Observation: e.obs, Reward: reward, Done: e.done, Info: info}, nil
+}
+
+func (e *Env) pageName() string {
+	return [...]string{"none", "search", "results", "item", "sub", "done"}[e.page]
+}
+
+// ValidActions lists the actions of the current page: "search[<query>]" on
+// the search page (any non-empty query), "click[...]" elsewhere.
+func (e *Env) ValidActions(ctx context.Context) ([]string, error) {
+	if e.closed {
+		return nil, environments.ErrClosed
+	}
+	if e.goal == nil {
+		return nil, environments.ErrNotReset
+	}
+	if e.done {
+		return nil, nil
+	}
+	if e.page == pageSearch {
+		return []string{"search[<query>]"}, nil
+	}
+	out := make([]string, len(e.order))
+	for i, c := range e.order {
+		out[i] = "click[" + c + "]"
+	}
+	return out, nil
+}
+
+// Score is 100 × the purchase reward (0 before a purchase).
+func (e *Env) Score() float64 { return 100 * e.reward }
+
+// Close ends the environment; the shared catalogue stays loaded.
+func (e *Env) Close() error {
+	e.closed = true
+	return nil
+}
+
+// --- pages ---
+
+func (e *Env) setClickables(items ...any) {
+	e.clickable = map[string]func(){}
+	e.order = e.order[:0]
+	for i := 0; i+1 < len(items); i += 2 {
+		text := strings.ToLower(items[i].(string))
+		if _, dup := e.clickable[text]; !dup {
+			e.order = append(e.order, text)
+		}
+		e.clickable[text] = items[i+1].(func())
+	}
+}
+
+func joinTexts(texts ...string) string {
+	var b strings.Builder
+	first := true
+	for _, t := range texts {
+		t = strings.TrimSpace(t)
+		if t == "" {
+			continue
+		}
+		if !first {
+			b.WriteString(sep)
+		}
+		b.WriteString(t)
+		first = false
+	}
+	return b.String()
+}
+
+func (e *Env) header() []string {
+	return []string{"Instruction:", e.goal.Instruction, btnBackToSearch}
+}
+
+func (e *Env) toSearchPage() {
+	e.page = pageSearch
+	e.keywords, e.results, e.pageNum, e.product, e.subPage = "", nil, 0, nil, ""
+	e.options = map[string]string{}
+	e.obs = joinTexts("WebShop", "Instruction:", e.goal.Instruction, "Search")
+	e.setClickables()
+}
+
+// search shows results page pageNum for keywords (the original re-runs the
+// search on every results page and forgets chosen options).
+func (e *Env) search(keywords string, pageNum int) error {
+	res, err := e.cat.Search(keywords)
+	if err != nil {
+		return err
+	}
+	e.page = pageResults
+	e.keywords, e.results, e.pageNum, e.product, e.subPage = keywords, res, pageNum, nil, ""
+	e.options = map[string]string{}
+	texts := append(e.header(), fmt.Sprintf("Page %d (Total results: %d)", pageNum, len(res)))
+	clicks := []any{btnBackToSearch, func() { e.toSearchPage() }}
+	if pageNum > 1 {
+		texts = append(texts, btnPrev)
+		clicks = append(clicks, btnPrev, func() { _ = e.search(e.keywords, e.pageNum-1) })
+	}
+	if pageNum*productWindow < len(res) {
+		texts = append(texts, btnNext)
+		clicks = append(clicks, btnNext, func() { _ = e.search(e.keywords, e.pageNum+1) })
+	}
+	lo := (pageNum - 1) * productWindow
+	for i := lo; i < lo+productWindow && i < len(res); i++ {
+		p := res[i]
+		texts = append(texts, p.ASIN, p.Title, p.PriceTag)
+		clicks = append(clicks, p.ASIN, func() { e.toItem(p) })
+	}
+	e.obs = joinTexts(texts...)
+	e.setClickables(clicks...)
+	return nil
+}
+
+func (e *Env) backToResults() { _ = e.search(e.keywords, e.pageNum) }
+
+func (e *Env) toItem(p *Product) {
+	e.page = pageItem
+	e.product, e.subPage = p, ""
+	texts := append(e.header(), btnPrev)
+	clicks := []any{btnBackToSearch, func() { e.toSearchPage() }, btnPrev, e.backToResults}
+	for _, g := range p.Options {
+		texts = append(texts, g.Name)
+		for _, v := range g.Values {
+			texts = append(texts, v)
+			clicks = append(clicks, v, func() {
+				if name, ok := p.optionGroupOf(v); ok {
+					e.options[name] = v
+				}
+				e.toItem(p)
+			})
+		}
+	}
+	texts = append(texts, p.Title, "Price: "+p.PriceTag, "Rating: "+p.Rating)
+	for _, s := range subPages {
+		texts = append(texts, s)
+		clicks = append(clicks, s, func() { e.toSub(s) })
+	}
+	texts = append(texts, btnBuy)
+	clicks = append(clicks, btnBuy, e.buy)
+	e.obs = joinTexts(texts...)
+	e.setClickables(clicks...)
+}
+
+func (e *Env) toSub(name string) {
+	p := e.product
+	e.page = pageSub
+	e.subPage = name
+	texts := append(e.header(), btnPrev)
+	switch name {
+	case "Description":
+		texts = append(texts, p.Description)
+	case "Features":
+		texts = append(texts, p.BulletPoints...)
+	case "Reviews":
+		for _, r := range p.Reviews {
+			texts = append(texts, r.Title, r.Score, r.Body)
+		}
+	}
+	e.obs = joinTexts(texts...)
+	e.setClickables(btnBackToSearch, func() { e.toSearchPage() }, btnPrev, func() { e.toItem(p) })
+}
+
+func (e *Env) buy() {
+	p := e.product
+	ri := Reward(p, e.goal, e.cat.Prices[p.ASIN], e.options)
+	e.reward = ri.Reward
+	e.done = true
+	e.page = pageDone
+	opts, _ := json.Marshal(e.options)
+	e.obs = joinTexts("Thank you for shopping with us!", "Your score (min 0.0, max 1.0)", pyFloat(ri.Reward),
+		"Purchased", "asin", p.ASIN, "options", string(opts))
+	e.setClickables()
+}
+
+// --- gold actions ---
+
+// GoldActions returns an action sequence that buys the goal's target product
+// with its options: a search that finds it, "next >" to its results page,
+// the product, one click per option, "buy now". For human goals each option
+// group takes the value that best matches a goal option.
+func (e *Env) GoldActions(ctx context.Context, task string, variation int) ([]string, error) {
+	if err := checkTask(task); err != nil {
+		return nil, err
+	}
+	if variation < 0 || variation >= len(e.goals) {
+		return nil, fmt.Errorf("%w: goal %d of %d", environments.ErrBadVariation, variation, len(e.goals))
+	}
+	g := &e.goals[variation]
+	p, ok := e.cat.Product(g.ASIN)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownASIN, g.ASIN)
+	}
+	query, rank := "", -1
+	for _, q := range goldQueries(g, p) {
+		res, err := e.cat.Search(q)
+		if err != nil {
+			return nil, err
+		}
+		for i, r := range res {
+			if r == p {
+				query, rank = q, i
+				break
+			}
+		}
+		if rank >= 0 {
+			break
+		}
+	}
+	if rank < 0 {
+		return nil, fmt.Errorf("webshop: goal %d: no search finds product %s", variation, p.ASIN)
+	}
+	acts := []string{"search[" + query + "]"}
+	for i := 0; i < rank/productWindow; i++ {
+		acts = append(acts, "click["+strings.ToLower(btnNext)+"]")
+	}
+	acts = append(acts, "click["+strings.ToLower(p.ASIN)+"]")
+	for _, grp := range p.Options {
+		if v, ok := goldOption(g, grp); ok {
+			acts = append(acts, "click["+v+"]")
+		}
+	}
+	acts = append(acts, "click["+strings.ToLower(btnBuy)+"]")
+	return acts, nil
+}
+
+var priceClause = regexp.MustCompile(`, and price lower than [\d.]+ dollars$`)
+
+// goldQueries are the searches tried in order: the instruction without its
+// price clause, the product's query with the goal attributes, the title.
+func goldQueries(g *Goal, p *Product) []string {
+	instr := strings.ToLower(priceClause.ReplaceAllString(g.Instruction, ""))
+	clean := func(s string) string {
+		return strings.Join(strings.Fields(strings.NewReplacer("[", " ", "]", " ").Replace(s)), " ")
+	}
+	return []string{
+		clean(instr),
+		clean(strings.ToLower(p.Query + " " + strings.Join(g.Attributes, " "))),
+		clean(strings.ToLower(p.Title)),
+	}
+}
+
+func goldOption(g *Goal, grp OptionGroup) (string, bool) {
+	if g.OptionsByName != nil {
+		v, ok := g.OptionsByName[grp.Name]
+		return v, ok
+	}
+	for _, v := range grp.Values {
+		for _, o := range g.Options {
+			if v == o {
+				return v, true
+			}
+		}
+	}
+	best, bestScore := "", 85
+	for _, v := range grp.Values {
+		for _, o := range g.Options {
+			if s := tokenSetRatio(o, v); s > bestScore {
+				best, bestScore = v, s
+			}
+		}
+	}
+	return best, best != ""
+}

@@ -1,0 +1,303 @@
+package webshop
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/empo2/empo2/environments"
+)
+
+const instr = "Find me long lasting lipstick with color: nude, and size: large, and price lower than 50.00 dollars"
+
+// TestObservationSnapshots walks every page of the tiny shop and compares the
+// text observations with golden strings.
+func TestObservationSnapshots(t *testing.T) {
+	e, err := New(envOpts(tinyShop(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := goalIndex(t, e, map[string]string{"color": "nude", "size": "large"})
+	rr, err := e.Reset(bg, "webshop", v, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rr.TaskDescription != instr {
+		t.Fatalf("task description %q", rr.TaskDescription)
+	}
+	want := "WebShop [SEP] Instruction: [SEP] " + instr + " [SEP] Search"
+	if rr.Observation != want {
+		t.Fatalf("search page:\n got %q\nwant %q", rr.Observation, want)
+	}
+	head := "Instruction: [SEP] " + instr + " [SEP] Back to Search [SEP] "
+	fillers := func(lo, hi int) string {
+		var parts []string
+		for i := lo; i < hi; i++ {
+			parts = append(parts, "B0000001"+twoDigits(i), "Filler Lipstick Number "+itoa(i)+" in a Tube", "$100.0")
+		}
+		return strings.Join(parts, " [SEP] ")
+	}
+	item := head + "< Prev [SEP] color [SEP] ruby | red [SEP] nude [SEP] size [SEP] small [SEP] large [SEP] Acme Red Lipstick [SEP] Price: $12.5 [SEP] Rating: 4.5 [SEP] Description [SEP] Features [SEP] Reviews [SEP] Buy Now"
+	steps := []struct{ action, obs string }{
+		{"search[Red Lipstick]", head + "Page 1 (Total results: 13) [SEP] Next > [SEP] B000000001 [SEP] Acme Red Lipstick [SEP] $12.5 [SEP] " + fillers(0, 9)},
+		{"click[next >]", head + "Page 2 (Total results: 13) [SEP] < Prev [SEP] " + fillers(9, 12)},
+		{"click[< prev]", head + "Page 1 (Total results: 13) [SEP] Next > [SEP] B000000001 [SEP] Acme Red Lipstick [SEP] $12.5 [SEP] " + fillers(0, 9)},
+		{"click[B000000001]", item},
+		{"click[nude]", item},
+		{"click[large]", item},
+		{"click[description]", head + "< Prev [SEP] A long lasting lipstick for every day."},
+		{"click[< prev]", item},
+		{"click[features]", head + "< Prev [SEP] Long lasting color [SEP] Cruelty free formula"},
+		{"click[< prev]", item},
+		{"click[reviews]", head + "< Prev [SEP] Nice [SEP] 5 [SEP] Great color"},
+		{"click[< prev]", item},
+		{"click[buy now]", `Thank you for shopping with us! [SEP] Your score (min 0.0, max 1.0) [SEP] 1.0 [SEP] Purchased [SEP] asin [SEP] B000000001 [SEP] options [SEP] {"color":"nude","size":"large"}`},
+	}
+	for i, s := range steps {
+		r := mustStep(t, e, s.action)
+		if r.Observation != s.obs {
+			t.Fatalf("step %d %s:\n got %q\nwant %q", i, s.action, r.Observation, s.obs)
+		}
+		if r.Info["valid"] != true {
+			t.Fatalf("step %d %s not valid", i, s.action)
+		}
+		last := i == len(steps)-1
+		if r.Done != last {
+			t.Fatalf("step %d: done=%v", i, r.Done)
+		}
+		if last && (r.Reward != 100 || e.Score() != 100 || r.Info["won"] != true || r.Info["raw_reward"] != 1.0) {
+			t.Fatalf("purchase: reward %v score %v info %v", r.Reward, e.Score(), r.Info)
+		}
+		if !last && r.Reward != 0 {
+			t.Fatalf("step %d: reward %v before the purchase", i, r.Reward)
+		}
+	}
+	if _, err := e.Step(bg, "click[back to search]"); !errors.Is(err, environments.ErrEpisodeDone) {
+		t.Fatalf("step after the purchase: %v", err)
+	}
+}
+
+func twoDigits(i int) string { return string(rune('0'+i/10)) + string(rune('0'+i%10)) }
+func itoa(i int) string {
+	if i < 10 {
+		return string(rune('0' + i))
+	}
+	return twoDigits(i)
+}
+
+func TestValidActionsPerPage(t *testing.T) {
+	e, err := New(envOpts(tinyShop(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.ValidActions(bg); !errors.Is(err, environments.ErrNotReset) {
+		t.Fatalf("ValidActions before Reset: %v", err)
+	}
+	if _, err := e.Reset(bg, "webshop", 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	check := func(want ...string) {
+		t.Helper()
+		got, err := e.ValidActions(bg)
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("valid actions %v (%v), want %v", got, err, want)
+		}
+	}
+	check("search[<query>]")
+	mustStep(t, e, "search[shampoo]")
+	check("click[back to search]", "click[b000000002]")
+	mustStep(t, e, "click[b000000002]")
+	check("click[back to search]", "click[< prev]", "click[description]", "click[features]", "click[reviews]", "click[buy now]")
+	mustStep(t, e, "click[reviews]")
+	check("click[back to search]", "click[< prev]")
+	mustStep(t, e, "click[back to search]")
+	check("search[<query>]")
+}
+
+func TestInvalidActions(t *testing.T) {
+	o := envOpts(tinyShop(t))
+	o.StepLimit = 100
+	e, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Step(bg, "search[x]"); !errors.Is(err, environments.ErrNotReset) {
+		t.Fatalf("Step before Reset: %v", err)
+	}
+	rr, err := e.Reset(bg, "webshop", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs := rr.Observation
+	for _, a := range []string{"", "search", "search[]", "search[   ]", "click[b000000001]", "click[next >]", "buy[it]", "look around"} {
+		r := mustStep(t, e, a)
+		if r.Observation != obs || r.Reward != 0 || r.Done || r.Info["valid"] != false {
+			t.Fatalf("invalid action %q on the search page: %+v", a, r)
+		}
+	}
+	obs = mustStep(t, e, "search[lipstick]").Observation
+	for _, a := range []string{"search[shampoo]", "click[< prev]", "click[b000000002]", "click[buy now]", "click[search]", "click[nude]"} {
+		r := mustStep(t, e, a)
+		if r.Observation != obs || r.Reward != 0 || r.Done || r.Info["valid"] != false {
+			t.Fatalf("invalid action %q on the results page: %+v", a, r)
+		}
+	}
+	// Case and surrounding blanks do not matter, as in the original (lower-cased arguments).
+	if r := mustStep(t, e, "  click[ NEXT > ] "); r.Info["valid"] != true || !strings.Contains(r.Observation, "Page 2 (Total results: 13)") {
+		t.Fatalf("click[ NEXT > ]: %+v", r)
+	}
+	if e.steps != 16 {
+		t.Fatalf("steps = %d, want 16 (invalid actions count as steps)", e.steps)
+	}
+}
+
+func TestStepLimit(t *testing.T) {
+	o := envOpts(tinyShop(t))
+	o.StepLimit = 4
+	e, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Reset(bg, "webshop", 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 4; i++ {
+		r := mustStep(t, e, "click[nothing]")
+		if r.Done != (i == 4) {
+			t.Fatalf("step %d: done=%v", i, r.Done)
+		}
+		if i == 4 && (r.Info["truncated"] != true || r.Info["won"] != false) {
+			t.Fatalf("last step info %v", r.Info)
+		}
+	}
+	if _, err := e.Step(bg, "search[x]"); !errors.Is(err, environments.ErrEpisodeDone) {
+		t.Fatalf("step past the limit: %v", err)
+	}
+	// The default limit is 15.
+	e2, err := New(envOpts(tinyShop(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e2.Reset(bg, "webshop", 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= DefaultStepLimit; i++ {
+		if r := mustStep(t, e2, "noop"); r.Done != (i == DefaultStepLimit) {
+			t.Fatalf("default limit: step %d done=%v", i, r.Done)
+		}
+	}
+}
+
+func TestPaging(t *testing.T) {
+	e, err := New(envOpts(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Reset(bg, "webshop", 3, 0); err != nil {
+		t.Fatal(err)
+	}
+	r := mustStep(t, e, "search[lightweight running shoes for women]")
+	if !strings.Contains(r.Observation, "Page 1 (Total results: 50) [SEP] Next > [SEP] ") || strings.Contains(r.Observation, "< Prev") {
+		t.Fatalf("page 1: %s", r.Observation)
+	}
+	page1 := r.Observation
+	seen := map[string]bool{}
+	for p := 2; p <= 5; p++ {
+		r = mustStep(t, e, "click[next >]")
+		if !strings.Contains(r.Observation, "Page "+itoa(p)+" (Total results: 50) [SEP] < Prev") {
+			t.Fatalf("page %d: %s", p, r.Observation)
+		}
+		if (p < 5) != strings.Contains(r.Observation, "Next >") {
+			t.Fatalf("page %d: Next > shown wrongly: %s", p, r.Observation)
+		}
+		acts, _ := e.ValidActions(bg)
+		n := 0
+		for _, a := range acts {
+			if strings.HasPrefix(a, "click[b0") {
+				if seen[a] {
+					t.Fatalf("product %s on two pages", a)
+				}
+				seen[a] = true
+				n++
+			}
+		}
+		if n != 10 {
+			t.Fatalf("page %d lists %d products", p, n)
+		}
+	}
+	if r := mustStep(t, e, "click[next >]"); r.Info["valid"] != false {
+		t.Fatal("next > accepted on the last page")
+	}
+	// An item opened from page 5 goes back to page 5.
+	acts, _ := e.ValidActions(bg)
+	mustStep(t, e, acts[len(acts)-1])
+	if r := mustStep(t, e, "click[< prev]"); !strings.Contains(r.Observation, "Page 5 (Total results: 50)") {
+		t.Fatalf("< prev from an item: %s", r.Observation)
+	}
+	for p := 4; p >= 1; p-- {
+		r = mustStep(t, e, "click[< prev]")
+	}
+	if r.Observation != page1 {
+		t.Fatalf("back on page 1:\n%s\nwant\n%s", r.Observation, page1)
+	}
+}
+
+func TestEnvErrors(t *testing.T) {
+	e, err := New(envOpts(tinyShop(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Reset(bg, "boil", 0, 0); !errors.Is(err, environments.ErrUnknownTask) {
+		t.Fatalf("unknown task: %v", err)
+	}
+	for _, v := range []int{-1, len(e.goals)} {
+		if _, err := e.Reset(bg, "webshop", v, 0); !errors.Is(err, environments.ErrBadVariation) {
+			t.Fatalf("variation %d: %v", v, err)
+		}
+		if _, err := e.GoldActions(bg, "webshop", v); !errors.Is(err, environments.ErrBadVariation) {
+			t.Fatalf("gold variation %d: %v", v, err)
+		}
+	}
+	e.Close()
+	e.Close()
+	if _, err := e.Reset(bg, "webshop", 0, 0); !errors.Is(err, environments.ErrClosed) {
+		t.Fatalf("Reset after Close: %v", err)
+	}
+	if _, err := New(environments.Options{Extra: map[string]string{"goals": "robot"}}); err == nil {
+		t.Fatal("bad goals option accepted")
+	}
+	if _, err := New(environments.Options{Extra: map[string]string{"products": "many"}}); err == nil {
+		t.Fatal("bad products option accepted")
+	}
+}
+
+func TestHumanGoals(t *testing.T) {
+	o := envOpts(tinyShop(t))
+	o.Extra = map[string]string{"goals": "human"}
+	e, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(e.goals) != 1 || !e.goals[0].Human {
+		t.Fatalf("human goals: %+v", e.goals)
+	}
+	g := e.goals[0]
+	if !strings.HasPrefix(g.Instruction, "i want a long lasting nude lipstick, and price lower than ") {
+		t.Fatalf("human instruction %q (the trailing dot goes, the price clause comes)", g.Instruction)
+	}
+	acts, err := e.GoldActions(bg, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Reset(bg, "webshop", 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	var r environments.StepResult
+	for _, a := range acts {
+		r = mustStep(t, e, a)
+	}
+	if !r.Done || r.Info["won"] != true {
+		t.Fatalf("gold on the human goal: %v → %+v", acts, r)
+	}
+}

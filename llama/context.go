@@ -1,0 +1,393 @@
+package llama
+
+/*
+#include <stdlib.h>
+#include "llama.h"
+#include "internal.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"unsafe"
+)
+
+// ContextParams configures NewContext. Zero fields take defaults.
+type ContextParams struct {
+	// NCtx is the number of tokens each sequence may hold (prompt plus
+	// generated tokens). Default: min(n_ctx_train, 2048). llama.cpp rounds
+	// it up to a multiple of 256.
+	NCtx int
+	// NBatch is the most tokens submitted to one llama_decode (prompt
+	// chunks, scoring batches). Default 512.
+	NBatch int
+	// NSeqMax is the most sequences decoded together (N of Generate,
+	// pairs per Score batch). Default 1.
+	NSeqMax int
+	// Threads for decoding. Default runtime.NumCPU().
+	Threads int
+	// Embeddings makes the context produce mean-pooled embeddings instead
+	// of logits (see Embedder).
+	Embeddings bool
+	// KVUnified shares one KV buffer between all sequences: the prompt
+	// prefix is then shared without copying, but each generated token
+	// attends over every sequence's cells. The default (false) gives each
+	// sequence its own KV stream; the prompt's KV is copied into each.
+	KVUnified bool
+	// KVType is the KV cache element type: "f32" (default) or "f16".
+	// FlashAttn is "off" (default), "on" or "auto". The defaults make
+	// log-probs independent of batching to ~1e-6: ggml's CPU flash
+	// attention and an f16 cache round K/V (and the attention sums) to
+	// half precision, which turns float reordering between batched and
+	// single decoding into log-prob differences of ~2e-4 and shifts the
+	// log-probs themselves by ~5e-4. Use "f16"/"auto" (llama.cpp's
+	// defaults) for half the KV memory when that does not matter.
+	KVType    string
+	FlashAttn string
+}
+
+// Context is a llama.cpp inference context (llama_context) with its own
+// KV cache. Its methods are safe for concurrent use (serialized).
+type Context struct {
+	mu       sync.Mutex
+	c        *C.struct_llama_context
+	model    *Model
+	batch    C.struct_llama_batch
+	nBatch   int
+	nSeqMax  int
+	nCtxSeq  int
+	embd     bool
+	adapters map[*Adapter]float32
+}
+
+// NewContext creates a context on model.
+func NewContext(model *Model, p ContextParams) (*Context, error) {
+	if err := model.acquire(); err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			model.release()
+		}
+	}()
+	if p.NSeqMax == 0 {
+		p.NSeqMax = 1
+	}
+	if p.NBatch == 0 {
+		p.NBatch = 512
+	}
+	if p.Threads == 0 {
+		p.Threads = runtime.NumCPU()
+	}
+	if p.NCtx == 0 {
+		p.NCtx = min(model.info.NCtxTrain, 2048)
+		if p.NCtx <= 0 {
+			p.NCtx = 2048
+		}
+	}
+	switch {
+	case p.NSeqMax < 1 || p.NSeqMax > int(C.llama_max_parallel_sequences()):
+		return nil, fmt.Errorf("%w: NSeqMax %d not in [1, %d]", ErrInvalidArgument, p.NSeqMax, int(C.llama_max_parallel_sequences()))
+	case p.NCtx < 1 || p.NCtx > 1<<24:
+		return nil, fmt.Errorf("%w: NCtx %d", ErrInvalidArgument, p.NCtx)
+	case p.NBatch < 1 || p.NBatch > 1<<20:
+		return nil, fmt.Errorf("%w: NBatch %d", ErrInvalidArgument, p.NBatch)
+	case p.Threads < 1 || p.Threads > 1024:
+		return nil, fmt.Errorf("%w: Threads %d", ErrInvalidArgument, p.Threads)
+	case int64(p.NCtx)*int64(p.NSeqMax) > 1<<26:
+		return nil, fmt.Errorf("%w: NCtx*NSeqMax too large", ErrInvalidArgument)
+	}
+	cp := C.llama_context_default_params()
+	cp.n_ctx = C.uint32_t(p.NCtx * p.NSeqMax)
+	cp.n_batch = C.uint32_t(p.NBatch)
+	cp.n_ubatch = C.uint32_t(p.NBatch)
+	cp.n_seq_max = C.uint32_t(p.NSeqMax)
+	cp.n_threads = C.int32_t(p.Threads)
+	cp.n_threads_batch = C.int32_t(p.Threads)
+	cp.embeddings = C.bool(p.Embeddings)
+	cp.kv_unified = C.bool(p.KVUnified)
+	cp.no_perf = true
+	switch p.KVType {
+	case "f16":
+	case "", "f32":
+		cp.type_k = C.GGML_TYPE_F32
+		cp.type_v = C.GGML_TYPE_F32
+	default:
+		return nil, fmt.Errorf("%w: KVType %q (want f16 or f32)", ErrInvalidArgument, p.KVType)
+	}
+	if p.Embeddings {
+		cp.pooling_type = C.LLAMA_POOLING_TYPE_MEAN
+	}
+	switch p.FlashAttn {
+	case "auto":
+	case "on":
+		cp.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_ENABLED
+	case "", "off":
+		cp.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_DISABLED
+	default:
+		return nil, fmt.Errorf("%w: FlashAttn %q (want auto, on or off)", ErrInvalidArgument, p.FlashAttn)
+	}
+	cc := C.llama_init_from_model(model.c, cp)
+	if cc == nil {
+		return nil, fmt.Errorf("%w: llama_init_from_model failed (see log)", ErrContext)
+	}
+	c := &Context{
+		c:        cc,
+		model:    model,
+		batch:    C.llama_batch_init(C.int32_t(p.NBatch), 0, 1),
+		nBatch:   int(C.llama_n_batch(cc)),
+		nSeqMax:  int(C.llama_n_seq_max(cc)),
+		nCtxSeq:  int(C.llama_n_ctx_seq(cc)),
+		embd:     p.Embeddings,
+		adapters: map[*Adapter]float32{},
+	}
+	c.nBatch = min(c.nBatch, p.NBatch)
+	ok = true
+	runtime.SetFinalizer(c, func(c *Context) { c.Close() })
+	return c, nil
+}
+
+// Model returns the context's model.
+func (c *Context) Model() *Model { return c.model }
+
+// NCtxSeq is the number of tokens one sequence may hold.
+func (c *Context) NCtxSeq() int { return c.nCtxSeq }
+
+// NBatch is the most tokens per decode call.
+func (c *Context) NBatch() int { return c.nBatch }
+
+// NSeqMax is the most sequences decoded together.
+func (c *Context) NSeqMax() int { return c.nSeqMax }
+
+// Close frees the context and releases its model and adapters. Idempotent.
+func (c *Context) Close() error {
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.c == nil {
+		return nil
+	}
+	C.llama_free(c.c)
+	C.llama_batch_free(c.batch)
+	c.c = nil
+	for a := range c.adapters {
+		a.release()
+	}
+	c.adapters = nil
+	c.model.release()
+	runtime.SetFinalizer(c, nil)
+	return nil
+}
+
+// lock locks the context for a call; it fails after Close.
+func (c *Context) lock() error {
+	if c == nil {
+		return ErrClosed
+	}
+	c.mu.Lock()
+	if c.c == nil {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	return nil
+}
+
+// clearKV empties the KV cache of all sequences.
+func (c *Context) clearKV() {
+	C.llama_memory_clear(C.llama_get_memory(c.c), C.bool(true))
+}
+
+// setBatch fills entry i of the batch.
+func (c *Context) setBatch(i int, tok int32, pos int, seq int, logits bool) {
+	b := &c.batch
+	unsafe.Slice((*C.llama_token)(b.token), c.nBatch)[i] = C.llama_token(tok)
+	unsafe.Slice((*C.llama_pos)(b.pos), c.nBatch)[i] = C.llama_pos(pos)
+	unsafe.Slice((*C.int32_t)(b.n_seq_id), c.nBatch)[i] = 1
+	seqs := unsafe.Slice((**C.llama_seq_id)(unsafe.Pointer(b.seq_id)), c.nBatch)
+	*seqs[i] = C.llama_seq_id(seq)
+	var l C.int8_t
+	if logits {
+		l = 1
+	}
+	unsafe.Slice((*C.int8_t)(b.logits), c.nBatch)[i] = l
+}
+
+// decode runs llama_decode (or llama_encode for encoder-only models) on
+// the first n entries of the batch, holding the attached adapters' read
+// locks so their weights cannot change mid-computation.
+func (c *Context) decode(n int) error {
+	c.batch.n_tokens = C.int32_t(n)
+	for a := range c.adapters {
+		a.mu.RLock()
+	}
+	var rc C.int32_t
+	if c.embd && !bool(C.llama_model_has_decoder(c.model.c)) {
+		rc = C.llama_encode(c.c, c.batch)
+	} else {
+		rc = C.llama_decode(c.c, c.batch)
+	}
+	for a := range c.adapters {
+		a.mu.RUnlock()
+	}
+	if rc != 0 {
+		switch rc {
+		case 1:
+			return fmt.Errorf("%w: no KV slot for a batch of %d tokens (context full)", ErrContextFull, n)
+		case 2:
+			return fmt.Errorf("%w: aborted", ErrDecode)
+		default:
+			return fmt.Errorf("%w: llama_decode returned %d", ErrDecode, int(rc))
+		}
+	}
+	return nil
+}
+
+// logits returns the logits row of batch output i, valid until the next
+// decode (read in place from llama.cpp's output buffer).
+func (c *Context) logits(i int) ([]float32, error) {
+	p := C.llama_get_logits_ith(c.c, C.int32_t(i))
+	if p == nil {
+		return nil, fmt.Errorf("%w: no logits for batch index %d", ErrDecode, i)
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(p)), c.model.info.NVocab), nil
+}
+
+// Logits decodes tokens (teacher forcing, one sequence from an empty cache)
+// and returns a copy of the logits after the last token. Mostly for tests
+// and debugging.
+func (c *Context) Logits(tokens []int32) ([]float32, error) {
+	if err := c.lock(); err != nil {
+		return nil, err
+	}
+	defer c.mu.Unlock()
+	if c.embd {
+		return nil, fmt.Errorf("%w: embeddings context has no logits", ErrInvalidArgument)
+	}
+	if err := c.checkPrompt(tokens, 0); err != nil {
+		return nil, err
+	}
+	c.clearKV()
+	if err := c.prefill(tokens, 0); err != nil {
+		return nil, err
+	}
+	l, err := c.logits(-1)
+	if err != nil {
+		return nil, err
+	}
+	return append([]float32(nil), l...), nil
+}
+
+// checkPrompt validates a prompt and the room needed after it.
+func (c *Context) checkPrompt(prompt []int32, extra int) error {
+	if len(prompt) == 0 {
+		return fmt.Errorf("%w: empty prompt", ErrInvalidArgument)
+	}
+	if err := c.model.checkTokens(prompt); err != nil {
+		return err
+	}
+	if len(prompt) > c.nCtxSeq {
+		return fmt.Errorf("%w: %d tokens, context holds %d per sequence", ErrPromptTooLong, len(prompt), c.nCtxSeq)
+	}
+	if len(prompt)+extra > c.nCtxSeq {
+		return fmt.Errorf("%w: prompt %d + %d tokens > %d per sequence", ErrContextFull, len(prompt), extra, c.nCtxSeq)
+	}
+	return nil
+}
+
+// prefill decodes tokens into seq in chunks of nBatch, with logits only
+// for the last token, which is at batch index n-1 of the last chunk.
+func (c *Context) prefill(tokens []int32, seq int) error {
+	for start := 0; start < len(tokens); start += c.nBatch {
+		end := min(start+c.nBatch, len(tokens))
+		for i := start; i < end; i++ {
+			c.setBatch(i-start, tokens[i], i, seq, i == len(tokens)-1)
+		}
+		if err := c.decode(end - start); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SetAdapter attaches a (or changes its scale) on this context. The next
+// call recomputes everything with the new adapter set.
+func (c *Context) SetAdapter(a *Adapter, scale float32) error {
+	if err := c.lock(); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	if a == nil {
+		return fmt.Errorf("%w: nil adapter", ErrInvalidArgument)
+	}
+	if a.model != c.model {
+		return fmt.Errorf("%w: adapter belongs to another model", ErrBadAdapter)
+	}
+	if _, ok := c.adapters[a]; !ok {
+		if err := a.acquire(); err != nil {
+			return err
+		}
+	}
+	c.adapters[a] = scale
+	if rc := C.llama_set_adapter_lora(c.c, a.c, C.float(scale)); rc != 0 {
+		delete(c.adapters, a)
+		a.release()
+		return fmt.Errorf("%w: llama_set_adapter_lora returned %d", ErrBadAdapter, int(rc))
+	}
+	return c.invalidateGraph()
+}
+
+// RemoveAdapter detaches a from this context (no-op if not attached).
+func (c *Context) RemoveAdapter(a *Adapter) error {
+	if err := c.lock(); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	if _, ok := c.adapters[a]; !ok {
+		return nil
+	}
+	C.llama_rm_adapter_lora(c.c, a.c)
+	delete(c.adapters, a)
+	a.release()
+	return c.invalidateGraph()
+}
+
+// ClearAdapters detaches every adapter.
+func (c *Context) ClearAdapters() error {
+	if err := c.lock(); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	C.llama_clear_adapter_lora(c.c)
+	for a := range c.adapters {
+		a.release()
+	}
+	clear(c.adapters)
+	return c.invalidateGraph()
+}
+
+// Adapters returns the attached adapters and their scales.
+func (c *Context) Adapters() map[*Adapter]float32 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[*Adapter]float32, len(c.adapters))
+	for a, s := range c.adapters {
+		out[a] = s
+	}
+	return out
+}
+
+func (c *Context) invalidateGraph() error {
+	if rc := C.empo2_invalidate_graph(c.c); rc != 0 {
+		return fmt.Errorf("%w: graph reserve after adapter change failed (%d)", ErrDecode, int(rc))
+	}
+	return nil
+}
+
+func unsafeLogitsFlag(c *Context, i int) bool {
+	return unsafe.Slice((*C.int8_t)(c.batch.logits), c.nBatch)[i] != 0
+}

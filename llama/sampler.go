@@ -1,0 +1,260 @@
+package llama
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
+)
+
+// SampleParams are the sampling settings of Generate. The zero value is
+// greedy decoding until EOG or the context is full.
+type SampleParams struct {
+	// N is the number of sequences sampled from the prompt (default 1);
+	// at most the context's NSeqMax.
+	N int
+	// MaxTokens per sequence; 0 fills the sequence's context.
+	MaxTokens int
+	// Temperature; <= 0 means greedy (argmax, lowest id on ties).
+	Temperature float32
+	// TopK keeps the K most likely tokens; 0 disables.
+	TopK int
+	// TopP keeps the smallest set of most likely tokens whose probability
+	// reaches TopP; 0 or >= 1 disables.
+	TopP float32
+	// MinP keeps tokens with probability >= MinP times the top one; 0 disables.
+	MinP float32
+	// Seed of the sampler. Sequence i (0-based, plus SeqOffset) draws from
+	// its own generator seeded with (Seed, SeqOffset+i), so a batched
+	// generation of N sequences equals N single generations with
+	// SeqOffset = 0..N-1.
+	Seed uint64
+	// SeqOffset shifts the sequence index used to seed each sequence.
+	SeqOffset int
+	// Stop strings end a sequence when they appear in its text; the text is
+	// cut before the stop string (the tokens are kept).
+	Stop []string
+	// IgnoreEOG keeps sampling after end-of-generation tokens.
+	IgnoreEOG bool
+}
+
+// Order of the truncation steps, as llama.cpp's default chain: top-k,
+// top-p and min-p on the temperature-1 distribution, then temperature, then
+// a draw. All of them only decide which token is drawn; the log-prob
+// reported for a token is always that of the raw model (temperature 1, no
+// truncation).
+
+type cand struct {
+	id    int32
+	logit float32
+}
+
+// better orders candidates by logit, then by lower id.
+func better(a, b cand) bool {
+	return a.logit > b.logit || (a.logit == b.logit && a.id < b.id)
+}
+
+type sampler struct {
+	p     SampleParams
+	rng   *rand.Rand
+	exps  []float64
+	cands []cand
+}
+
+func newSampler(p SampleParams, index int) *sampler {
+	return &sampler{p: p, rng: rand.New(rand.NewPCG(p.Seed, uint64(index)))}
+}
+
+// logSoftmaxStats returns the max logit, its (first) index, and
+// log(sum(exp(l - max))); exps receives exp(l - max) when non-nil.
+func logSoftmaxStats(logits []float32, exps []float64) (mx float32, arg int, logSum float64) {
+	mx = float32(math.Inf(-1))
+	arg = 0
+	for i, l := range logits {
+		if l > mx {
+			mx, arg = l, i
+		}
+	}
+	var sum float64
+	m := float64(mx)
+	if exps != nil {
+		for i, l := range logits {
+			e := math.Exp(float64(l) - m)
+			exps[i] = e
+			sum += e
+		}
+	} else {
+		for _, l := range logits {
+			sum += math.Exp(float64(l) - m)
+		}
+	}
+	return mx, arg, math.Log(sum)
+}
+
+// LogSoftmax returns log p(token) under logits (temperature 1, no
+// truncation), computed stably in float64.
+func LogSoftmax(logits []float32, token int32) float32 {
+	mx, _, ls := logSoftmaxStats(logits, nil)
+	return float32(float64(logits[token]) - float64(mx) - ls)
+}
+
+// sample draws a token from logits and returns it with its raw log-prob.
+func (s *sampler) sample(logits []float32) (int32, float32, error) {
+	p := &s.p
+	V := len(logits)
+	fullTemp1 := p.Temperature == 1 && (p.TopK <= 0 || p.TopK >= V) && (p.TopP <= 0 || p.TopP >= 1) && p.MinP <= 0
+	var exps []float64
+	if fullTemp1 {
+		if cap(s.exps) < V {
+			s.exps = make([]float64, V)
+		}
+		exps = s.exps[:V]
+	}
+	mx, arg, logSum := logSoftmaxStats(logits, exps)
+	if math.IsNaN(logSum) || math.IsInf(logSum, 0) || math.IsInf(float64(mx), 0) || math.IsNaN(float64(mx)) {
+		return 0, 0, fmt.Errorf("%w: non-finite logits", ErrDecode)
+	}
+	lp := func(t int32) float32 { return float32(float64(logits[t]) - float64(mx) - logSum) }
+	if p.Temperature <= 0 {
+		return int32(arg), lp(int32(arg)), nil
+	}
+	if fullTemp1 {
+		u := s.rng.Float64() * math.Exp(logSum)
+		var c float64
+		for i, e := range exps {
+			c += e
+			if u < c {
+				return int32(i), lp(int32(i)), nil
+			}
+		}
+		return int32(arg), lp(int32(arg)), nil
+	}
+	// Candidate set, in descending order where truncation needs it.
+	cands := s.cands[:0]
+	truncP := p.TopP > 0 && p.TopP < 1
+	if p.TopK > 0 && p.TopK < V {
+		cands = topK(cands, logits, p.TopK)
+	} else {
+		for i, l := range logits {
+			cands = append(cands, cand{int32(i), l})
+		}
+		if truncP || p.MinP > 0 {
+			if p.MinP > 0 {
+				// min-p and top-p both keep a prefix of the sorted
+				// candidates, so filtering by min-p first is exact; top-p's
+				// normalizer is the full sum, computed before filtering.
+				thr := float64(mx) + math.Log(float64(p.MinP))
+				k := 0
+				for _, c := range cands {
+					if float64(c.logit) >= thr {
+						cands[k] = c
+						k++
+					}
+				}
+				cands = cands[:k]
+			}
+			sort.Slice(cands, func(i, j int) bool { return better(cands[i], cands[j]) })
+		}
+	}
+	s.cands = cands
+	if truncP || p.MinP > 0 {
+		top := float64(cands[0].logit)
+		// normalizer of the candidate set before truncation
+		var norm float64
+		if p.TopK > 0 && p.TopK < V {
+			for _, c := range cands {
+				norm += math.Exp(float64(c.logit) - top)
+			}
+		} else {
+			norm = math.Exp(logSum + float64(mx) - top)
+		}
+		keep := len(cands)
+		if truncP {
+			var cum float64
+			for i, c := range cands {
+				cum += math.Exp(float64(c.logit)-top) / norm
+				if cum >= float64(p.TopP) {
+					keep = i + 1
+					break
+				}
+			}
+		}
+		if p.MinP > 0 {
+			thr := top + math.Log(float64(p.MinP))
+			for i, c := range cands[:keep] {
+				if float64(c.logit) < thr {
+					keep = max(i, 1)
+					break
+				}
+			}
+		}
+		cands = cands[:keep]
+	}
+	// temperature and draw
+	top := float64(cands[0].logit)
+	for _, c := range cands {
+		top = math.Max(top, float64(c.logit))
+	}
+	inv := 1 / float64(p.Temperature)
+	var sum float64
+	for _, c := range cands {
+		sum += math.Exp((float64(c.logit) - top) * inv)
+	}
+	u := s.rng.Float64() * sum
+	var cum float64
+	for _, c := range cands {
+		cum += math.Exp((float64(c.logit) - top) * inv)
+		if u < cum {
+			return c.id, lp(c.id), nil
+		}
+	}
+	last := cands[len(cands)-1].id
+	return last, lp(last), nil
+}
+
+// topK returns the k best candidates in descending order, using a size-k
+// min-heap (O(V log k)).
+func topK(dst []cand, logits []float32, k int) []cand {
+	h := dst[:0]
+	// heap property: h[0] is the worst kept candidate
+	worse := func(a, b cand) bool { return better(b, a) }
+	down := func(i int) {
+		n := len(h)
+		for {
+			l := 2*i + 1
+			if l >= n {
+				return
+			}
+			m := l
+			if r := l + 1; r < n && worse(h[r], h[l]) {
+				m = r
+			}
+			if !worse(h[m], h[i]) {
+				return
+			}
+			h[i], h[m] = h[m], h[i]
+			i = m
+		}
+	}
+	for i, l := range logits {
+		c := cand{int32(i), l}
+		if len(h) < k {
+			h = append(h, c)
+			for j := len(h) - 1; j > 0; {
+				parent := (j - 1) / 2
+				if !worse(h[j], h[parent]) {
+					break
+				}
+				h[j], h[parent] = h[parent], h[j]
+				j = parent
+			}
+			continue
+		}
+		if better(c, h[0]) {
+			h[0] = c
+			down(0)
+		}
+	}
+	sort.Slice(h, func(i, j int) bool { return better(h[i], h[j]) })
+	return h
+}

@@ -1,0 +1,156 @@
+package lora
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/empo2/empo2/gguf"
+)
+
+// TargetTensors maps the short target names accepted by --targets to the
+// llama.cpp tensor name of the projection in every block ("blk.N.<name>.weight").
+var TargetTensors = map[string]string{
+	"q":    "attn_q",
+	"k":    "attn_k",
+	"v":    "attn_v",
+	"o":    "attn_output",
+	"gate": "ffn_gate",
+	"up":   "ffn_up",
+	"down": "ffn_down",
+}
+
+// DefaultTargets are all seven projections of a Qwen2 block.
+var DefaultTargets = []string{"q", "k", "v", "o", "gate", "up", "down"}
+
+// ParseTargets parses a comma-separated target list such as "q,v,down"
+// (short names or llama.cpp names such as "attn_q"), removing duplicates.
+// An empty string gives DefaultTargets.
+func ParseTargets(s string) ([]string, error) {
+	if strings.TrimSpace(s) == "" {
+		return append([]string(nil), DefaultTargets...), nil
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, t := range strings.Split(s, ",") {
+		t = strings.TrimSpace(t)
+		short := ""
+		if _, ok := TargetTensors[t]; ok {
+			short = t
+		} else {
+			for k, v := range TargetTensors {
+				if v == t {
+					short = k
+				}
+			}
+		}
+		if short == "" {
+			return nil, fmt.Errorf("%w: unknown target %q (want some of q,k,v,o,gate,up,down)", ErrConfig, t)
+		}
+		if !seen[short] {
+			seen[short] = true
+			out = append(out, short)
+		}
+	}
+	return out, nil
+}
+
+// TargetWeights lists the base tensors the targets select in base: every
+// "blk.<N>.<tensor>.weight" that is a 2-D matrix, sorted by name. It is an
+// error when a target selects no tensor at all.
+func TargetWeights(base *gguf.File, targets []string) ([]gguf.TensorInfo, error) {
+	var out []gguf.TensorInfo
+	for _, t := range targets {
+		tn, ok := TargetTensors[t]
+		if !ok {
+			return nil, fmt.Errorf("%w: unknown target %q", ErrConfig, t)
+		}
+		n := 0
+		for _, ti := range base.Tensors {
+			rest, ok := strings.CutPrefix(ti.Name, "blk.")
+			if !ok {
+				continue
+			}
+			blk, name, ok := strings.Cut(rest, ".")
+			if !ok || name != tn+".weight" {
+				continue
+			}
+			if _, err := strconv.Atoi(blk); err != nil {
+				continue
+			}
+			if len(ti.Shape) != 2 {
+				return nil, fmt.Errorf("%w: %s has shape %v, want a matrix", ErrMismatch, ti.Name, ti.Shape)
+			}
+			out = append(out, ti)
+			n++
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("%w: target %q: the base model has no blk.N.%s.weight tensor", ErrMismatch, t, tn)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// InitConfig configures Init.
+type InitConfig struct {
+	Rank    int      // r ≥ 1
+	Alpha   float32  // adapter.lora.alpha; scale = alpha/r (0 means scale 1, as in llama.cpp)
+	Targets []string // short target names; nil means DefaultTargets
+	Seed    uint64   // seed of the PCG generator that draws A (and B)
+	RandomB bool     // draw B uniform in ±1/√r instead of zero
+}
+
+// Init makes a new adapter for the base model: for every selected weight
+// W (ne = [in, out]), A (r×in) is uniform in ±1/√in, which is PEFT's
+// kaiming_uniform_(a=√5) (gain √(2/(1+5)), bound gain·√(3/in) = 1/√in; He et
+// al. 2015), and B (out×r) is zero, or uniform in ±1/√r with RandomB.
+// Values are drawn from math/rand/v2's PCG seeded with (Seed, 0x4c6f5241), pair
+// by pair in name order, A then B, so a seed fixes the adapter.
+func Init(base *gguf.File, cfg InitConfig) (*Adapter, error) {
+	if cfg.Rank < 1 || cfg.Rank > 1<<16 {
+		return nil, fmt.Errorf("%w: rank %d (want 1..65536)", ErrConfig, cfg.Rank)
+	}
+	if math.IsNaN(float64(cfg.Alpha)) || math.IsInf(float64(cfg.Alpha), 0) || cfg.Alpha < 0 {
+		return nil, fmt.Errorf("%w: alpha %v must be finite and ≥ 0", ErrConfig, cfg.Alpha)
+	}
+	arch, _ := base.String(KeyArchitecture)
+	if arch == "" {
+		return nil, fmt.Errorf("%w: base model has no %s", ErrMismatch, KeyArchitecture)
+	}
+	if gt, ok := base.String(KeyGeneralType); ok && gt == "adapter" {
+		return nil, fmt.Errorf("%w: %s is an adapter, not a base model", ErrMismatch, base.Path)
+	}
+	targets := cfg.Targets
+	if targets == nil {
+		targets = DefaultTargets
+	}
+	ws, err := TargetWeights(base, targets)
+	if err != nil {
+		return nil, err
+	}
+	rng := rand.New(rand.NewPCG(cfg.Seed, 0x4c6f5241))
+	uniform := func(dst []float32, bound float64) {
+		for i := range dst {
+			dst[i] = float32((2*rng.Float64() - 1) * bound)
+		}
+	}
+	a := &Adapter{Arch: arch, Alpha: cfg.Alpha, Meta: map[string]string{}}
+	for _, w := range ws {
+		in, out := int(w.Shape[0]), int(w.Shape[1])
+		if cfg.Rank > in || cfg.Rank > out {
+			return nil, fmt.Errorf("%w: rank %d exceeds %s's dimensions %d×%d", ErrConfig, cfg.Rank, w.Name, out, in)
+		}
+		p := &Pair{Base: w.Name, In: in, Out: out, Rank: cfg.Rank,
+			A: make([]float32, in*cfg.Rank), B: make([]float32, out*cfg.Rank)}
+		uniform(p.A, 1/math.Sqrt(float64(in)))
+		if cfg.RandomB {
+			uniform(p.B, 1/math.Sqrt(float64(cfg.Rank)))
+		}
+		a.Pairs = append(a.Pairs, p)
+	}
+	return a, nil
+}

@@ -1,0 +1,3 @@
+package memstore
+
+func useAVX2Kernel() bool { return useAVX2 }

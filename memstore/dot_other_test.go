@@ -1,0 +1,5 @@
+//go:build !amd64
+
+package memstore
+
+func useAVX2Kernel() bool { return false }

@@ -1,0 +1,742 @@
+package memstore
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mattn/go-sqlite3"
+)
+
+// Defaults of the EMPO² reference.
+const (
+	DefaultCap       = 1000
+	DefaultK         = 10
+	DefaultThreshold = 0.5
+)
+
+// Entry is one memory entry. On Add, Embedding is the key vector; when it is
+// nil the store embeds Key (or Content when Key is empty) with its embedder.
+// ID, Namespace are set by the store; a zero Created means now.
+type Entry struct {
+	ID        int64     `json:"id,omitempty"`
+	Namespace string    `json:"namespace,omitempty"`
+	Key       string    `json:"-"`
+	Content   string    `json:"content"`
+	Score     float64   `json:"score"`
+	Step      int64     `json:"step"`
+	Episode   string    `json:"episode,omitempty"`
+	Created   time.Time `json:"created"`
+	Embedding []float32 `json:"-"`
+}
+
+// Match is a retrieved entry with its cosine similarity to the query.
+type Match struct {
+	Entry
+	Similarity float32 `json:"similarity"`
+}
+
+// Order is the ranking of retrieved entries.
+type Order int
+
+const (
+	// OrderByScore ranks by stored score, descending (the EMPO² reference);
+	// ties by similarity, then newer first.
+	OrderByScore Order = iota
+	// OrderBySimilarity ranks by cosine similarity, descending; ties newer first.
+	OrderBySimilarity
+)
+
+// Query parameterizes retrieval. The zero value is the EMPO² reference:
+// K <= 0 means DefaultK; Threshold 0 means DefaultThreshold (to accept every
+// positive cosine pass a tiny positive number, to accept all pass -1).
+type Query struct {
+	K         int
+	Threshold float32
+	Order     Order
+}
+
+func (q Query) norm() Query {
+	if q.K <= 0 {
+		q.K = DefaultK
+	}
+	if q.Threshold == 0 {
+		q.Threshold = DefaultThreshold
+	}
+	return q
+}
+
+// Result of a retrieval: the top K entries above the threshold, and Count,
+// the number of entries of the namespace above the threshold (Count >=
+// len(Entries)).
+type Result struct {
+	Entries []Match `json:"entries"`
+	Count   int     `json:"count"`
+}
+
+// IntrinsicReward is the EMPO² exploration bonus 1/(n+1), n the number of
+// retrieved tips (len(Entries)); 1 when nothing is found.
+func (r Result) IntrinsicReward() float64 { return 1 / float64(len(r.Entries)+1) }
+
+// Option configures Open.
+type Option func(*config)
+
+type config struct {
+	cap         int
+	busyTimeout time.Duration
+	syncFull    bool
+}
+
+// WithCap sets the per-namespace capacity (default 1000); n <= 0 means no cap.
+func WithCap(n int) Option { return func(c *config) { c.cap = n } }
+
+// WithBusyTimeout sets SQLite's busy timeout (default 5 s).
+func WithBusyTimeout(d time.Duration) Option { return func(c *config) { c.busyTimeout = d } }
+
+// WithSyncFull makes every commit fsync the WAL (synchronous=FULL), which
+// survives power loss too; the default (NORMAL) survives process crashes.
+func WithSyncFull() Option { return func(c *config) { c.syncFull = true } }
+
+// Store is an open memory database. All methods are safe for concurrent use.
+type Store struct {
+	path string
+	db   *sql.DB
+	emb  Embedder
+	cfg  config
+
+	wmu sync.Mutex // serializes writers (transaction + index update)
+
+	mu     sync.RWMutex // guards the fields below
+	closed bool
+	embID  string // recorded embedder ("" until one is known)
+	dim    int
+	ns     map[string]*nsIndex
+}
+
+const sqliteMagic = "SQLite format 3\x00"
+
+// Open opens (creating if needed) the memory database at path. emb may be nil
+// for administrative use (stats, list, export, raw-vector Add once an
+// embedder is recorded); otherwise it must match the embedder recorded in the
+// file, or becomes the recorded one for a new file.
+func Open(path string, emb Embedder, opts ...Option) (*Store, error) {
+	cfg := config{cap: DefaultCap, busyTimeout: 5 * time.Second}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if path == "" {
+		return nil, fmt.Errorf("%w: empty database path", ErrInvalid)
+	}
+	if emb != nil && (emb.Dim() <= 0 || emb.ID() == "") {
+		return nil, fmt.Errorf("%w: embedder %q has dimension %d", ErrInvalid, emb.ID(), emb.Dim())
+	}
+	if err := checkHeader(path); err != nil {
+		return nil, err
+	}
+	sync := "NORMAL"
+	if cfg.syncFull {
+		sync = "FULL"
+	}
+	dsn := fmt.Sprintf("file:%s?_foreign_keys=on&_busy_timeout=%d&_synchronous=%s&_txlock=immediate",
+		escapePath(path), cfg.busyTimeout.Milliseconds(), sync)
+	db, err := sql.Open("sqlite3", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("memstore: open %s: %w", path, err)
+	}
+	s := &Store{path: path, db: db, emb: emb, cfg: cfg, ns: map[string]*nsIndex{}}
+	if err := s.init(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("memstore: open %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// escapePath makes a file path safe inside a SQLite URI.
+func escapePath(p string) string {
+	r := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23")
+	return r.Replace(p)
+}
+
+// checkHeader rejects an existing non-empty file that is not SQLite.
+func checkHeader(path string) error {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("memstore: %w", err)
+	}
+	defer f.Close()
+	buf := make([]byte, len(sqliteMagic))
+	n, err := io.ReadFull(f, buf)
+	if n == 0 && (err == io.EOF) {
+		return nil // empty file: becomes a new database
+	}
+	if err != nil || !bytes.Equal(buf, []byte(sqliteMagic)) {
+		return fmt.Errorf("%w: %s is not a SQLite database", ErrNotStore, path)
+	}
+	return nil
+}
+
+// classify maps SQLite's corruption errors to the typed ones.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	var se sqlite3.Error
+	if errors.As(err, &se) {
+		switch se.Code {
+		case sqlite3.ErrNotADB:
+			return fmt.Errorf("%w: %v", ErrNotStore, err)
+		case sqlite3.ErrCorrupt:
+			return fmt.Errorf("%w: %v", ErrCorrupt, err)
+		}
+	}
+	return err
+}
+
+func (s *Store) init() error {
+	ctx := context.Background()
+	if err := s.db.PingContext(ctx); err != nil {
+		return classify(err)
+	}
+	var app, ver int
+	if err := s.db.QueryRowContext(ctx, "PRAGMA application_id").Scan(&app); err != nil {
+		return classify(err)
+	}
+	if err := s.db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&ver); err != nil {
+		return classify(err)
+	}
+	if app != appID {
+		var n int
+		if err := s.db.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_schema").Scan(&n); err != nil {
+			return classify(err)
+		}
+		if app != 0 || ver != 0 || n > 0 {
+			return fmt.Errorf("%w: SQLite database of another program (application_id %#x, %d objects)", ErrNotStore, app, n)
+		}
+	}
+	// WAL is persistent in the file: switch only once the file is known to be ours.
+	var mode string
+	if err := s.db.QueryRowContext(ctx, "PRAGMA journal_mode = WAL").Scan(&mode); err != nil {
+		return classify(err)
+	}
+	if mode != "wal" {
+		return fmt.Errorf("memstore: cannot use WAL journal mode (got %q)", mode)
+	}
+	if ver > SchemaVersion {
+		return fmt.Errorf("%w: schema version %d, this program knows up to %d", ErrSchemaTooNew, ver, SchemaVersion)
+	}
+	if ver < SchemaVersion {
+		if err := s.migrate(ctx, ver); err != nil {
+			return err
+		}
+	}
+	if err := s.loadMeta(ctx); err != nil {
+		return err
+	}
+	if s.emb != nil {
+		if s.embID == "" {
+			if err := s.bindEmbedder(ctx, s.db, s.emb.ID(), s.emb.Dim()); err != nil {
+				return err
+			}
+		} else if s.embID != s.emb.ID() || s.dim != s.emb.Dim() {
+			return fmt.Errorf("%w: store built with %q (dim %d), opened with %q (dim %d)",
+				ErrEmbedderMismatch, s.embID, s.dim, s.emb.ID(), s.emb.Dim())
+		}
+	}
+	return s.loadAll(ctx, "")
+}
+
+func (s *Store) migrate(ctx context.Context, from int) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return classify(err)
+	}
+	defer tx.Rollback()
+	for v := from; v < SchemaVersion; v++ {
+		if _, err := tx.ExecContext(ctx, migrations[v]); err != nil {
+			return fmt.Errorf("memstore: migration %d->%d: %w", v, v+1, classify(err))
+		}
+	}
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA application_id = %d; PRAGMA user_version = %d", appID, SchemaVersion)); err != nil {
+		return classify(err)
+	}
+	return classify(tx.Commit())
+}
+
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+func (s *Store) loadMeta(ctx context.Context) error {
+	rows, err := s.db.QueryContext(ctx, "SELECT key, value FROM meta")
+	if err != nil {
+		return classify(err)
+	}
+	defer rows.Close()
+	m := map[string]string{}
+	for rows.Next() {
+		var k, v string
+		if err := rows.Scan(&k, &v); err != nil {
+			return classify(err)
+		}
+		m[k] = v
+	}
+	if err := rows.Err(); err != nil {
+		return classify(err)
+	}
+	embID, dim := "", 0
+	if id, ok := m["embedder"]; ok {
+		d, err := strconv.Atoi(m["dim"])
+		if err != nil || d <= 0 || id == "" {
+			return fmt.Errorf("%w: meta embedder %q dim %q", ErrCorrupt, id, m["dim"])
+		}
+		embID, dim = id, d
+	}
+	s.mu.Lock()
+	s.embID, s.dim = embID, dim
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *Store) bindEmbedder(ctx context.Context, ex execer, id string, dim int) error {
+	if _, err := ex.ExecContext(ctx, "INSERT OR REPLACE INTO meta(key, value) VALUES ('embedder', ?), ('dim', ?)", id, strconv.Itoa(dim)); err != nil {
+		return classify(err)
+	}
+	s.mu.Lock()
+	s.embID, s.dim = id, dim
+	s.mu.Unlock()
+	return nil
+}
+
+// loadAll (re)builds the in-memory index of namespace only, or of every
+// namespace when only is "". Caller holds no index lock; it replaces the
+// map entries under s.mu.
+func (s *Store) loadAll(ctx context.Context, only string) error {
+	q := `SELECT n.id, n.name, e.id, e.content, e.score, e.step, e.episode, e.created_at, e.embedder, e.dim, e.embedding
+		FROM namespaces n LEFT JOIN entries e ON e.namespace_id = n.id`
+	args := []any{}
+	if only != "" {
+		q += " WHERE n.name = ?"
+		args = append(args, only)
+	}
+	q += " ORDER BY n.id, e.id"
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return classify(err)
+	}
+	defer rows.Close()
+	fresh := map[string]*nsIndex{}
+	var cur *nsIndex
+	var vec []float32
+	for rows.Next() {
+		var (
+			nsID                   int64
+			name                   string
+			id, step, created, dim sql.NullInt64
+			content, episode, eid  sql.NullString
+			score                  sql.NullFloat64
+			blob                   []byte
+		)
+		if err := rows.Scan(&nsID, &name, &id, &content, &score, &step, &episode, &created, &eid, &dim, &blob); err != nil {
+			return classify(err)
+		}
+		if cur == nil || cur.id != nsID {
+			cur = &nsIndex{id: nsID, name: name, dim: s.dim}
+			fresh[name] = cur
+		}
+		if !id.Valid {
+			continue // namespace without entries
+		}
+		if eid.String != s.embID || int(dim.Int64) != s.dim {
+			return fmt.Errorf("%w: entry %d was embedded by %q (dim %d), the store by %q (dim %d)",
+				ErrCorrupt, id.Int64, eid.String, dim.Int64, s.embID, s.dim)
+		}
+		if len(blob) != 4*s.dim {
+			return fmt.Errorf("%w: entry %d has a %d-byte embedding, want %d", ErrCorrupt, id.Int64, len(blob), 4*s.dim)
+		}
+		vec = decodeVec(blob, vec[:0])
+		cur.ids = append(cur.ids, id.Int64)
+		cur.vecs = append(cur.vecs, vec...)
+		cur.metas = append(cur.metas, entryMeta{content: content.String, score: score.Float64, step: step.Int64, episode: episode.String, created: created.Int64})
+	}
+	if err := rows.Err(); err != nil {
+		return classify(err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if only == "" {
+		s.ns = fresh
+	} else if x, ok := fresh[only]; ok {
+		s.ns[only] = x
+	} else {
+		delete(s.ns, only)
+	}
+	return nil
+}
+
+func encodeVec(v []float32) []byte {
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
+	}
+	return b
+}
+
+func decodeVec(b []byte, dst []float32) []float32 {
+	for i := 0; i+4 <= len(b); i += 4 {
+		dst = append(dst, math.Float32frombits(binary.LittleEndian.Uint32(b[i:])))
+	}
+	return dst
+}
+
+// Close closes the database; it is idempotent.
+func (s *Store) Close() error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.ns = nil
+	s.mu.Unlock()
+	return s.db.Close()
+}
+
+// Path is the database file.
+func (s *Store) Path() string { return s.path }
+
+// Embedder returns the recorded embedder identity and dimension ("" and 0
+// when none is recorded yet).
+func (s *Store) Embedder() (id string, dim int) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.embID, s.dim
+}
+
+// prepare validates entries and fills their normalized embeddings (embedding
+// Key/Content where needed). It returns copies; the caller's slice is not
+// modified.
+func (s *Store) prepare(ctx context.Context, entries []Entry) ([]Entry, error) {
+	s.mu.RLock()
+	closed, embID, dim, emb := s.closed, s.embID, s.dim, s.emb
+	s.mu.RUnlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	out := make([]Entry, len(entries))
+	copy(out, entries)
+	var texts []string
+	var need []int
+	for i := range out {
+		if out[i].Content == "" {
+			return nil, fmt.Errorf("%w: entry %d has empty content", ErrInvalid, i)
+		}
+		if math.IsNaN(out[i].Score) || math.IsInf(out[i].Score, 0) {
+			return nil, fmt.Errorf("%w: entry %d has score %v", ErrInvalid, i, out[i].Score)
+		}
+		if out[i].Embedding == nil {
+			t := out[i].Key
+			if t == "" {
+				t = out[i].Content
+			}
+			texts = append(texts, t)
+			need = append(need, i)
+		}
+	}
+	if len(need) > 0 {
+		if emb == nil {
+			return nil, fmt.Errorf("%w: %d entries have no embedding and the store was opened without an embedder", ErrNoEmbedder, len(need))
+		}
+		vecs, err := emb.Embed(ctx, texts)
+		if err != nil {
+			return nil, fmt.Errorf("memstore: embedding: %w", err)
+		}
+		if len(vecs) != len(texts) {
+			return nil, fmt.Errorf("memstore: embedder %q returned %d vectors for %d texts", emb.ID(), len(vecs), len(texts))
+		}
+		for j, i := range need {
+			out[i].Embedding = vecs[j]
+		}
+	}
+	if embID == "" {
+		return nil, fmt.Errorf("%w: the store has no recorded embedder yet; open it with one", ErrNoEmbedder)
+	}
+	for i := range out {
+		if len(out[i].Embedding) != dim {
+			return nil, fmt.Errorf("%w: entry %d has dimension %d, the store %d (%s)", ErrDimMismatch, i, len(out[i].Embedding), dim, embID)
+		}
+		for _, x := range out[i].Embedding {
+			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+				return nil, fmt.Errorf("%w: entry %d has a non-finite embedding", ErrInvalid, i)
+			}
+		}
+		out[i].Embedding, _ = normalize(out[i].Embedding)
+		if out[i].Created.IsZero() {
+			out[i].Created = time.Now()
+		}
+	}
+	return out, nil
+}
+
+// pending is an index update to apply after a commit.
+type pending struct {
+	nsID    int64
+	name    string
+	ids     []int64
+	vecs    [][]float32
+	metas   []entryMeta
+	evict   int
+	created bool
+}
+
+// Add stores entries in namespace ns in one transaction and returns how many
+// were new (exact-duplicate contents, within the batch or already stored,
+// are skipped). When the namespace exceeds the cap, its oldest entries are
+// evicted in the same transaction.
+func (s *Store) Add(ctx context.Context, ns string, entries []Entry) (int, error) {
+	if ns == "" {
+		return 0, fmt.Errorf("%w: empty namespace", ErrInvalid)
+	}
+	if len(entries) == 0 {
+		return 0, nil
+	}
+	prep, err := s.prepare(ctx, entries)
+	if err != nil {
+		return 0, err
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.isClosed() {
+		return 0, ErrClosed
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, classify(err)
+	}
+	defer tx.Rollback()
+	p, err := s.insert(ctx, tx, ns, prep, nil)
+	if err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, classify(err)
+	}
+	s.apply(p)
+	return len(p.ids), nil
+}
+
+func (s *Store) isClosed() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.closed
+}
+
+// insert writes entries into ns within tx (caller holds wmu). base is the
+// pending update of ns already written earlier in the same transaction, if
+// any; the returned pending accumulates onto it.
+func (s *Store) insert(ctx context.Context, tx *sql.Tx, ns string, entries []Entry, base *pending) (*pending, error) {
+	p := base
+	if p == nil {
+		p = &pending{name: ns}
+		s.mu.RLock()
+		x := s.ns[ns]
+		s.mu.RUnlock()
+		if x != nil {
+			p.nsID = x.id
+		} else {
+			res, err := tx.ExecContext(ctx, "INSERT INTO namespaces(name, created_at) VALUES (?, ?)", ns, time.Now().UnixNano())
+			if err != nil {
+				return nil, classify(err)
+			}
+			if p.nsID, err = res.LastInsertId(); err != nil {
+				return nil, err
+			}
+			p.created = true
+		}
+	}
+	stmt, err := tx.PrepareContext(ctx, `INSERT OR IGNORE INTO entries
+		(namespace_id, content, content_hash, score, step, episode, created_at, embedder, dim, embedding)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	if err != nil {
+		return nil, classify(err)
+	}
+	defer stmt.Close()
+	embID, dim := s.Embedder()
+	for i := range entries {
+		if i%256 == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
+		e := &entries[i]
+		h := sha256.Sum256([]byte(e.Content))
+		created := e.Created.UnixNano()
+		res, err := stmt.ExecContext(ctx, p.nsID, e.Content, h[:], e.Score, e.Step, e.Episode, created, embID, dim, encodeVec(e.Embedding))
+		if err != nil {
+			return nil, classify(err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			continue // duplicate content
+		}
+		id, err := res.LastInsertId()
+		if err != nil {
+			return nil, err
+		}
+		p.ids = append(p.ids, id)
+		p.vecs = append(p.vecs, e.Embedding)
+		p.metas = append(p.metas, entryMeta{content: e.Content, score: e.Score, step: e.Step, episode: e.Episode, created: created})
+	}
+	if s.cfg.cap > 0 {
+		s.mu.RLock()
+		have := 0
+		if x := s.ns[ns]; x != nil {
+			x.mu.RLock()
+			have = x.len()
+			x.mu.RUnlock()
+		}
+		s.mu.RUnlock()
+		total := have + len(p.ids)
+		if over := total - s.cfg.cap - p.evict; over > 0 {
+			// Rows are in id order: evict the `over` oldest still present.
+			if _, err := tx.ExecContext(ctx, `DELETE FROM entries WHERE id IN
+				(SELECT id FROM entries WHERE namespace_id = ? ORDER BY id LIMIT ?)`, p.nsID, over); err != nil {
+				return nil, classify(err)
+			}
+			p.evict += over
+		}
+	}
+	return p, nil
+}
+
+// apply updates the in-memory index after a commit (caller holds wmu).
+func (s *Store) apply(p *pending) {
+	s.mu.Lock()
+	x := s.ns[p.name]
+	if x == nil {
+		x = &nsIndex{id: p.nsID, name: p.name, dim: s.dim}
+		s.ns[p.name] = x
+	}
+	s.mu.Unlock()
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.appendRows(p.ids, p.vecs, p.metas)
+	x.dropOldest(p.evict)
+}
+
+func (s *Store) index(ns string) (*nsIndex, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	return s.ns[ns], nil
+}
+
+// Retrieve returns the entries of ns whose cosine similarity to query is >
+// q.Threshold, ranked by q.Order, top q.K, and the count of all such entries.
+// query need not be normalized. An unknown namespace gives an empty Result.
+func (s *Store) Retrieve(ctx context.Context, ns string, query []float32, q Query) (Result, error) {
+	q = q.norm()
+	x, err := s.index(ns)
+	if err != nil {
+		return Result{}, err
+	}
+	_, dim := s.Embedder()
+	if len(query) != dim {
+		return Result{}, fmt.Errorf("%w: query has dimension %d, the store %d", ErrDimMismatch, len(query), dim)
+	}
+	if x == nil {
+		return Result{Entries: []Match{}}, nil
+	}
+	qn, ok := normalize(query)
+	if !ok {
+		return Result{Entries: []Match{}}, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	hits, count := x.search(qn, q.Threshold, q.K, q.Order)
+	res := Result{Entries: make([]Match, len(hits)), Count: count}
+	for i, h := range hits {
+		res.Entries[i] = Match{Entry: x.entry(int(h.row)), Similarity: h.sim}
+	}
+	return res, nil
+}
+
+// RetrieveText embeds text with the store's embedder and retrieves.
+func (s *Store) RetrieveText(ctx context.Context, ns, text string, q Query) (Result, error) {
+	s.mu.RLock()
+	emb := s.emb
+	s.mu.RUnlock()
+	if emb == nil {
+		return Result{}, fmt.Errorf("%w: cannot embed the query", ErrNoEmbedder)
+	}
+	v, err := emb.Embed(ctx, []string{text})
+	if err != nil {
+		return Result{}, fmt.Errorf("memstore: embedding the query: %w", err)
+	}
+	if len(v) != 1 {
+		return Result{}, fmt.Errorf("memstore: embedder %q returned %d vectors for 1 text", emb.ID(), len(v))
+	}
+	return s.Retrieve(ctx, ns, v[0], q)
+}
+
+// Namespaces lists the namespace names, sorted.
+func (s *Store) Namespaces() []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]string, 0, len(s.ns))
+	for n := range s.ns {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// SetEmbedder attaches emb to a store opened without one (or replaces an
+// equal one). It must match the recorded embedder (ErrEmbedderMismatch);
+// a store with none recorded records it.
+func (s *Store) SetEmbedder(emb Embedder) error {
+	if emb == nil || emb.Dim() <= 0 || emb.ID() == "" {
+		return fmt.Errorf("%w: nil or dimensionless embedder", ErrInvalid)
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.isClosed() {
+		return ErrClosed
+	}
+	id, dim := s.Embedder()
+	if id == "" {
+		if err := s.bindEmbedder(context.Background(), s.db, emb.ID(), emb.Dim()); err != nil {
+			return err
+		}
+	} else if id != emb.ID() || dim != emb.Dim() {
+		return fmt.Errorf("%w: store built with %q (dim %d), given %q (dim %d)", ErrEmbedderMismatch, id, dim, emb.ID(), emb.Dim())
+	}
+	s.mu.Lock()
+	s.emb = emb
+	s.mu.Unlock()
+	return nil
+}

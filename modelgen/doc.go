@@ -1,0 +1,13 @@
+// Package modelgen generates tiny Qwen2-architecture GGUF models with seeded
+// random weights and a byte-level BPE tokenizer trained by this package, so
+// that everything in empo2 can be tested without downloading model weights.
+//
+// The files load in llama.cpp exactly as a Qwen2.5 GGUF does: architecture
+// "qwen2", the same metadata keys and tensor names (q/k/v biases included;
+// output.weight unless the embeddings are tied), a GPT-2-style byte-level BPE
+// vocabulary ("gpt2" model, "qwen2" pre-tokenizer) whose first 256 tokens are
+// the 256 byte symbols (so every byte string is representable), the ChatML
+// control tokens <|endoftext|>, <|im_start|>, <|im_end|>, and Qwen2.5's
+// ChatML chat template. The same Config (seed included) always gives a
+// byte-identical file.
+package modelgen

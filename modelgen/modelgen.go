@@ -1,0 +1,330 @@
+package modelgen
+
+import (
+	_ "embed"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"math"
+	"math/rand/v2"
+
+	"github.com/empo2/empo2/gguf"
+)
+
+//go:embed corpus.txt
+var builtinCorpus string
+
+//go:embed chat_template.jinja
+var chatTemplate string
+
+// BuiltinCorpus returns the text the tokenizer is trained on when
+// Config.Corpus is empty.
+func BuiltinCorpus() string { return builtinCorpus }
+
+// ChatTemplate returns the Qwen2.5 ChatML Jinja template written to
+// tokenizer.chat_template.
+func ChatTemplate() string { return chatTemplate }
+
+// ErrConfig is wrapped by every configuration error.
+var ErrConfig = errors.New("modelgen: invalid config")
+
+// Config describes the model to generate.
+type Config struct {
+	Layers, Hidden, Heads, KVHeads, FFN, Vocab, Ctx int
+	Seed                                            int64
+	DType                                           string  // "f32" (default when empty) | "f16"
+	Corpus                                          string  // tokenizer training text; "" = built-in corpus
+	TiedEmbeddings                                  bool    // no output.weight when true
+	RopeBase                                        float32 // 0 = 1e6, as Qwen2.5
+	// InitStd is the standard deviation of every weight matrix. 0 (the
+	// default) scales each matrix by its fan-in: std = 1/sqrt(fan_in) (the
+	// token embedding 1/sqrt(Hidden)), which keeps activations, attention
+	// scores and logits at unit scale for any model size: non-degenerate
+	// next-token distributions that are not saturated.
+	InitStd float32
+	// Name is general.name; "" = "empo2-tiny-qwen2".
+	Name string
+}
+
+// RMSNormEps is attention.layer_norm_rms_epsilon, as Qwen2.5.
+const RMSNormEps = 1e-6
+
+// DefaultConfig is a tiny model: 2 layers, hidden 64, 4 heads (2 KV heads),
+// FFN 128, vocab 512, context 512, f32, untied output.
+func DefaultConfig() Config {
+	return Config{Layers: 2, Hidden: 64, Heads: 4, KVHeads: 2, FFN: 128, Vocab: 512, Ctx: 512, Seed: 1, DType: "f32", RopeBase: 1e6}
+}
+
+// withDefaults fills the optional fields.
+func (c Config) withDefaults() Config {
+	if c.DType == "" {
+		c.DType = "f32"
+	}
+	if c.RopeBase == 0 {
+		c.RopeBase = 1e6
+	}
+	if c.Name == "" {
+		c.Name = "empo2-tiny-qwen2"
+	}
+	return c
+}
+
+// Validate reports the first problem with c (wrapping ErrConfig).
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrConfig}, a...)...)
+	}
+	const maxDim = 1 << 20
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"layers", c.Layers}, {"hidden", c.Hidden}, {"heads", c.Heads}, {"kv-heads", c.KVHeads}, {"ffn", c.FFN}, {"vocab", c.Vocab}, {"ctx", c.Ctx}} {
+		if f.v <= 0 {
+			return bad("%s must be positive, got %d", f.name, f.v)
+		}
+		if f.v > maxDim {
+			return bad("%s %d is too large (max %d)", f.name, f.v, maxDim)
+		}
+	}
+	if c.Layers > 1024 {
+		return bad("layers %d is too many (max 1024)", c.Layers)
+	}
+	if c.Hidden%c.Heads != 0 {
+		return bad("heads (%d) must divide hidden (%d)", c.Heads, c.Hidden)
+	}
+	if c.Heads%c.KVHeads != 0 {
+		return bad("kv-heads (%d) must divide heads (%d)", c.KVHeads, c.Heads)
+	}
+	if hd := c.Hidden / c.Heads; hd%2 != 0 {
+		return bad("head dim hidden/heads = %d must be even (RoPE rotates pairs)", hd)
+	}
+	if min := 256 + len(Specials) + 1; c.Vocab < min {
+		return bad("vocab %d must be at least %d (256 byte tokens + %d specials + 1 merge)", c.Vocab, min, len(Specials))
+	}
+	if c.DType != "f32" && c.DType != "f16" {
+		return bad("dtype %q: want f32 or f16", c.DType)
+	}
+	if c.RopeBase < 0 || math.IsNaN(float64(c.RopeBase)) || math.IsInf(float64(c.RopeBase), 0) {
+		return bad("rope base %v must be positive and finite", c.RopeBase)
+	}
+	if c.InitStd < 0 || math.IsNaN(float64(c.InitStd)) || math.IsInf(float64(c.InitStd), 0) {
+		return bad("init std %v must be >= 0 and finite", c.InitStd)
+	}
+	if c.Corpus == "" && builtinCorpus == "" {
+		return bad("empty corpus")
+	}
+	// every tensor must stay addressable: the largest is Vocab x Hidden
+	if uint64(c.Vocab)*uint64(c.Hidden) > 1<<34 || uint64(c.FFN)*uint64(c.Hidden) > 1<<34 {
+		return bad("tensor too large (vocab*hidden or ffn*hidden > 2^34 elements)")
+	}
+	return nil
+}
+
+// ParamCount is the number of parameters of the model c describes.
+func (c Config) ParamCount() int64 {
+	h, f, v := int64(c.Hidden), int64(c.FFN), int64(c.Vocab)
+	kvDim := h / int64(max(c.Heads, 1)) * int64(c.KVHeads)
+	perLayer := h + // attn_norm
+		h*h + h + // q
+		2*(h*kvDim+kvDim) + // k, v
+		h*h + // o
+		h + // ffn_norm
+		3*h*f
+	n := v*h + h + int64(c.Layers)*perLayer
+	if !c.TiedEmbeddings {
+		n += v * h
+	}
+	return n
+}
+
+// tensorSpec is one tensor to generate.
+type tensorSpec struct {
+	name  string
+	shape []uint64 // ggml order: ne0 = input (fan-in) dim
+	kind  int      // kindMatrix, kindNorm, kindBias
+	std   float64
+}
+
+const (
+	kindMatrix = iota
+	kindNorm
+	kindBias
+)
+
+func (c Config) tensors() []tensorSpec {
+	h, f, v := uint64(c.Hidden), uint64(c.FFN), uint64(c.Vocab)
+	kvDim := h / uint64(c.Heads) * uint64(c.KVHeads)
+	std := func(fanIn uint64) float64 {
+		if c.InitStd > 0 {
+			return float64(c.InitStd)
+		}
+		return 1 / math.Sqrt(float64(fanIn))
+	}
+	biasStd := func(fanIn uint64) float64 { return 0.1 * std(fanIn) }
+	ts := []tensorSpec{{"token_embd.weight", []uint64{h, v}, kindMatrix, std(h)}}
+	for i := 0; i < c.Layers; i++ {
+		p := fmt.Sprintf("blk.%d.", i)
+		ts = append(ts,
+			tensorSpec{p + "attn_norm.weight", []uint64{h}, kindNorm, 0},
+			tensorSpec{p + "attn_q.weight", []uint64{h, h}, kindMatrix, std(h)},
+			tensorSpec{p + "attn_q.bias", []uint64{h}, kindBias, biasStd(h)},
+			tensorSpec{p + "attn_k.weight", []uint64{h, kvDim}, kindMatrix, std(h)},
+			tensorSpec{p + "attn_k.bias", []uint64{kvDim}, kindBias, biasStd(h)},
+			tensorSpec{p + "attn_v.weight", []uint64{h, kvDim}, kindMatrix, std(h)},
+			tensorSpec{p + "attn_v.bias", []uint64{kvDim}, kindBias, biasStd(h)},
+			tensorSpec{p + "attn_output.weight", []uint64{h, h}, kindMatrix, std(h)},
+			tensorSpec{p + "ffn_norm.weight", []uint64{h}, kindNorm, 0},
+			tensorSpec{p + "ffn_gate.weight", []uint64{h, f}, kindMatrix, std(h)},
+			tensorSpec{p + "ffn_up.weight", []uint64{h, f}, kindMatrix, std(h)},
+			tensorSpec{p + "ffn_down.weight", []uint64{f, h}, kindMatrix, std(f)},
+		)
+	}
+	ts = append(ts, tensorSpec{"output_norm.weight", []uint64{h}, kindNorm, 0})
+	if !c.TiedEmbeddings {
+		ts = append(ts, tensorSpec{"output.weight", []uint64{h, v}, kindMatrix, std(h)})
+	}
+	return ts
+}
+
+// stream returns the 64-bit stream id of a tensor (FNV-1a of its name), so a
+// tensor's values depend only on the seed and its name.
+func stream(name string) uint64 {
+	hh := fnv.New64a()
+	hh.Write([]byte(name))
+	return hh.Sum64()
+}
+
+// genTensor writes the tensor's encoded values to w in chunks.
+func genTensor(w io.Writer, t tensorSpec, seed int64, f16 bool) error {
+	n := uint64(1)
+	for _, d := range t.shape {
+		n *= d
+	}
+	rng := rand.New(rand.NewPCG(uint64(seed), stream(t.name)))
+	const chunk = 1 << 14
+	width := 4
+	if f16 {
+		width = 2
+	}
+	buf := make([]byte, chunk*width)
+	for done := uint64(0); done < n; {
+		m := min(chunk, n-done)
+		for i := uint64(0); i < m; i++ {
+			var x float32
+			switch t.kind {
+			case kindNorm:
+				x = 1
+			default:
+				x = float32(rng.NormFloat64() * t.std)
+			}
+			if f16 {
+				binary.LittleEndian.PutUint16(buf[2*i:], gguf.F32ToF16(x))
+			} else {
+				binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(x))
+			}
+		}
+		if _, err := w.Write(buf[:m*uint64(width)]); err != nil {
+			return err
+		}
+		done += m
+	}
+	return nil
+}
+
+// Write generates the model described by cfg and writes it to path
+// (atomically).
+func Write(path string, cfg Config) error { return WriteProgress(path, cfg, nil) }
+
+// WriteProgress is Write with a progress callback (bytes of tensor data
+// written so far, total), called after each tensor.
+func WriteProgress(path string, cfg Config, progress func(done, total int64)) error {
+	w, err := NewWriter(cfg)
+	if err != nil {
+		return err
+	}
+	w.Progress = progress
+	if err := w.WriteFile(path); err != nil {
+		return fmt.Errorf("modelgen: %w", err)
+	}
+	return nil
+}
+
+// NewWriter returns a gguf.Writer holding the model's metadata and lazily
+// generated tensors, for callers that want to add keys before writing.
+func NewWriter(cfg Config) (*gguf.Writer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	corpus := cfg.Corpus
+	if corpus == "" {
+		corpus = builtinCorpus
+	}
+	tok, err := TrainTokenizer(corpus, cfg.Vocab)
+	if err != nil {
+		return nil, err
+	}
+	f16 := cfg.DType == "f16"
+	fileType := uint32(0) // LLAMA_FTYPE_ALL_F32
+	if f16 {
+		fileType = 1 // LLAMA_FTYPE_MOSTLY_F16
+	}
+	w := gguf.NewWriter()
+	w.AddKV("general.architecture", "qwen2")
+	w.AddKV("general.type", "model")
+	w.AddKV("general.name", cfg.Name)
+	w.AddKV("general.description", fmt.Sprintf("random-weight tiny Qwen2 generated by empo2 modelgen (seed %d)", cfg.Seed))
+	w.AddKV("general.file_type", fileType)
+	w.AddKV("qwen2.block_count", uint32(cfg.Layers))
+	w.AddKV("qwen2.context_length", uint32(cfg.Ctx))
+	w.AddKV("qwen2.embedding_length", uint32(cfg.Hidden))
+	w.AddKV("qwen2.feed_forward_length", uint32(cfg.FFN))
+	w.AddKV("qwen2.attention.head_count", uint32(cfg.Heads))
+	w.AddKV("qwen2.attention.head_count_kv", uint32(cfg.KVHeads))
+	w.AddKV("qwen2.rope.freq_base", cfg.RopeBase)
+	w.AddKV("qwen2.attention.layer_norm_rms_epsilon", float32(RMSNormEps))
+	w.AddKV("empo2.modelgen.seed", cfg.Seed)
+	w.AddKV("tokenizer.ggml.model", "gpt2")
+	w.AddKV("tokenizer.ggml.pre", "qwen2")
+	w.AddKV("tokenizer.ggml.tokens", tok.Tokens)
+	w.AddKV("tokenizer.ggml.token_type", tok.Types)
+	w.AddKV("tokenizer.ggml.merges", tok.Merges)
+	eot, _ := tok.ID(TokEndOfText)
+	imEnd, _ := tok.ID(TokImEnd)
+	w.AddKV("tokenizer.ggml.eos_token_id", uint32(imEnd))
+	w.AddKV("tokenizer.ggml.padding_token_id", uint32(eot))
+	w.AddKV("tokenizer.ggml.bos_token_id", uint32(eot))
+	w.AddKV("tokenizer.ggml.add_bos_token", false)
+	w.AddKV("tokenizer.chat_template", chatTemplate)
+
+	for _, t := range cfg.tensors() {
+		t := t
+		typ := gguf.TypeF32
+		half := f16 && t.kind == kindMatrix && len(t.shape) == 2
+		if half {
+			typ = gguf.TypeF16
+		}
+		seed := cfg.Seed
+		if err := w.AddTensorFunc(t.name, t.shape, typ, func(out io.Writer) error {
+			return genTensor(out, t, seed, half)
+		}); err != nil {
+			return nil, fmt.Errorf("modelgen: %w", err)
+		}
+	}
+	return w, nil
+}
+
+// Tokenizer trains and returns the tokenizer cfg's model would get.
+func (c Config) Tokenizer() (*Tokenizer, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	corpus := c.Corpus
+	if corpus == "" {
+		corpus = builtinCorpus
+	}
+	return TrainTokenizer(corpus, c.Vocab)
+}

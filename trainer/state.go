@@ -1,0 +1,303 @@
+package trainer
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+
+	"github.com/empo2/empo2/gguf"
+	"github.com/empo2/empo2/lora"
+)
+
+// ErrState means a training-state file is not one, is of another version or
+// is inconsistent with itself.
+var ErrState = errors.New("trainer: bad training state")
+
+// State-file format. A state file is one GGUF (written atomically by
+// gguf.Writer.WriteFile: temporary file in the same directory, fsync,
+// rename, fsync of the directory) holding:
+//
+//   - the adapter exactly as in an adapter file (general.architecture,
+//     adapter.type = "lora", adapter.lora.alpha, "<W>.lora_a" / "<W>.lora_b"
+//     F32 tensors), except general.type = StateGeneralType so that nobody
+//     mistakes it for a plain adapter (llama.cpp refuses it with "expect
+//     general.type to be 'adapter'"; `empo2 export` extracts the adapter);
+//   - the AdamW moments as F32 tensors "<W>.lora_a.adam_m", "<W>.lora_a.adam_v",
+//     "<W>.lora_b.adam_m", "<W>.lora_b.adam_v";
+//   - metadata: empo2.state.version (u32), empo2.state.step (i64, updates
+//     done), empo2.adamw.{steps (i64), beta1, beta2, eps, weight_decay (f64)},
+//     empo2.schedule.{kind (str), base_lr, min_lr (f64), warmup, total (i64)},
+//     empo2.rng (u8 array: math/rand/v2 PCG MarshalBinary, absent when
+//     there is no RNG) and any string in Meta as empo2.meta.<key>.
+//
+// Everything is stored at full precision (F32 tensors as in memory, float64
+// hyper-parameters), so Save then Load reproduces the state bit for bit.
+const (
+	StateGeneralType = "empo2.train_state"
+	StateVersion     = 1
+
+	keyStateVersion = "empo2.state.version"
+	keyStateStep    = "empo2.state.step"
+	keyAdamSteps    = "empo2.adamw.steps"
+	keyAdamBeta1    = "empo2.adamw.beta1"
+	keyAdamBeta2    = "empo2.adamw.beta2"
+	keyAdamEps      = "empo2.adamw.eps"
+	keyAdamWD       = "empo2.adamw.weight_decay"
+	keySchedKind    = "empo2.schedule.kind"
+	keySchedBase    = "empo2.schedule.base_lr"
+	keySchedMin     = "empo2.schedule.min_lr"
+	keySchedWarmup  = "empo2.schedule.warmup"
+	keySchedTotal   = "empo2.schedule.total"
+	keyRNG          = "empo2.rng"
+	keyMetaPrefix   = "empo2.meta."
+
+	suffixM = ".adam_m"
+	suffixV = ".adam_v"
+)
+
+// State is everything needed to resume training where it stopped.
+type State struct {
+	Adapter  *lora.Adapter // current weights
+	Opt      *AdamW        // moments in ParamOrder(Adapter) order, and step count t
+	Step     int64         // updates completed (the next update uses Schedule.LR(Step))
+	Schedule Schedule
+	RNG      *rand.PCG         // the training loop's random source; may be nil
+	Meta     map[string]string // free-form strings (run name, config digest, …)
+}
+
+// ParamRef names one trainable tensor of an adapter: the A or B half of a pair.
+type ParamRef struct {
+	Pair *lora.Pair
+	IsB  bool
+}
+
+// Name is the tensor's name in adapter files ("<W>.lora_a" or "<W>.lora_b").
+func (r ParamRef) Name() string {
+	if r.IsB {
+		return r.Pair.NameB()
+	}
+	return r.Pair.NameA()
+}
+
+// Data is the tensor's values (aliasing the adapter).
+func (r ParamRef) Data() []float32 {
+	if r.IsB {
+		return r.Pair.B
+	}
+	return r.Pair.A
+}
+
+// ParamOrder is the canonical order of an adapter's trainable tensors, used
+// for the optimizer's moments: pairs by base name, A before B.
+func ParamOrder(a *lora.Adapter) []ParamRef {
+	a.Sort()
+	refs := make([]ParamRef, 0, 2*len(a.Pairs))
+	for _, p := range a.Pairs {
+		refs = append(refs, ParamRef{p, false}, ParamRef{p, true})
+	}
+	return refs
+}
+
+// AdapterParams returns the adapter's tensors in ParamOrder (aliasing it).
+func AdapterParams(a *lora.Adapter) [][]float32 {
+	refs := ParamOrder(a)
+	out := make([][]float32, len(refs))
+	for i, r := range refs {
+		out[i] = r.Data()
+	}
+	return out
+}
+
+func (s *State) check() error {
+	if s.Adapter == nil || s.Opt == nil {
+		return fmt.Errorf("%w: state needs an adapter and an optimizer", ErrState)
+	}
+	refs := ParamOrder(s.Adapter)
+	if len(refs) != len(s.Opt.M) || len(refs) != len(s.Opt.V) {
+		return fmt.Errorf("%w: optimizer has %d tensors, adapter %d", ErrState, len(s.Opt.M), len(refs))
+	}
+	for i, r := range refs {
+		if len(s.Opt.M[i]) != len(r.Data()) || len(s.Opt.V[i]) != len(r.Data()) {
+			return fmt.Errorf("%w: moments of %s have %d/%d values, tensor %d", ErrState, r.Name(), len(s.Opt.M[i]), len(s.Opt.V[i]), len(r.Data()))
+		}
+	}
+	if s.Step < 0 || s.Opt.Steps < 0 {
+		return fmt.Errorf("%w: negative step count", ErrState)
+	}
+	return nil
+}
+
+// Save writes the state to path atomically (see the format above).
+func Save(path string, s *State) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	w := gguf.NewWriter()
+	if err := s.Adapter.AddTo(w, gguf.TypeF32); err != nil {
+		return err
+	}
+	w.AddKV(lora.KeyGeneralType, StateGeneralType) // replaces "adapter" in place
+	w.AddKV(keyStateVersion, uint32(StateVersion))
+	w.AddKV(keyStateStep, s.Step)
+	c := s.Opt.Config
+	w.AddKV(keyAdamSteps, s.Opt.Steps)
+	w.AddKV(keyAdamBeta1, c.Beta1)
+	w.AddKV(keyAdamBeta2, c.Beta2)
+	w.AddKV(keyAdamEps, c.Eps)
+	w.AddKV(keyAdamWD, c.WeightDecay)
+	w.AddKV(keySchedKind, s.Schedule.Kind)
+	w.AddKV(keySchedBase, s.Schedule.BaseLR)
+	w.AddKV(keySchedMin, s.Schedule.MinLR)
+	w.AddKV(keySchedWarmup, int64(s.Schedule.Warmup))
+	w.AddKV(keySchedTotal, int64(s.Schedule.Total))
+	if s.RNG != nil {
+		b, err := s.RNG.MarshalBinary()
+		if err != nil {
+			return fmt.Errorf("trainer: saving RNG: %w", err)
+		}
+		w.AddKV(keyRNG, b)
+	}
+	for k, v := range s.Meta {
+		w.AddKV(keyMetaPrefix+k, v)
+	}
+	for i, r := range ParamOrder(s.Adapter) {
+		sh := []uint64{uint64(r.Pair.In), uint64(r.Pair.Rank)}
+		if r.IsB {
+			sh = []uint64{uint64(r.Pair.Rank), uint64(r.Pair.Out)}
+		}
+		if err := w.AddTensorF32(r.Name()+suffixM, sh, s.Opt.M[i]); err != nil {
+			return err
+		}
+		if err := w.AddTensorF32(r.Name()+suffixV, sh, s.Opt.V[i]); err != nil {
+			return err
+		}
+	}
+	if err := w.WriteFile(path); err != nil {
+		return fmt.Errorf("trainer: saving state %s: %w", path, err)
+	}
+	return nil
+}
+
+// Load reads a state file written by Save.
+func Load(path string) (*State, error) {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("trainer: reading state %s: %w", path, err)
+	}
+	defer f.Close()
+	if gt, _ := f.String(lora.KeyGeneralType); gt != StateGeneralType {
+		return nil, fmt.Errorf("%w: %s: general.type is %q, want %q (is it an adapter or a model?)", ErrState, path, gt, StateGeneralType)
+	}
+	if v, ok := f.Uint32(keyStateVersion); !ok || v != StateVersion {
+		return nil, fmt.Errorf("%w: %s: state version %v, this build reads %d", ErrState, path, v, StateVersion)
+	}
+	a, err := lora.FromGGUFWith(f, lora.ReadOptions{
+		GeneralType: StateGeneralType,
+		Skip: func(n string) bool {
+			return strings.HasSuffix(n, suffixM) || strings.HasSuffix(n, suffixV)
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	s := &State{Adapter: a, Meta: map[string]string{}}
+	for k := range a.Meta {
+		if strings.HasPrefix(k, "empo2.") {
+			delete(a.Meta, k)
+		}
+	}
+	for _, k := range f.Keys() {
+		if m, ok := strings.CutPrefix(k, keyMetaPrefix); ok {
+			s.Meta[m], _ = f.String(k)
+		}
+	}
+	i64 := func(k string) (int64, error) {
+		v, ok := f.Int64(k)
+		if !ok {
+			return 0, fmt.Errorf("%w: %s: missing integer %s", ErrState, path, k)
+		}
+		return v, nil
+	}
+	f64 := func(k string) (float64, error) {
+		v, ok := f.Get(k)
+		x, isF := v.(float64)
+		if !ok || !isF {
+			return 0, fmt.Errorf("%w: %s: missing float64 %s", ErrState, path, k)
+		}
+		return x, nil
+	}
+	var errs []error
+	get := func(dst *float64, k string) {
+		v, err := f64(k)
+		errs = append(errs, err)
+		*dst = v
+	}
+	geti := func(dst *int64, k string) {
+		v, err := i64(k)
+		errs = append(errs, err)
+		*dst = v
+	}
+	var cfg AdamWConfig
+	var adamSteps, warm, total int64
+	geti(&s.Step, keyStateStep)
+	geti(&adamSteps, keyAdamSteps)
+	get(&cfg.Beta1, keyAdamBeta1)
+	get(&cfg.Beta2, keyAdamBeta2)
+	get(&cfg.Eps, keyAdamEps)
+	get(&cfg.WeightDecay, keyAdamWD)
+	get(&s.Schedule.BaseLR, keySchedBase)
+	get(&s.Schedule.MinLR, keySchedMin)
+	geti(&warm, keySchedWarmup)
+	geti(&total, keySchedTotal)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	s.Schedule.Kind, _ = f.String(keySchedKind)
+	s.Schedule.Warmup, s.Schedule.Total = int(warm), int(total)
+	if err := s.Schedule.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrState, path, err)
+	}
+	refs := ParamOrder(a)
+	sizes := make([]int, len(refs))
+	for i, r := range refs {
+		sizes[i] = len(r.Data())
+	}
+	opt, err := NewAdamW(cfg, sizes)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrState, path, err)
+	}
+	opt.Steps = adamSteps
+	for i, r := range refs {
+		for _, mv := range []struct {
+			suffix string
+			dst    []float32
+		}{{suffixM, opt.M[i]}, {suffixV, opt.V[i]}} {
+			name := r.Name() + mv.suffix
+			ti, ok := f.Tensor(name)
+			if !ok || ti.Type != gguf.TypeF32 || ti.NumElements() != uint64(len(mv.dst)) {
+				return nil, fmt.Errorf("%w: %s: moment tensor %s missing or not F32 of %d values", ErrState, path, name, len(mv.dst))
+			}
+			data, err := f.ReadTensorF32(name)
+			if err != nil {
+				return nil, fmt.Errorf("trainer: %s: %w", path, err)
+			}
+			copy(mv.dst, data)
+		}
+	}
+	s.Opt = opt
+	if v, ok := f.Get(keyRNG); ok {
+		b, isBytes := v.([]uint8)
+		if !isBytes {
+			return nil, fmt.Errorf("%w: %s: %s is not a byte array", ErrState, path, keyRNG)
+		}
+		s.RNG = &rand.PCG{}
+		if err := s.RNG.UnmarshalBinary(b); err != nil {
+			return nil, fmt.Errorf("%w: %s: RNG state: %v", ErrState, path, err)
+		}
+	}
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
