@@ -77,6 +77,11 @@ type Options struct {
 	// CPU; F16/BF16/quantized weights are converted to F32 at load because the
 	// CPU OUT_PROD aborts on them). For measurement and cross-checking only.
 	AutogradFrozenBackward bool
+	// TransposeInGraph: do not keep transposed copies of the frozen
+	// matrices (which double weight memory); each training graph makes Wᵀ
+	// with a copy just before its use and frees it after. Saves the copies'
+	// memory at the cost of one memory-bound transpose per matrix and step.
+	TransposeInGraph bool
 }
 
 // DefaultOptions: CPU, all cores, transposed-weight backward on.
@@ -235,4 +240,10 @@ type MemoryStats struct {
 	Compute      int64 // compute buffer of the largest graph so far
 	ComputeLast  int64 // compute buffer needed by the last graph
 	PaddedTokens int   // tokens of the last graph (batch × T)
+	// Rewritten: OUT_PROD(W, dYᵀ) nodes of the last training graph computed
+	// as MUL_MAT(Wᵀ, dY) instead (0 with AutogradFrozenBackward).
+	Rewritten int
+	// Pinned: RMS_NORM_BACK / SOFT_MAX_BACK operands protected from ggml-alloc's
+	// in-place reuse in the last training graph (see docs/training.md).
+	Pinned int
 }

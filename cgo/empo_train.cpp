@@ -33,7 +33,9 @@
 // Backward of frozen linears: y = W·x has ∂L/∂x = Wᵀ·∂L/∂y. ggml autograd emits
 //   OUT_PROD(W, (∂L/∂y)ᵀ) (slow on CPU, aborts for F16 W); we rewrite each of
 //   those nodes into MUL_MAT(Wᵀ, ∂L/∂y) with Wᵀ a contiguous transposed copy
-//   made at load (same type as W), then rebuild the graph so use counts are right.
+//   made at load (same type as W) — or, with transpose_in_graph, by a CONT of
+//   transpose(W) inside the graph just before its use — then rebuild the graph
+//   so leafs and use counts are right.
 
 #include "empo_train.h"
 
@@ -70,6 +72,14 @@ struct empo_linear {
     ggml_tensor * wt = nullptr; // [n_out, n_in] frozen transposed copy (null in autograd mode)
     ggml_tensor * a  = nullptr; // [n_in, r]  trainable (lora_a), null if not targeted
     ggml_tensor * b  = nullptr; // [r, n_out] trainable (lora_b)
+};
+
+struct graph_inputs {
+    ggml_tensor * tokens;  // [N] I32
+    ggml_tensor * pos;     // [N] I32
+    ggml_tensor * mask;    // [T, T] F32 causal (0 / -inf)
+    ggml_tensor * rows;    // [M] I32
+    ggml_tensor * tidx;    // [M] I32, j*V + target_j into z viewed as [1, V*M]
 };
 
 struct empo_layer {
@@ -114,12 +124,14 @@ struct empo_model {
     int            n_fwd   = 0;       // nodes [0, n_fwd) compute logp and ent
     int            M       = 0;
     int            n_rewritten = 0;   // OUT_PROD nodes replaced in the last graph
+    int            n_pinned    = 0;   // *_BACK operands pinned against in-place reuse
     bool           pending = false;   // forward(with_backward) done, backward not yet
     ggml_tensor *  t_logp  = nullptr; // [1, M]
     ggml_tensor *  t_ent   = nullptr; // [1, M]
     ggml_tensor *  t_clogp = nullptr; // [1, M] input
     ggml_tensor *  t_cent  = nullptr; // [1, M] input
     ggml_tensor *  t_lgrad = nullptr; // [1]  d(loss)/d(loss) = 1, input
+    graph_inputs   in{};              // token ids, positions, mask, rows, target indices
 
     std::string err;
 };
@@ -157,8 +169,6 @@ static float gguf_float(const gguf_context * g, const std::string & key, float d
     }
 }
 
-struct file_closer { void operator()(FILE * f) const { if (f) fclose(f); } };
-
 struct gguf_source {
     gguf_context * g = nullptr;
     FILE *         f = nullptr;
@@ -166,7 +176,7 @@ struct gguf_source {
 
     int64_t find(const std::string & name) const { return gguf_find_tensor(g, name.c_str()); }
 
-    // ggml shape of tensor `id` from the GGUF header (via a throwaway meta ctx)
+    // raw bytes of tensor `id` (its GGUF type and layout)
     std::vector<uint8_t> read(int64_t id) const {
         const size_t off  = gguf_get_data_offset(g) + gguf_get_tensor_offset(g, id);
         const size_t size = gguf_get_tensor_size(g, id);
@@ -211,7 +221,6 @@ struct weight_loader {
     empo_model &  m;
     gguf_source & src;
     std::vector<pending_upload> uploads;
-    std::vector<std::pair<ggml_tensor *, ggml_tensor *>> transposes; // (W, Wᵀ) to fill from W's bytes
 
     // 1-D tensor (norm weight or bias) stored as F32 [n]
     ggml_tensor * vec(const std::string & name, int64_t n, bool required = true) {
@@ -252,7 +261,9 @@ struct weight_loader {
             std::vector<float> f = to_f32(raw, type, n0 * n1);
             raw.assign((const uint8_t *) f.data(), (const uint8_t *) (f.data() + f.size()));
         }
-        if (want_t) {
+        if (want_t && m.cfg.transpose_in_graph) {
+            m.transposed[t] = nullptr; // frozen; Wᵀ is made inside each training graph
+        } else if (want_t) {
             ggml_tensor * tt = ggml_new_tensor_2d(m.ctx_w, st, n1, n0);
             ggml_set_name(tt, (name + ".T").c_str());
             uploads.push_back({tt, transpose_bytes(raw, n0, n1, ggml_type_size(st))});
@@ -331,7 +342,7 @@ static void load_model(empo_model & m, const char * path) {
         m.ctx_p = ggml_init(pp);
         if (!m.ctx_w || !m.ctx_p) throw empo_error(EMPO_ERR_BACKEND, "ggml_init failed");
     }
-    weight_loader wl{m, src, {}, {}};
+    weight_loader wl{m, src, {}};
     {
         // the token embedding: get_rows reads any type; keep F32/F16
         const bool tied_t = hp.tied && !ag;
@@ -394,13 +405,6 @@ static void load_model(empo_model & m, const char * path) {
 
 // ---------------------------------------------------------------- graph
 
-struct graph_inputs {
-    ggml_tensor * tokens;  // [N] I32
-    ggml_tensor * pos;     // [N] I32
-    ggml_tensor * mask;    // [T, T] F32 causal (0 / -inf)
-    ggml_tensor * rows;    // [M] I32
-    ggml_tensor * tidx;    // [M] I32, j*V + target_j into z viewed as [1, V*M]
-};
 
 // y = W·x + s·B·(A·x)   x: [n_in, N] -> [n_out, N]
 static ggml_tensor * linear_forward(ggml_context * ctx, const empo_linear & lin, float s, ggml_tensor * x) {
@@ -492,7 +496,7 @@ static void build_forward(empo_model & m, ggml_context * ctx, int B, int T, int 
 }
 
 // Replace autograd's dX = OUT_PROD(W, dYᵀ) through frozen W by MUL_MAT(Wᵀ, dY).
-static int rewrite_frozen_backward(empo_model & m, ggml_cgraph * gb) {
+static int rewrite_frozen_backward(empo_model & m, ggml_context * ctx, ggml_cgraph * gb) {
     int n = 0;
     for (int i = 0; i < ggml_graph_n_nodes(gb); ++i) {
         ggml_tensor * t = ggml_graph_node(gb, i);
@@ -502,16 +506,41 @@ static int rewrite_frozen_backward(empo_model & m, ggml_cgraph * gb) {
         ggml_tensor * dyT = t->src[1];                        // transpose(dY): [N, n_out]
         if (dyT->op != GGML_OP_TRANSPOSE) continue;
         ggml_tensor * dy = dyT->src[0];                       // [n_out, N]
-        ggml_tensor * wt = it->second;                        // [n_out, n_in]
-        if (!ggml_is_contiguous(dy) || dy->ne[0] != wt->ne[0] || t->ne[0] != wt->ne[1] || t->ne[1] != dy->ne[1] ||
+        ggml_tensor * w  = t->src[0];                         // [n_in, n_out]
+        if (!ggml_is_contiguous(dy) || dy->ne[0] != w->ne[1] || t->ne[0] != w->ne[0] || t->ne[1] != dy->ne[1] ||
             dy->ne[2] != 1 || dy->ne[3] != 1 || t->type != GGML_TYPE_F32) {
             continue;
         }
+        ggml_tensor * wt = it->second;                        // [n_out, n_in]
+        if (!wt) wt = ggml_cont(ctx, ggml_transpose(ctx, w)); // transient copy, freed after use
         t->op     = GGML_OP_MUL_MAT;                          // t: [n_in, N] = Wᵀ·dY
         t->src[0] = wt;
         t->src[1] = dy;
         memset(t->op_params, 0, sizeof(t->op_params));
         ++n;
+    }
+    return n;
+}
+
+// ggml-alloc may compute an in-place-capable op into the memory of a parent
+// that has no other pending child. RMS_NORM_BACK (CPU: dx := x; dx *= k;
+// dx += dz) is wrong when dx aliases dz, and SOFT_MAX_BACK (dx := dy; ...;
+// dx *= y) is wrong when dx aliases y. We measured the first: gradients
+// through every RMSNorm were garbage. Pin both operands of these nodes with a
+// zero-cost view in an unused src slot: a parent with a live view is never
+// reused in place (ggml_gallocr_allocate_node), and the view dies with the node.
+static int pin_backward_operands(ggml_context * ctx, ggml_cgraph * g) {
+    int n = 0;
+    for (int i = 0; i < ggml_graph_n_nodes(g); ++i) {
+        ggml_tensor * t = ggml_graph_node(g, i);
+        if (t->op != GGML_OP_RMS_NORM_BACK && t->op != GGML_OP_SOFT_MAX_BACK) continue;
+        for (int j = 0; j < 2; ++j) {
+            ggml_tensor * src = t->src[j];
+            const int slot = GGML_MAX_SRC - 1 - j;
+            if (!src || t->src[slot]) continue;
+            t->src[slot] = ggml_view_1d(ctx, src, 1, 0);
+            ++n;
+        }
     }
     return n;
 }
@@ -535,12 +564,10 @@ static void compute_range(empo_model & m, int i0, int i1) {
 static void set_inputs(empo_model & m, const empo_batch & b) {
     const int T = b.T, M = b.M;
     const int64_t N = (int64_t) b.B * T, V = m.info.n_vocab;
-    ggml_tensor * tokens = ggml_graph_get_tensor(m.graph, "in_tokens");
-    ggml_tensor * pos    = ggml_graph_get_tensor(m.graph, "in_pos");
-    ggml_tensor * mask   = ggml_graph_get_tensor(m.graph, "in_mask");
-    ggml_tensor * rows   = ggml_graph_get_tensor(m.graph, "in_rows");
-    ggml_tensor * tidx   = ggml_graph_get_tensor(m.graph, "in_tidx");
-    if (!tokens || !pos || !mask || !rows || !tidx) throw empo_error(EMPO_ERR_INTERNAL, "graph inputs not found");
+    ggml_tensor * tokens = m.in.tokens, * pos = m.in.pos, * mask = m.in.mask, * rows = m.in.rows, * tidx = m.in.tidx;
+    if (!tokens->buffer || !pos->buffer || !mask->buffer || !rows->buffer || !tidx->buffer) {
+        throw empo_error(EMPO_ERR_INTERNAL, "graph inputs not allocated");
+    }
     ggml_backend_tensor_set(tokens, b.tokens, 0, N * sizeof(int32_t));
     ggml_backend_tensor_set(pos,    b.pos,    0, N * sizeof(int32_t));
     std::vector<float> mk((size_t) T * T);
@@ -582,6 +609,7 @@ static void forward(empo_model & m, const empo_batch & b, bool with_backward, fl
     graph_inputs in{};
     ggml_tensor *lp = nullptr, *en = nullptr;
     build_forward(m, ctx, B, T, M, in, &lp, &en);
+    m.in = in;
     ggml_set_name(in.tokens, "in_tokens");
     ggml_set_name(in.pos,    "in_pos");
     ggml_set_name(in.mask,   "in_mask");
@@ -623,7 +651,8 @@ static void forward(empo_model & m, const empo_batch & b, bool with_backward, fl
         m.t_lgrad = ggml_graph_get_grad_acc(gf, loss); // [1], seeded with 1
         if (!m.t_lgrad) throw empo_error(EMPO_ERR_INTERNAL, "no loss gradient");
         ggml_set_input(m.t_lgrad);
-        if (!m.cfg.autograd_frozen) m.n_rewritten = rewrite_frozen_backward(m, gf);
+        if (!m.cfg.autograd_frozen) m.n_rewritten = rewrite_frozen_backward(m, ctx, gf);
+        m.n_pinned = pin_backward_operands(ctx, gf);
 
         // rebuild the computed graph from the outputs so leafs and use counts
         // reflect the rewrite; forward nodes stay first (same DFS order)
@@ -680,6 +709,7 @@ struct empo_model_params empo_model_default_params(void) {
     p.n_threads       = 1;
     p.device          = 0;
     p.autograd_frozen = false;
+    p.transpose_in_graph = false;
     p.lora_rank       = 8;
     p.lora_alpha      = 16.0f;
     p.lora_targets    = (1u << EMPO_TARGET_COUNT) - 1;
@@ -759,6 +789,8 @@ int empo_model_get_mem(const struct empo_model * m, struct empo_model_mem * mem)
     mem->params       = m->buf_p ? (int64_t) ggml_backend_buffer_get_size(m->buf_p) : 0;
     mem->compute_peak = m->compute_peak;
     mem->compute_last = m->compute_last;
+    mem->n_rewritten  = m->n_rewritten;
+    mem->n_pinned     = m->n_pinned;
     return EMPO_OK;
 }
 
@@ -825,6 +857,11 @@ int empo_model_backward(struct empo_model * m, const float * c_logp, const float
             throw;
         }
     })
+}
+
+int empo_model_drop_graph(struct empo_model * m) {
+    if (!m) return EMPO_ERR_CONFIG;
+    EMPO_TRY(m, drop_graph(*m))
 }
 
 } // extern "C"

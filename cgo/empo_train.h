@@ -42,6 +42,7 @@ struct empo_model_params {
     int      n_threads;       // CPU threads (>= 1)
     int      device;          // 0 = CPU, 1 = GPU (error if none), 2 = GPU if available else CPU
     bool     autograd_frozen; // true: dX through frozen linears by autograd OUT_PROD (weights made F32)
+    bool     transpose_in_graph; // true: no stored Wᵀ copies; each training graph transposes W before use
     int      lora_rank;       // r >= 1
     float    lora_alpha;      // scale = alpha/r (alpha == 0: scale 1, llama.cpp convention)
     uint32_t lora_targets;    // bit mask of enum empo_target
@@ -65,6 +66,8 @@ struct empo_model_mem {
     int64_t params;          // LoRA params + gradient accumulators
     int64_t compute_peak;    // largest compute buffer so far
     int64_t compute_last;    // compute buffer of the last graph
+    int32_t n_rewritten;     // OUT_PROD(W, dYᵀ) nodes turned into MUL_MAT(Wᵀ, dY) in the last training graph
+    int32_t n_pinned;        // RMS_NORM_BACK / SOFT_MAX_BACK operands pinned against in-place aliasing
 };
 
 struct empo_model;
@@ -112,6 +115,9 @@ int empo_model_forward(struct empo_model * m, const struct empo_batch * batch, b
 // d/dθ Σ_j (c_logp[j]·logp[j] + c_ent[j]·ent[j]) into the gradient accumulators.
 // c_logp, c_ent: [M] (dL/dlogp and dL/dent from the objective).
 int empo_model_backward(struct empo_model * m, const float * c_logp, const float * c_ent);
+
+// Drop a pending forward(with_backward) graph without running its backward.
+int empo_model_drop_graph(struct empo_model * m);
 
 #ifdef __cplusplus
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/empo2/empo2/modelgen"
+	"github.com/rs/zerolog"
 )
 
 func fmtCfg(c modelgen.Config) string {
@@ -15,6 +16,9 @@ func fmtCfg(c modelgen.Config) string {
 func osMkdirTemp() (string, error) { return os.MkdirTemp("", "empo2-cgo-test-") }
 
 func TestMain(m *testing.M) {
+	if os.Getenv("EMPO2_LLAMA_LOG") == "" {
+		zerolog.SetGlobalLevel(zerolog.WarnLevel) // llama.cpp's load chatter
+	}
 	code := m.Run()
 	if modelDir != "" {
 		os.RemoveAll(modelDir)

@@ -101,6 +101,7 @@ func Load(path string, lora LoRAConfig, opts Options) (*Model, error) {
 		return nil, fmt.Errorf("%w: device %q (want cpu, gpu or auto)", ErrConfig, opts.Device)
 	}
 	p.autograd_frozen = C.bool(opts.AutogradFrozenBackward)
+	p.transpose_in_graph = C.bool(opts.TransposeInGraph)
 	if opts.MaxTokens < 0 {
 		return nil, fmt.Errorf("%w: MaxTokens %d < 0", ErrConfig, opts.MaxTokens)
 	}
@@ -320,6 +321,7 @@ func (M *Model) MemoryBytes() MemoryStats {
 	return MemoryStats{
 		Weights: int64(cm.weights), Transposed: int64(cm.transposed), Params: int64(cm.params),
 		Compute: int64(cm.compute_peak), ComputeLast: int64(cm.compute_last), PaddedTokens: m.last,
+		Rewritten: int(cm.n_rewritten), Pinned: int(cm.n_pinned),
 	}
 }
 
@@ -398,11 +400,7 @@ func (m *model) forward(p *packed, withBackward bool) (logp, ent []float32, err 
 	}
 	for j := range logp {
 		if !finite32(logp[j]) || !finite32(ent[j]) {
-			if withBackward {
-				// drop the pending graph: a zero backward adds nothing
-				z := make([]float32, M)
-				C.empo_model_backward(m.c, (*C.float)(unsafe.Pointer(&z[0])), (*C.float)(unsafe.Pointer(&z[0])))
-			}
+			C.empo_model_drop_graph(m.c) // the pending backward is abandoned
 			return nil, nil, fmt.Errorf("%w: the forward pass produced log-prob %v / entropy %v", ErrNonFinite, logp[j], ent[j])
 		}
 	}
@@ -419,7 +417,8 @@ func (M *Model) LogProbs(tokens []int32) ([]float32, error) {
 	return out[0], nil
 }
 
-// LogProbsBatch is LogProbs for several sequences in one graph.
+// LogProbsBatch is LogProbs for several sequences, batched into as few
+// graphs as the memory caps allow (a sequence is never split).
 func (M *Model) LogProbsBatch(seqs [][]int32) ([][]float32, error) {
 	m, err := M.lock()
 	if err != nil {
@@ -434,31 +433,52 @@ func (M *Model) LogProbsBatch(seqs [][]int32) ([][]float32, error) {
 			return nil, fmt.Errorf("%w: sequence %d has %d tokens (need ≥ 2)", ErrShape, i, len(s))
 		}
 	}
-	p, err := m.pack(seqs, func(b int) []int {
-		r := make([]int, 0, len(seqs[b])-1)
-		for t := 1; t < len(seqs[b]); t++ {
-			r = append(r, t)
-		}
-		return r
-	})
-	if err != nil {
-		return nil, err
-	}
-	logp, _, err := m.forward(p, false)
-	if err != nil {
-		return nil, err
-	}
+	// chunk so that one graph's [V, M] head buffers stay ≲ 1 GiB and the
+	// padded batch within MaxTokens (a sequence is never split)
+	maxRows := max(64, (1<<30)/(20*m.info.Vocab))
 	out := make([][]float32, len(seqs))
-	j := 0
-	for b, s := range seqs {
-		out[b] = make([]float32, len(s))
-		for t := 1; t < len(s); t++ {
-			out[b][t] = logp[j]
-			j++
+	for lo := 0; lo < len(seqs); {
+		hi, rows, T := lo, 0, 0
+		for hi < len(seqs) {
+			r, t := len(seqs[hi])-1, max(T, len(seqs[hi]))
+			if hi > lo && (rows+r > maxRows || t*(hi-lo+1) > m.maxTokens()) {
+				break
+			}
+			rows, T = rows+r, t
+			hi++
 		}
+		group := seqs[lo:hi]
+		p, err := m.pack(group, func(b int) []int {
+			r := make([]int, 0, len(group[b])-1)
+			for t := 1; t < len(group[b]); t++ {
+				r = append(r, t)
+			}
+			return r
+		})
+		if err != nil {
+			return nil, err
+		}
+		logp, _, err := m.forward(p, false)
+		if err != nil {
+			return nil, err
+		}
+		j := 0
+		for b, s := range group {
+			o := make([]float32, len(s))
+			for t := 1; t < len(s); t++ {
+				o[t] = logp[j]
+				j++
+			}
+			out[lo+b] = o
+		}
+		lo = hi
 	}
 	return out, nil
 }
+
+// logpSlack tolerates log-probs a rounding error above 0 (p ≈ 1 computed as
+// logit − logsumexp); anything larger is not a log-probability.
+const logpSlack = 1e-3
 
 func validateSequence(i int, s *Sequence, obj Objective, V int) error {
 	L := len(s.Tokens)
@@ -487,13 +507,13 @@ func validateSequence(i int, s *Sequence, obj Objective, V int) error {
 		if !s.Trained[t] {
 			continue
 		}
-		if !finite32(s.OldLogp[t]) || s.OldLogp[t] > 0 {
+		if !finite32(s.OldLogp[t]) || s.OldLogp[t] > logpSlack {
 			return fmt.Errorf("%w: sequence %d: OldLogp[%d] = %v (must be finite and ≤ 0)", ErrNonFinite, i, t, s.OldLogp[t])
 		}
 		if !finite32(s.Advantage[t]) {
 			return fmt.Errorf("%w: sequence %d: Advantage[%d] = %v", ErrNonFinite, i, t, s.Advantage[t])
 		}
-		if s.RefLogp != nil && obj.KLCoef != 0 && (!finite32(s.RefLogp[t]) || s.RefLogp[t] > 0) {
+		if s.RefLogp != nil && obj.KLCoef != 0 && (!finite32(s.RefLogp[t]) || s.RefLogp[t] > logpSlack) {
 			return fmt.Errorf("%w: sequence %d: RefLogp[%d] = %v", ErrNonFinite, i, t, s.RefLogp[t])
 		}
 	}
@@ -646,8 +666,4 @@ func (m *model) objective(batch []Sequence, obj Objective, lossScale float32, wi
 		return st, statusErr(rc, C.GoString(C.empo_model_last_error(m.c)))
 	}
 	return st, nil
-}
-
-func debugBackward(m *model, c, e []float32) C.int {
-	return C.empo_model_backward(m.c, (*C.float)(unsafe.Pointer(&c[0])), (*C.float)(unsafe.Pointer(&e[0])))
 }

@@ -15,16 +15,16 @@ import (
 
 // sampleKVs covers every value kind, in a fixed order.
 var sampleKVs = []ggmlref.KV{
-	{"general.architecture", "qwen2"},
-	{"k.u8", uint8(200)}, {"k.i8", int8(-100)}, {"k.u16", uint16(60000)}, {"k.i16", int16(-30000)},
-	{"k.u32", uint32(4000000000)}, {"k.i32", int32(-2000000000)}, {"k.f32", float32(3.25)},
-	{"k.bool", true}, {"k.str", "héllo world"}, {"k.u64", uint64(1) << 63}, {"k.i64", int64(-1) << 62},
-	{"k.f64", math.Pi},
-	{"a.u8", []uint8{1, 2, 255}}, {"a.i8", []int8{-1, 0, 127}}, {"a.u16", []uint16{1, 65535}},
-	{"a.i16", []int16{-5, 5}}, {"a.u32", []uint32{7, 8, 9}}, {"a.i32", []int32{-7, 8, -9}},
-	{"a.f32", []float32{1.5, -2.5}}, {"a.bool", []bool{true, false, true}},
-	{"a.str", []string{"a", "", "ĠHello Ġworld"}}, {"a.u64", []uint64{1 << 40}},
-	{"a.i64", []int64{-1 << 40}}, {"a.f64", []float64{math.E}}, {"a.empty", []int32{}},
+	{Key: "general.architecture", Value: "qwen2"},
+	{Key: "k.u8", Value: uint8(200)}, {Key: "k.i8", Value: int8(-100)}, {Key: "k.u16", Value: uint16(60000)}, {Key: "k.i16", Value: int16(-30000)},
+	{Key: "k.u32", Value: uint32(4000000000)}, {Key: "k.i32", Value: int32(-2000000000)}, {Key: "k.f32", Value: float32(3.25)},
+	{Key: "k.bool", Value: true}, {Key: "k.str", Value: "héllo world"}, {Key: "k.u64", Value: uint64(1) << 63}, {Key: "k.i64", Value: int64(-1) << 62},
+	{Key: "k.f64", Value: math.Pi},
+	{Key: "a.u8", Value: []uint8{1, 2, 255}}, {Key: "a.i8", Value: []int8{-1, 0, 127}}, {Key: "a.u16", Value: []uint16{1, 65535}},
+	{Key: "a.i16", Value: []int16{-5, 5}}, {Key: "a.u32", Value: []uint32{7, 8, 9}}, {Key: "a.i32", Value: []int32{-7, 8, -9}},
+	{Key: "a.f32", Value: []float32{1.5, -2.5}}, {Key: "a.bool", Value: []bool{true, false, true}},
+	{Key: "a.str", Value: []string{"a", "", "ĠHello Ġworld"}}, {Key: "a.u64", Value: []uint64{1 << 40}},
+	{Key: "a.i64", Value: []int64{-1 << 40}}, {Key: "a.f64", Value: []float64{math.E}}, {Key: "a.empty", Value: []int32{}},
 }
 
 func sampleTensors() []ggmlref.Tensor {
@@ -112,7 +112,7 @@ func TestGoWrittenReadByGGML(t *testing.T) {
 	compare(t, p)
 
 	// non-default alignment
-	kvs := append([]ggmlref.KV{{"general.alignment", uint32(64)}}, sampleKVs...)
+	kvs := append([]ggmlref.KV{{Key: "general.alignment", Value: uint32(64)}}, sampleKVs...)
 	p64 := filepath.Join(dir, "go64.gguf")
 	writeGo(t, p64, kvs, sampleTensors())
 	compare(t, p64)

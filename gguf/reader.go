@@ -26,13 +26,18 @@ type File struct {
 	types   map[string]ValueType // value type (element type for arrays)
 	tensors map[string]int
 
-	mu sync.Mutex
-	f  *os.File
+	mu     sync.Mutex
+	ra     io.ReaderAt // nil once closed
+	closer io.Closer   // the os.File for Open, nil for OpenReader
 }
 
 // maxPrealloc bounds the capacity reserved up front for an array read from
 // the file; longer arrays grow by append as their elements are actually read.
 const maxPrealloc = 1 << 16
+
+// MaxStringLen is the longest metadata string (key or value) the reader
+// accepts; real files hold names, tokens and templates of a few KB at most.
+const MaxStringLen = 256 << 20
 
 type reader struct {
 	r    *bufio.Reader
@@ -96,6 +101,9 @@ func (r *reader) str(what string) (string, error) {
 	}
 	if n > r.remaining() {
 		return "", fmt.Errorf("%w: %s length %d exceeds the %d bytes left at offset %d", ErrTruncated, what, n, r.remaining(), r.pos)
+	}
+	if n > MaxStringLen {
+		return "", fmt.Errorf("%w: %s length %d exceeds %d", ErrCorrupt, what, n, MaxStringLen)
 	}
 	b := make([]byte, n)
 	if _, err := io.ReadFull(r.r, b); err != nil {
@@ -221,31 +229,43 @@ func Open(path string) (*File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gguf: %w", err)
 	}
-	f, err := parse(osf, path)
+	st, err := osf.Stat()
+	if err != nil {
+		osf.Close()
+		return nil, fmt.Errorf("gguf: %w", err)
+	}
+	if !st.Mode().IsRegular() {
+		osf.Close()
+		return nil, fmt.Errorf("%s: %w: not a regular file", path, ErrNotGGUF)
+	}
+	f, err := parse(osf, st.Size(), path)
 	if err != nil {
 		osf.Close()
 		return nil, err
 	}
+	f.closer = osf
 	return f, nil
 }
 
-func parse(osf *os.File, path string) (*File, error) {
-	st, err := osf.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("gguf: %w", err)
+// OpenReader parses a GGUF held by r (size bytes), e.g. a bytes.Reader.
+// Close is a no-op for it.
+func OpenReader(r io.ReaderAt, size int64) (*File, error) {
+	if size < 0 {
+		return nil, fmt.Errorf("%w: negative size", ErrCorrupt)
 	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%w: %s is not a regular file", ErrNotGGUF, path)
-	}
-	size := uint64(st.Size())
-	r := &reader{r: bufio.NewReaderSize(osf, 1<<16), size: size}
+	return parse(r, size, "gguf reader")
+}
+
+func parse(ra io.ReaderAt, fsize int64, path string) (*File, error) {
+	size := uint64(fsize)
+	r := &reader{r: bufio.NewReaderSize(io.NewSectionReader(ra, 0, fsize), 1<<16), size: size}
 	f := &File{
 		Path:      path,
-		Size:      st.Size(),
+		Size:      fsize,
 		kv:        map[string]any{},
 		types:     map[string]ValueType{},
 		tensors:   map[string]int{},
-		f:         osf,
+		ra:        ra,
 		Alignment: DefaultAlignment,
 	}
 	wrap := func(err error) error { return fmt.Errorf("%s: %w", path, err) }
@@ -279,7 +299,7 @@ func parse(osf *os.File, path string) (*File, error) {
 	if nTensors > r.remaining()/24 {
 		return nil, wrap(fmt.Errorf("%w: %d tensors cannot fit in %d bytes", ErrTruncated, nTensors, size))
 	}
-	f.keys = make([]string, 0, nKV)
+	f.keys = make([]string, 0, min(nKV, maxPrealloc))
 	for i := uint64(0); i < nKV; i++ {
 		key, err := r.str(fmt.Sprintf("key #%d", i))
 		if err != nil {
@@ -314,8 +334,8 @@ func parse(osf *os.File, path string) (*File, error) {
 		f.Alignment = uint64(a)
 	}
 
-	f.Tensors = make([]TensorInfo, 0, nTensors)
-	sizes := make([]uint64, 0, nTensors)
+	f.Tensors = make([]TensorInfo, 0, min(nTensors, maxPrealloc))
+	sizes := make([]uint64, 0, min(nTensors, maxPrealloc))
 	for i := uint64(0); i < nTensors; i++ {
 		name, err := r.str(fmt.Sprintf("tensor #%d name", i))
 		if err != nil {
@@ -375,12 +395,14 @@ func pad(x, a uint64) uint64 { return (x + a - 1) / a * a }
 func (f *File) Close() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.f == nil {
+	if f.ra == nil {
 		return nil
 	}
-	err := f.f.Close()
-	f.f = nil
-	return err
+	f.ra = nil
+	if f.closer != nil {
+		return f.closer.Close()
+	}
+	return nil
 }
 
 // Keys returns the metadata keys in file order.
@@ -524,11 +546,11 @@ func (f *File) ReadTensorRaw(name string) ([]byte, error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.f == nil {
+	if f.ra == nil {
 		return nil, fmt.Errorf("gguf: %s: %w", f.Path, os.ErrClosed)
 	}
 	buf := make([]byte, ti.Size())
-	if _, err := f.f.ReadAt(buf, int64(f.DataOffset+ti.Offset)); err != nil {
+	if _, err := f.ra.ReadAt(buf, int64(f.DataOffset+ti.Offset)); err != nil {
 		return nil, fmt.Errorf("%w: tensor %q: %v", ErrTruncated, name, err)
 	}
 	return buf, nil

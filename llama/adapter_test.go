@@ -43,7 +43,7 @@ func TestAdapterMatchesMerged(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer mm.Close()
-		mc, err := NewContext(mm, ContextParams{NCtx: 256})
+		mc, err := NewContext(mm, ContextParams{NCtx: 256, Threads: 1})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -198,3 +198,20 @@ func fuzzFlips() int {
 	}
 	return 40
 }
+
+// TestContextParamsNoAbort creates contexts with awkward size combinations
+// (NSeqMax not dividing NBatch, tiny batches), which must not abort.
+func TestContextParamsNoAbort(t *testing.T) {
+	m := loadTiny(t)
+	for _, emb := range []bool{false, true} {
+		for _, p := range []ContextParams{{NSeqMax: 3, NBatch: 64, NCtx: 64}, {NSeqMax: 3, NBatch: 64, NCtx: 64, KVUnified: true}, {NSeqMax: 5, NBatch: 7}, {NSeqMax: 4, NBatch: 64}, {NSeqMax: 7, NBatch: 100, NCtx: 100}, {NSeqMax: 3, NBatch: 256, NCtx: 256}} {
+			p.Embeddings = emb
+			t.Logf("%+v", p)
+			c, err := NewContext(m, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Close()
+		}
+	}
+}

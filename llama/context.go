@@ -100,6 +100,16 @@ func NewContext(model *Model, p ContextParams) (*Context, error) {
 	case int64(p.NCtx)*int64(p.NSeqMax) > 1<<26:
 		return nil, fmt.Errorf("%w: NCtx*NSeqMax too large", ErrInvalidArgument)
 	}
+	if p.Embeddings {
+		// llama.cpp reserves its worst-case pooled graph with n_ubatch
+		// tokens over NSeqMax sequences; when NSeqMax does not divide it,
+		// the rounded-up graph fails GGML_ASSERT(ggml_can_mul_mat) and
+		// aborts. Round up here.
+		p.NBatch = (p.NBatch + p.NSeqMax - 1) / p.NSeqMax * p.NSeqMax
+		if p.NBatch > p.NCtx*p.NSeqMax {
+			return nil, fmt.Errorf("%w: embeddings need NBatch (%d) <= NCtx*NSeqMax (%d)", ErrInvalidArgument, p.NBatch, p.NCtx*p.NSeqMax)
+		}
+	}
 	cp := C.llama_context_default_params()
 	cp.n_ctx = C.uint32_t(p.NCtx * p.NSeqMax)
 	cp.n_batch = C.uint32_t(p.NBatch)
@@ -255,6 +265,16 @@ func (c *Context) logits(i int) ([]float32, error) {
 		return nil, fmt.Errorf("%w: no logits for batch index %d", ErrDecode, i)
 	}
 	return unsafe.Slice((*float32)(unsafe.Pointer(p)), c.model.info.NVocab), nil
+}
+
+// allLogits returns the logits of the last decode when every one of its n
+// batch entries requested logits: n rows of n_vocab, in batch order.
+func (c *Context) allLogits(n int) ([]float32, error) {
+	p := C.llama_get_logits(c.c)
+	if p == nil {
+		return nil, fmt.Errorf("%w: no logits", ErrDecode)
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(p)), n*c.model.info.NVocab), nil
 }
 
 // Logits decodes tokens (teacher forcing, one sequence from an empty cache)

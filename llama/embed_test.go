@@ -15,7 +15,7 @@ func dot(a, b []float32) float64 {
 }
 
 func TestEmbedder(t *testing.T) {
-	e, err := NewEmbedder(tinyPath, EmbedderOptions{Batch: 3, MaxTokens: 64})
+	e, err := NewEmbedder(tinyPath, EmbedderOptions{Batch: 3, MaxTokens: 64, Threads: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

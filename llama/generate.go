@@ -102,7 +102,7 @@ func (c *Context) Generate(ctx context.Context, prompt []int32, p SampleParams) 
 			return
 		}
 		before := len(x.text)
-		x.text = vocab.piece(tok, true, x.text)
+		x.text = append(x.text, vocab.pieces[tok]...)
 		if maxStop > 0 {
 			from := max(0, before-maxStop+1)
 			for _, stop := range p.Stop {
@@ -151,12 +151,13 @@ func (c *Context) Generate(ctx context.Context, prompt []int32, p SampleParams) 
 		if err := c.decode(len(active)); err != nil {
 			return nil, err
 		}
+		all, err := c.allLogits(len(active))
+		if err != nil {
+			return nil, err
+		}
+		V := c.model.info.NVocab
 		for k, i := range active {
-			l, err := c.logits(k)
-			if err != nil {
-				return nil, err
-			}
-			tok, lp, err := st[i].s.sample(l)
+			tok, lp, err := st[i].s.sample(all[k*V : (k+1)*V])
 			if err != nil {
 				return nil, err
 			}

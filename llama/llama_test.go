@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -299,4 +300,14 @@ func TestStopAndEOG(t *testing.T) {
 		}
 	}
 	t.Fatalf("no EOG sampled in 200 tries at temperature 3")
+}
+
+func TestDevicesAndBackend(t *testing.T) {
+	devs := Devices()
+	if len(devs) == 0 || devs[0].Kind != "cpu" {
+		t.Fatalf("devices %+v: want the CPU first", devs)
+	}
+	if err := LoadBackend(filepath.Join(t.TempDir(), "libggml-nope.so")); !errors.Is(err, ErrModelLoad) {
+		t.Fatalf("missing backend library: %v", err)
+	}
 }

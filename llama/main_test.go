@@ -49,8 +49,14 @@ func loadTiny(t testing.TB) *Model {
 	return m
 }
 
+// newCtx creates a context for a test; Threads defaults to 1 because ggml's
+// spinning thread barrier is ~1000x slower when the test machine's few
+// cores are oversubscribed.
 func newCtx(t testing.TB, m *Model, p ContextParams) *Context {
 	t.Helper()
+	if p.Threads == 0 {
+		p.Threads = 1
+	}
 	c, err := NewContext(m, p)
 	if err != nil {
 		t.Fatal(err)

@@ -18,7 +18,7 @@ func (m memory) seqCopy(src, dst int) {
 
 // isEOG reports whether tok (already validated) ends generation.
 func (m *Model) isEOG(tok int32) bool {
-	return bool(C.llama_vocab_is_eog(m.vocab, C.llama_token(tok)))
+	return m.eog[tok]
 }
 
 func (c *Context) batchWantsLogits(i int) bool {

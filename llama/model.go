@@ -65,6 +65,8 @@ type Model struct {
 	path    string
 	info    ModelInfo
 	special SpecialTokens
+	pieces  []string // rendered text of every token (special tokens rendered)
+	eog     []bool   // end-of-generation tokens
 }
 
 // LoadModel loads a GGUF model file. Missing, truncated or corrupt files and
@@ -90,6 +92,7 @@ func LoadModel(path string, p ModelParams) (*Model, error) {
 	}
 	m := &Model{c: cm, vocab: C.llama_model_get_vocab(cm), path: path}
 	m.readInfo()
+	m.readVocab()
 	runtime.SetFinalizer(m, func(m *Model) { m.free() })
 	return m, nil
 }
@@ -142,6 +145,20 @@ func (m *Model) readInfo() {
 		ImEnd:   m.singleSpecial("<|im_end|>"),
 		AddBOS:  bool(C.llama_vocab_get_add_bos(m.vocab)),
 		AddEOS:  bool(C.llama_vocab_get_add_eos(m.vocab)),
+	}
+}
+
+// readVocab copies every token's piece and EOG flag out of C once, so that
+// generation and detokenization need no cgo call per token.
+func (m *Model) readVocab() {
+	n := m.info.NVocab
+	m.pieces = make([]string, n)
+	m.eog = make([]bool, n)
+	var buf []byte
+	for t := 0; t < n; t++ {
+		buf = m.piece(int32(t), true, buf[:0])
+		m.pieces[t] = string(buf)
+		m.eog[t] = bool(C.llama_vocab_is_eog(m.vocab, C.llama_token(t)))
 	}
 }
 
@@ -198,11 +215,7 @@ func (m *Model) IsEOG(tok int32) bool {
 	if tok < 0 || int(tok) >= m.info.NVocab {
 		return false
 	}
-	if err := m.acquire(); err != nil {
-		return false
-	}
-	defer m.release()
-	return bool(C.llama_vocab_is_eog(m.vocab, C.llama_token(tok)))
+	return m.eog[tok]
 }
 
 // acquire pins the C model for the duration of a call (until release).
@@ -313,7 +326,7 @@ func (m *Model) TokenPiece(tok int32) (string, error) {
 	if err := m.checkTokens([]int32{tok}); err != nil {
 		return "", err
 	}
-	return string(m.piece(tok, true, nil)), nil
+	return m.pieces[tok], nil
 }
 
 // piece appends the bytes of tok to dst.
@@ -343,7 +356,7 @@ func (m *Model) Detokenize(toks []int32) (string, error) {
 	}
 	var out []byte
 	for _, t := range toks {
-		out = m.piece(t, true, out)
+		out = append(out, m.pieces[t]...)
 	}
 	return string(out), nil
 }

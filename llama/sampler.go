@@ -79,16 +79,38 @@ func logSoftmaxStats(logits []float32, exps []float64) (mx float32, arg int, log
 	m := float64(mx)
 	if exps != nil {
 		for i, l := range logits {
-			e := math.Exp(float64(l) - m)
+			e := expNeg(float64(l) - m)
 			exps[i] = e
 			sum += e
 		}
 	} else {
 		for _, l := range logits {
-			sum += math.Exp(float64(l) - m)
+			sum += expNeg(float64(l) - m)
 		}
 	}
 	return mx, arg, math.Log(sum)
+}
+
+// expNeg is exp(x) for x <= 0 with relative error < 1e-9 (a degree-8
+// Taylor polynomial after reduction by ln 2), about 3x faster than
+// math.Exp; it returns 0 below -708 (exp < 1e-307, nothing next to the
+// max term's 1 in a softmax sum).
+func expNeg(x float64) float64 {
+	if x < -708 || x != x {
+		if x != x {
+			return x
+		}
+		return 0
+	}
+	const (
+		log2e = 1.4426950408889634
+		ln2hi = 6.93147180369123816490e-01
+		ln2lo = 1.90821492927058770002e-10
+	)
+	k := float64(int64(x*log2e - 0.5)) // round to nearest for x <= 0
+	r := x - k*ln2hi - k*ln2lo
+	p := 1 + r*(1+r*(1.0/2+r*(1.0/6+r*(1.0/24+r*(1.0/120+r*(1.0/720+r*(1.0/5040+r*(1.0/40320))))))))
+	return p * math.Float64frombits(uint64(int64(k)+1023)<<52)
 }
 
 // LogSoftmax returns log p(token) under logits (temperature 1, no

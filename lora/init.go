@@ -59,10 +59,20 @@ func ParseTargets(s string) ([]string, error) {
 }
 
 // TargetWeights lists the base tensors the targets select in base: every
-// "blk.<N>.<tensor>.weight" that is a 2-D matrix, sorted by name. It is an
-// error when a target selects no tensor at all.
+// "blk.<N>.<tensor>.weight" that is a 2-D matrix, ordered by block and then
+// by target in DefaultTargets order (q, k, v, o, gate, up, down), the order
+// in which the training graph (package cgo) lays out its parameters. It is
+// an error when a target selects no tensor at all.
 func TargetWeights(base *gguf.File, targets []string) ([]gguf.TensorInfo, error) {
-	var out []gguf.TensorInfo
+	type sel struct {
+		ti         gguf.TensorInfo
+		blk, order int
+	}
+	rank := map[string]int{}
+	for i, t := range DefaultTargets {
+		rank[t] = i
+	}
+	var out []sel
 	for _, t := range targets {
 		tn, ok := TargetTensors[t]
 		if !ok {
@@ -78,21 +88,31 @@ func TargetWeights(base *gguf.File, targets []string) ([]gguf.TensorInfo, error)
 			if !ok || name != tn+".weight" {
 				continue
 			}
-			if _, err := strconv.Atoi(blk); err != nil {
+			b, err := strconv.Atoi(blk)
+			if err != nil {
 				continue
 			}
 			if len(ti.Shape) != 2 {
 				return nil, fmt.Errorf("%w: %s has shape %v, want a matrix", ErrMismatch, ti.Name, ti.Shape)
 			}
-			out = append(out, ti)
+			out = append(out, sel{ti, b, rank[t]})
 			n++
 		}
 		if n == 0 {
 			return nil, fmt.Errorf("%w: target %q: the base model has no blk.N.%s.weight tensor", ErrMismatch, t, tn)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out, nil
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].blk != out[j].blk {
+			return out[i].blk < out[j].blk
+		}
+		return out[i].order < out[j].order
+	})
+	tis := make([]gguf.TensorInfo, len(out))
+	for i, s := range out {
+		tis[i] = s.ti
+	}
+	return tis, nil
 }
 
 // InitConfig configures Init.
@@ -108,8 +128,11 @@ type InitConfig struct {
 // W (ne = [in, out]), A (r×in) is uniform in ±1/√in, which is PEFT's
 // kaiming_uniform_(a=√5) (gain √(2/(1+5)), bound gain·√(3/in) = 1/√in; He et
 // al. 2015), and B (out×r) is zero, or uniform in ±1/√r with RandomB.
-// Values are drawn from math/rand/v2's PCG seeded with (Seed, 0x4c6f5241), pair
-// by pair in name order, A then B, so a seed fixes the adapter.
+// Values are drawn from math/rand/v2's PCG seeded with (Seed,
+// 0x9e3779b97f4a7c15), pair by pair in TargetWeights order, A then B (B
+// only with RandomB), element by element in ggml order: the same draws as
+// the training graph's own initialisation (cgo.Load with the same seed), so
+// `empo2 lora init --seed S` and a policy loaded with seed S start equal.
 func Init(base *gguf.File, cfg InitConfig) (*Adapter, error) {
 	if cfg.Rank < 1 || cfg.Rank > 1<<16 {
 		return nil, fmt.Errorf("%w: rank %d (want 1..65536)", ErrConfig, cfg.Rank)
@@ -132,7 +155,7 @@ func Init(base *gguf.File, cfg InitConfig) (*Adapter, error) {
 	if err != nil {
 		return nil, err
 	}
-	rng := rand.New(rand.NewPCG(cfg.Seed, 0x4c6f5241))
+	rng := rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15))
 	uniform := func(dst []float32, bound float64) {
 		for i := range dst {
 			dst[i] = float32((2*rng.Float64() - 1) * bound)
@@ -152,5 +175,6 @@ func Init(base *gguf.File, cfg InitConfig) (*Adapter, error) {
 		}
 		a.Pairs = append(a.Pairs, p)
 	}
+	a.Sort()
 	return a, nil
 }

@@ -56,9 +56,11 @@ func FromGGUFWith(f *gguf.File, opt ReadOptions) (*Adapter, error) {
 	}
 	a := &Adapter{Arch: arch, Meta: map[string]string{}}
 	if _, ok := f.Get(KeyAlpha); ok {
-		alpha, ok := f.Float32(KeyAlpha)
-		if !ok {
-			return nil, fmt.Errorf("%w: %s is not a float", ErrInvalid, KeyAlpha)
+		// llama.cpp reads it with gguf_get_val_f32, which aborts the
+		// process on any other type: only float32 is accepted.
+		alpha, _ := f.Float32(KeyAlpha)
+		if vt, isArr, _ := f.ValueType(KeyAlpha); vt != gguf.ValFloat32 || isArr {
+			return nil, fmt.Errorf("%w: %s has type %s, llama.cpp requires f32", ErrInvalid, KeyAlpha, vt)
 		}
 		a.Alpha = alpha
 	}

@@ -287,6 +287,7 @@ func TestReadMalformed(t *testing.T) {
 		{"missing half", okKV, map[string][]uint64{"blk.0.attn_q.weight.lora_a": {8, 2}}, ErrInvalid},
 		{"lora_a not transposed", okKV, map[string][]uint64{"blk.0.attn_q.weight.lora_a": {2, 8}, "blk.0.attn_q.weight.lora_b": {2, 8}}, ErrInvalid},
 		{"no pairs", okKV, map[string][]uint64{}, ErrInvalid},
+		{"f64 alpha (llama.cpp would abort)", with("adapter.lora.alpha", float64(1)), pair, ErrInvalid},
 	}
 	for _, c := range cases {
 		if _, err := Read(writeRaw(t, c.kv, c.tensors)); !errors.Is(err, c.want) {
@@ -433,4 +434,25 @@ func bitsEqual(a, b []float32) bool {
 		}
 	}
 	return true
+}
+
+func TestMergeRefusesQuantizedBase(t *testing.T) {
+	w := gguf.NewWriter()
+	w.AddKV("general.architecture", "qwen2")
+	// Q8_0: 32-element blocks of 34 bytes; W ne = [32, 2].
+	if err := w.AddTensorRaw("blk.0.attn_q.weight", []uint64{32, 2}, gguf.TypeQ8_0, make([]byte, 2*34)); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "q8.gguf")
+	if err := w.WriteFile(p); err != nil {
+		t.Fatal(err)
+	}
+	base := openT(t, p)
+	a, err := Init(base, InitConfig{Rank: 1, Alpha: 1, Targets: []string{"q"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Merge(base, a, filepath.Join(t.TempDir(), "m.gguf"), gguf.TypeF32); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("merge into Q8_0: %v", err)
+	}
 }

@@ -194,11 +194,14 @@ func (s *Store) mutate(ctx context.Context, ns string, f func(*sql.Tx) (int64, e
 	if s.isClosed() {
 		return 0, ErrClosed
 	}
+	var stale bool
+	var version int64
 	n, err := func() (int64, error) {
-		tx, err := s.db.BeginTx(ctx, nil)
+		tx, st, v, err := s.beginWrite(ctx)
 		if err != nil {
 			return 0, err
 		}
+		stale, version = st, v
 		defer tx.Rollback()
 		n, err := f(tx)
 		if err != nil {
@@ -213,7 +216,12 @@ func (s *Store) mutate(ctx context.Context, ns string, f func(*sql.Tx) (int64, e
 		}
 		return 0, classify(err)
 	}
-	if err := s.loadAll(ctx, ns); err != nil {
+	if stale {
+		err = s.resync(ctx, version)
+	} else {
+		err = s.loadAll(ctx, ns)
+	}
+	if err != nil {
 		return 0, err
 	}
 	return int(n), nil
@@ -323,9 +331,9 @@ func (s *Store) Import(ctx context.Context, r io.Reader) (ImportStats, error) {
 	if s.isClosed() {
 		return st, ErrClosed
 	}
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, stale, version, err := s.beginWrite(ctx)
 	if err != nil {
-		return st, classify(err)
+		return st, err
 	}
 	defer tx.Rollback()
 	embID, dim := s.Embedder()
@@ -374,7 +382,7 @@ func (s *Store) Import(ctx context.Context, r io.Reader) (ImportStats, error) {
 			restore()
 			return st, fmt.Errorf("namespace %q: %w", ns, err)
 		}
-		p, err := s.insert(ctx, tx, ns, prep, nil)
+		p, err := s.insert(ctx, tx, ns, prep)
 		if err != nil {
 			restore()
 			return st, err
@@ -386,8 +394,15 @@ func (s *Store) Import(ctx context.Context, r io.Reader) (ImportStats, error) {
 		return st, classify(err)
 	}
 	for _, p := range ps {
-		s.apply(p)
 		st.Added += len(p.ids)
+	}
+	if stale {
+		return st, s.resync(ctx, version)
+	}
+	for _, p := range ps {
+		if err := s.apply(ctx, p); err != nil {
+			return st, fmt.Errorf("memstore: committed, but reloading %q failed: %w", p.name, err)
+		}
 	}
 	return st, nil
 }

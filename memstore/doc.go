@@ -4,28 +4,45 @@
 // the episode that wrote it.
 //
 // Semantics follow the EMPO² reference: exact-duplicate contents are skipped
-// per namespace; a namespace holds at most Cap entries (default 1000) and the
+// per namespace; a namespace holds at most Cap entries (default 1000; WithCap
+// records it in the file, later opens without WithCap use the recorded one) and the
 // oldest (lowest id) are evicted first; Retrieve returns the entries whose
 // cosine similarity to the query is > Threshold (default 0.5), ordered by
 // score descending (or by similarity with OrderBySimilarity), top K (default
 // 10), together with Count, the number of entries above the threshold.
-// Result.IntrinsicReward is 1/(len(Entries)+1).
+// Result.IntrinsicReward is 1/(len(Entries)+1), n = the retrieved tips.
+//
+// API: Open(path, emb, WithCap/WithBusyTimeout/WithSyncFull) → *Store;
+// Add(ctx, ns, []Entry) (added, err) (Entry.Embedding, else the embedding
+// of Entry.Key, else of Entry.Content); Retrieve(ctx, ns, vec, Query) and
+// RetrieveText(ctx, ns, text, Query) → Result{Entries, Count} (RetrieveTexts
+// embeds many queries in one call); Stats, List,
+// Namespaces, Prune, Reset, Export/Import (JSONL Records), Check (integrity),
+// SetEmbedder, Close (idempotent). NewHashEmbedder(dim) is the built-in
+// embedder; BuiltinEmbedder(id) rebuilds it from a recorded ID. tips.go
+// holds the tip-writing side: TipRequest, CleanTip, EpisodeEntries (one entry
+// per episode step), FormatTips (the prompt block between TipsBegin and
+// TipsEnd) and StripTips (the prompt without it, for off-policy updates).
 //
 // Conventions:
-//   - Open(path, emb, opts...) creates or opens one database file (WAL,
-//     foreign keys, busy timeout, schema versioned by PRAGMA user_version and
-//     marked by PRAGMA application_id). A file that is not a SQLite database,
-//     or a SQLite database of another program, gives ErrNotStore; a damaged one
+//   - One database file: WAL, foreign keys, busy timeout, schema versioned by
+//     PRAGMA user_version (append-only migrations in schema.go) and marked by
+//     PRAGMA application_id. A file that is not SQLite, or a SQLite database of
+//     another program (left untouched), gives ErrNotStore; a damaged one
 //     ErrCorrupt; a newer schema ErrSchemaTooNew.
-//   - Embedders satisfy the Embedder interface structurally. The store records
-//     the embedder ID and dimension of the first embedder it sees and refuses
-//     any other with ErrEmbedderMismatch (also ErrDimMismatch for raw vectors
-//     of the wrong size). HashEmbedder is the built-in, model-free default.
+//   - Embedders satisfy Embedder structurally (the llama package's does). The
+//     store records the embedder ID and dimension of the first embedder it
+//     sees and refuses any other with ErrEmbedderMismatch (ErrDimMismatch for
+//     raw vectors of the wrong size); ErrNoEmbedder when text must be embedded
+//     but the store was opened with nil.
 //   - Each namespace keeps a contiguous, L2-normalized float32 matrix in RAM,
 //     loaded on Open and updated after every commit, so retrieval never touches
-//     SQL. Reads run concurrently (RWMutex per namespace); writes are
-//     serialized and committed one transaction per Add/Import call, so a crash
-//     loses at most the batch in flight. Only one process should write a
-//     file at a time: another process's writes are not seen until reopening.
+//     SQL; the scan uses an AVX2/FMA kernel on amd64 (pure Go elsewhere).
+//     Reads run concurrently (RWMutex per namespace); writes are serialized and
+//     committed one transaction per Add/Import call, so a crash loses at most
+//     the batch in flight. Several processes may share a file: every write
+//     goes through one connection whose PRAGMA data_version reveals other
+//     writers' commits, and the index is then reloaded; until this Store
+//     writes (or is reopened), its reads do not see other processes' writes.
 //   - Errors are typed sentinels wrapped with %w; test with errors.Is.
 package memstore

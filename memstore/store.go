@@ -11,6 +11,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -95,12 +96,20 @@ type Option func(*config)
 
 type config struct {
 	cap         int
+	capSet      bool
 	busyTimeout time.Duration
 	syncFull    bool
 }
 
-// WithCap sets the per-namespace capacity (default 1000); n <= 0 means no cap.
-func WithCap(n int) Option { return func(c *config) { c.cap = n } }
+// WithCap sets the per-namespace capacity and records it in the file;
+// n <= 0 means no cap. Without it, the file's recorded cap applies (1000,
+// DefaultCap, for a new file), so that an administrative open never evicts
+// by surprise.
+func WithCap(n int) Option {
+	return func(c *config) {
+		c.cap, c.capSet = max(n, 0), true
+	}
+}
 
 // WithBusyTimeout sets SQLite's busy timeout (default 5 s).
 func WithBusyTimeout(d time.Duration) Option { return func(c *config) { c.busyTimeout = d } }
@@ -112,11 +121,16 @@ func WithSyncFull() Option { return func(c *config) { c.syncFull = true } }
 // Store is an open memory database. All methods are safe for concurrent use.
 type Store struct {
 	path string
-	db   *sql.DB
+	db   *sql.DB   // pool for reads
+	w    *sql.Conn // the one connection that writes
 	emb  Embedder
 	cfg  config
 
 	wmu sync.Mutex // serializes writers (transaction + index update)
+	// dataVersion is w's PRAGMA data_version when the index was last known
+	// to match the file; a different value at the start of a write means
+	// another connection (process) committed, so the index is reloaded.
+	dataVersion int64 // guarded by wmu
 
 	mu     sync.RWMutex // guards the fields below
 	closed bool
@@ -145,18 +159,21 @@ func Open(path string, emb Embedder, opts ...Option) (*Store, error) {
 	if err := checkHeader(path); err != nil {
 		return nil, err
 	}
-	sync := "NORMAL"
+	syncMode := "NORMAL"
 	if cfg.syncFull {
-		sync = "FULL"
+		syncMode = "FULL"
 	}
-	dsn := fmt.Sprintf("file:%s?_foreign_keys=on&_busy_timeout=%d&_synchronous=%s&_txlock=immediate",
-		escapePath(path), cfg.busyTimeout.Milliseconds(), sync)
+	dsn := fmt.Sprintf("file:%s?_foreign_keys=on&_busy_timeout=%d&_synchronous=%s&_txlock=immediate&_cache_size=-65536",
+		escapePath(path), cfg.busyTimeout.Milliseconds(), syncMode)
 	db, err := sql.Open("sqlite3", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("memstore: open %s: %w", path, err)
 	}
 	s := &Store{path: path, db: db, emb: emb, cfg: cfg, ns: map[string]*nsIndex{}}
 	if err := s.init(); err != nil {
+		if s.w != nil {
+			s.w.Close()
+		}
 		db.Close()
 		return nil, fmt.Errorf("memstore: open %s: %w", path, err)
 	}
@@ -209,47 +226,29 @@ func classify(err error) error {
 
 func (s *Store) init() error {
 	ctx := context.Background()
-	if err := s.db.PingContext(ctx); err != nil {
+	var err error
+	if s.w, err = s.db.Conn(ctx); err != nil {
 		return classify(err)
 	}
-	var app, ver int
-	if err := s.db.QueryRowContext(ctx, "PRAGMA application_id").Scan(&app); err != nil {
-		return classify(err)
-	}
-	if err := s.db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&ver); err != nil {
-		return classify(err)
-	}
-	if app != appID {
-		var n int
-		if err := s.db.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_schema").Scan(&n); err != nil {
-			return classify(err)
+	// Several processes may open (and create) the file at once: SQLite then
+	// answers "busy" where its busy handler cannot wait; retry those.
+	deadline := time.Now().Add(s.cfg.busyTimeout)
+	for delay := time.Millisecond; ; delay = min(2*delay, 100*time.Millisecond) {
+		err := s.prepareSchema(ctx)
+		if err == nil || !isBusy(err) || time.Now().After(deadline) {
+			if err != nil {
+				return err
+			}
+			break
 		}
-		if app != 0 || ver != 0 || n > 0 {
-			return fmt.Errorf("%w: SQLite database of another program (application_id %#x, %d objects)", ErrNotStore, app, n)
-		}
-	}
-	// WAL is persistent in the file: switch only once the file is known to be ours.
-	var mode string
-	if err := s.db.QueryRowContext(ctx, "PRAGMA journal_mode = WAL").Scan(&mode); err != nil {
-		return classify(err)
-	}
-	if mode != "wal" {
-		return fmt.Errorf("memstore: cannot use WAL journal mode (got %q)", mode)
-	}
-	if ver > SchemaVersion {
-		return fmt.Errorf("%w: schema version %d, this program knows up to %d", ErrSchemaTooNew, ver, SchemaVersion)
-	}
-	if ver < SchemaVersion {
-		if err := s.migrate(ctx, ver); err != nil {
-			return err
-		}
+		time.Sleep(delay)
 	}
 	if err := s.loadMeta(ctx); err != nil {
 		return err
 	}
 	if s.emb != nil {
 		if s.embID == "" {
-			if err := s.bindEmbedder(ctx, s.db, s.emb.ID(), s.emb.Dim()); err != nil {
+			if err := s.bindEmbedder(ctx, s.w, s.emb.ID(), s.emb.Dim()); err != nil {
 				return err
 			}
 		} else if s.embID != s.emb.ID() || s.dim != s.emb.Dim() {
@@ -257,24 +256,131 @@ func (s *Store) init() error {
 				ErrEmbedderMismatch, s.embID, s.dim, s.emb.ID(), s.emb.Dim())
 		}
 	}
+	if err := s.initCap(ctx); err != nil {
+		return err
+	}
+	// Read the version before the rows: a commit in between is seen as a
+	// change at the next write (a spurious reload at worst).
+	if err := s.w.QueryRowContext(ctx, "PRAGMA data_version").Scan(&s.dataVersion); err != nil {
+		return classify(err)
+	}
 	return s.loadAll(ctx, "")
 }
 
-func (s *Store) migrate(ctx context.Context, from int) error {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
+// initCap settles the cap: WithCap's value (recorded), else the recorded
+// one, else DefaultCap (recorded).
+func (s *Store) initCap(ctx context.Context) error {
+	var v string
+	err := s.w.QueryRowContext(ctx, "SELECT value FROM meta WHERE key = 'cap'").Scan(&v)
+	recorded := -1
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+	case err != nil:
 		return classify(err)
-	}
-	defer tx.Rollback()
-	for v := from; v < SchemaVersion; v++ {
-		if _, err := tx.ExecContext(ctx, migrations[v]); err != nil {
-			return fmt.Errorf("memstore: migration %d->%d: %w", v, v+1, classify(err))
+	default:
+		if recorded, err = strconv.Atoi(v); err != nil || recorded < 0 {
+			return fmt.Errorf("%w: meta cap %q", ErrCorrupt, v)
 		}
 	}
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA application_id = %d; PRAGMA user_version = %d", appID, SchemaVersion)); err != nil {
+	c := s.cfg.cap
+	if !s.cfg.capSet {
+		c = DefaultCap
+		if recorded >= 0 {
+			c = recorded
+		}
+	}
+	if c != recorded {
+		if _, err := s.w.ExecContext(ctx, "INSERT OR REPLACE INTO meta(key, value) VALUES ('cap', ?)", strconv.Itoa(c)); err != nil {
+			return classify(err)
+		}
+	}
+	s.cfg.cap = c
+	return nil
+}
+
+// beginWrite starts a write transaction on the write connection (caller
+// holds wmu) and reports whether another connection committed since the
+// index was last in sync, with the version to record once it is again.
+func (s *Store) beginWrite(ctx context.Context) (tx *sql.Tx, stale bool, version int64, err error) {
+	if tx, err = s.w.BeginTx(ctx, nil); err != nil {
+		return nil, false, 0, classify(err)
+	}
+	if err = tx.QueryRowContext(ctx, "PRAGMA data_version").Scan(&version); err != nil {
+		tx.Rollback()
+		return nil, false, 0, classify(err)
+	}
+	return tx, version != s.dataVersion, version, nil
+}
+
+// resync reloads every namespace after a write that found the file changed
+// by another connection (caller holds wmu).
+func (s *Store) resync(ctx context.Context, version int64) error {
+	if err := s.loadMeta(ctx); err != nil {
+		return err
+	}
+	if err := s.loadAll(ctx, ""); err != nil {
+		return err
+	}
+	s.dataVersion = version
+	return nil
+}
+
+func isBusy(err error) bool {
+	var se sqlite3.Error
+	return errors.As(err, &se) && (se.Code == sqlite3.ErrBusy || se.Code == sqlite3.ErrLocked)
+}
+
+// prepareSchema checks, in one write transaction (BEGIN IMMEDIATE, so the
+// answer cannot change under us), that the file is ours or empty and not
+// newer, migrates it, and then switches it to WAL.
+func (s *Store) prepareSchema(ctx context.Context) error {
+	err := func() error {
+		tx, err := s.w.BeginTx(ctx, nil)
+		if err != nil {
+			return classify(err)
+		}
+		defer tx.Rollback()
+		var app, ver, n int
+		if err := tx.QueryRowContext(ctx, "PRAGMA application_id").Scan(&app); err != nil {
+			return classify(err)
+		}
+		if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&ver); err != nil {
+			return classify(err)
+		}
+		if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_schema").Scan(&n); err != nil {
+			return classify(err)
+		}
+		if app != appID && (app != 0 || ver != 0 || n > 0) {
+			return fmt.Errorf("%w: SQLite database of another program (application_id %#x, %d objects)", ErrNotStore, app, n)
+		}
+		if ver > SchemaVersion {
+			return fmt.Errorf("%w: schema version %d, this program knows up to %d", ErrSchemaTooNew, ver, SchemaVersion)
+		}
+		if ver == SchemaVersion {
+			return nil
+		}
+		for v := ver; v < SchemaVersion; v++ {
+			if _, err := tx.ExecContext(ctx, migrations[v]); err != nil {
+				return fmt.Errorf("memstore: migration %d->%d: %w", v, v+1, classify(err))
+			}
+		}
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA application_id = %d; PRAGMA user_version = %d", appID, SchemaVersion)); err != nil {
+			return classify(err)
+		}
+		return classify(tx.Commit())
+	}()
+	if err != nil {
+		return err
+	}
+	// WAL is persistent in the file: switch only once the file is known to be ours.
+	var mode string
+	if err := s.w.QueryRowContext(ctx, "PRAGMA journal_mode = WAL").Scan(&mode); err != nil {
 		return classify(err)
 	}
-	return classify(tx.Commit())
+	if mode != "wal" {
+		return fmt.Errorf("memstore: cannot use WAL journal mode (got %q)", mode)
+	}
+	return nil
 }
 
 type execer interface {
@@ -326,6 +432,24 @@ func (s *Store) bindEmbedder(ctx context.Context, ex execer, id string, dim int)
 // namespace when only is "". Caller holds no index lock; it replaces the
 // map entries under s.mu.
 func (s *Store) loadAll(ctx context.Context, only string) error {
+	// Row counts per namespace, to allocate each matrix once.
+	counts := map[int64]int{}
+	crows, err := s.db.QueryContext(ctx, "SELECT namespace_id, count(*) FROM entries GROUP BY namespace_id")
+	if err != nil {
+		return classify(err)
+	}
+	for crows.Next() {
+		var id int64
+		var n int
+		if err := crows.Scan(&id, &n); err != nil {
+			crows.Close()
+			return classify(err)
+		}
+		counts[id] = n
+	}
+	if err := crows.Close(); err != nil {
+		return classify(err)
+	}
 	q := `SELECT n.id, n.name, e.id, e.content, e.score, e.step, e.episode, e.created_at, e.embedder, e.dim, e.embedding
 		FROM namespaces n LEFT JOIN entries e ON e.namespace_id = n.id`
 	args := []any{}
@@ -341,7 +465,6 @@ func (s *Store) loadAll(ctx context.Context, only string) error {
 	defer rows.Close()
 	fresh := map[string]*nsIndex{}
 	var cur *nsIndex
-	var vec []float32
 	for rows.Next() {
 		var (
 			nsID                   int64
@@ -349,13 +472,18 @@ func (s *Store) loadAll(ctx context.Context, only string) error {
 			id, step, created, dim sql.NullInt64
 			content, episode, eid  sql.NullString
 			score                  sql.NullFloat64
-			blob                   []byte
+			blob                   sql.RawBytes
 		)
 		if err := rows.Scan(&nsID, &name, &id, &content, &score, &step, &episode, &created, &eid, &dim, &blob); err != nil {
 			return classify(err)
 		}
 		if cur == nil || cur.id != nsID {
 			cur = &nsIndex{id: nsID, name: name, dim: s.dim}
+			if n := counts[nsID]; n > 0 {
+				cur.ids = make([]int64, 0, n)
+				cur.vecs = make([]float32, 0, n*s.dim)
+				cur.metas = make([]entryMeta, 0, n)
+			}
 			fresh[name] = cur
 		}
 		if !id.Valid {
@@ -368,9 +496,8 @@ func (s *Store) loadAll(ctx context.Context, only string) error {
 		if len(blob) != 4*s.dim {
 			return fmt.Errorf("%w: entry %d has a %d-byte embedding, want %d", ErrCorrupt, id.Int64, len(blob), 4*s.dim)
 		}
-		vec = decodeVec(blob, vec[:0])
 		cur.ids = append(cur.ids, id.Int64)
-		cur.vecs = append(cur.vecs, vec...)
+		cur.vecs = decodeVec(blob, cur.vecs)
 		cur.metas = append(cur.metas, entryMeta{content: content.String, score: score.Float64, step: step.Int64, episode: episode.String, created: created.Int64})
 	}
 	if err := rows.Err(); err != nil {
@@ -397,8 +524,13 @@ func encodeVec(v []float32) []byte {
 }
 
 func decodeVec(b []byte, dst []float32) []float32 {
-	for i := 0; i+4 <= len(b); i += 4 {
-		dst = append(dst, math.Float32frombits(binary.LittleEndian.Uint32(b[i:])))
+	n := len(b) / 4
+	dst = slices.Grow(dst, n)
+	base := len(dst)
+	dst = dst[:base+n]
+	out := dst[base:]
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
 	}
 	return dst
 }
@@ -415,7 +547,11 @@ func (s *Store) Close() error {
 	s.closed = true
 	s.ns = nil
 	s.mu.Unlock()
-	return s.db.Close()
+	err := s.w.Close()
+	if cerr := s.db.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // Path is the database file.
@@ -496,13 +632,13 @@ func (s *Store) prepare(ctx context.Context, entries []Entry) ([]Entry, error) {
 
 // pending is an index update to apply after a commit.
 type pending struct {
-	nsID    int64
-	name    string
-	ids     []int64
-	vecs    [][]float32
-	metas   []entryMeta
-	evict   int
-	created bool
+	nsID  int64
+	name  string
+	ids   []int64
+	vecs  [][]float32
+	metas []entryMeta
+	evict int
+	total int // rows of the namespace in the file after the transaction; -1 unknown
 }
 
 // Add stores entries in namespace ns in one transaction and returns how many
@@ -525,19 +661,26 @@ func (s *Store) Add(ctx context.Context, ns string, entries []Entry) (int, error
 	if s.isClosed() {
 		return 0, ErrClosed
 	}
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, stale, version, err := s.beginWrite(ctx)
 	if err != nil {
-		return 0, classify(err)
+		return 0, err
 	}
 	defer tx.Rollback()
-	p, err := s.insert(ctx, tx, ns, prep, nil)
+	p, err := s.insert(ctx, tx, ns, prep)
 	if err != nil {
 		return 0, err
 	}
 	if err := tx.Commit(); err != nil {
 		return 0, classify(err)
 	}
-	s.apply(p)
+	if stale {
+		err = s.resync(ctx, version)
+	} else {
+		err = s.apply(ctx, p)
+	}
+	if err != nil {
+		return len(p.ids), fmt.Errorf("memstore: committed, but reloading %q failed: %w", ns, err)
+	}
 	return len(p.ids), nil
 }
 
@@ -547,28 +690,17 @@ func (s *Store) isClosed() bool {
 	return s.closed
 }
 
-// insert writes entries into ns within tx (caller holds wmu). base is the
-// pending update of ns already written earlier in the same transaction, if
-// any; the returned pending accumulates onto it.
-func (s *Store) insert(ctx context.Context, tx *sql.Tx, ns string, entries []Entry, base *pending) (*pending, error) {
-	p := base
-	if p == nil {
-		p = &pending{name: ns}
-		s.mu.RLock()
-		x := s.ns[ns]
-		s.mu.RUnlock()
-		if x != nil {
-			p.nsID = x.id
-		} else {
-			res, err := tx.ExecContext(ctx, "INSERT INTO namespaces(name, created_at) VALUES (?, ?)", ns, time.Now().UnixNano())
-			if err != nil {
-				return nil, classify(err)
-			}
-			if p.nsID, err = res.LastInsertId(); err != nil {
-				return nil, err
-			}
-			p.created = true
-		}
+// insert writes entries into ns within tx (caller holds wmu) and returns
+// the index update to apply after the commit.
+func (s *Store) insert(ctx context.Context, tx *sql.Tx, ns string, entries []Entry) (*pending, error) {
+	p := &pending{name: ns, total: -1}
+	// Resolved in SQL, not from memory: another process may have made (or
+	// reset) the namespace.
+	if _, err := tx.ExecContext(ctx, "INSERT INTO namespaces(name, created_at) VALUES (?, ?) ON CONFLICT(name) DO NOTHING", ns, time.Now().UnixNano()); err != nil {
+		return nil, classify(err)
+	}
+	if err := tx.QueryRowContext(ctx, "SELECT id FROM namespaces WHERE name = ?", ns).Scan(&p.nsID); err != nil {
+		return nil, classify(err)
 	}
 	stmt, err := tx.PrepareContext(ctx, `INSERT OR IGNORE INTO entries
 		(namespace_id, content, content_hash, score, step, episode, created_at, embedder, dim, embedding)
@@ -585,6 +717,9 @@ func (s *Store) insert(ctx context.Context, tx *sql.Tx, ns string, entries []Ent
 			}
 		}
 		e := &entries[i]
+		if len(e.Embedding) != dim { // the embedder was reset since prepare
+			return nil, fmt.Errorf("%w: entry %d has dimension %d, the store %d (%s)", ErrDimMismatch, i, len(e.Embedding), dim, embID)
+		}
 		h := sha256.Sum256([]byte(e.Content))
 		created := e.Created.UnixNano()
 		res, err := stmt.ExecContext(ctx, p.nsID, e.Content, h[:], e.Score, e.Step, e.Episode, created, embID, dim, encodeVec(e.Embedding))
@@ -607,29 +742,35 @@ func (s *Store) insert(ctx context.Context, tx *sql.Tx, ns string, entries []Ent
 		p.metas = append(p.metas, entryMeta{content: e.Content, score: e.Score, step: e.Step, episode: e.Episode, created: created})
 	}
 	if s.cfg.cap > 0 {
-		s.mu.RLock()
-		have := 0
-		if x := s.ns[ns]; x != nil {
-			x.mu.RLock()
-			have = x.len()
-			x.mu.RUnlock()
+		// Counted in SQL so that the file obeys the cap even when this
+		// process's index is stale.
+		var total int
+		if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM entries WHERE namespace_id = ?", p.nsID).Scan(&total); err != nil {
+			return nil, classify(err)
 		}
-		s.mu.RUnlock()
-		total := have + len(p.ids)
-		if over := total - s.cfg.cap - p.evict; over > 0 {
-			// Rows are in id order: evict the `over` oldest still present.
-			if _, err := tx.ExecContext(ctx, `DELETE FROM entries WHERE id IN
-				(SELECT id FROM entries WHERE namespace_id = ? ORDER BY id LIMIT ?)`, p.nsID, over); err != nil {
+		if over := total - s.cfg.cap; over > 0 {
+			// Ids grow with insertion: evict the `over` oldest rows.
+			res, err := tx.ExecContext(ctx, `DELETE FROM entries WHERE id IN
+				(SELECT id FROM entries WHERE namespace_id = ? ORDER BY id LIMIT ?)`, p.nsID, over)
+			if err != nil {
 				return nil, classify(err)
 			}
-			p.evict += over
+			n, err := res.RowsAffected()
+			if err != nil {
+				return nil, err
+			}
+			p.evict = int(n)
+			total -= int(n)
 		}
+		p.total = total
 	}
 	return p, nil
 }
 
-// apply updates the in-memory index after a commit (caller holds wmu).
-func (s *Store) apply(p *pending) {
+// apply updates the in-memory index after a commit (caller holds wmu). When
+// the index turns out to be stale (the file was changed by another process),
+// the namespace is reloaded from the file instead.
+func (s *Store) apply(ctx context.Context, p *pending) error {
 	s.mu.Lock()
 	x := s.ns[p.name]
 	if x == nil {
@@ -638,9 +779,17 @@ func (s *Store) apply(p *pending) {
 	}
 	s.mu.Unlock()
 	x.mu.Lock()
-	defer x.mu.Unlock()
-	x.appendRows(p.ids, p.vecs, p.metas)
-	x.dropOldest(p.evict)
+	stale := x.id != p.nsID
+	if !stale {
+		x.appendRows(p.ids, p.vecs, p.metas)
+		x.dropOldest(p.evict)
+		stale = p.total >= 0 && x.len() != p.total
+	}
+	x.mu.Unlock()
+	if stale {
+		return s.loadAll(ctx, p.name)
+	}
+	return nil
 }
 
 func (s *Store) index(ns string) (*nsIndex, error) {
@@ -729,7 +878,7 @@ func (s *Store) SetEmbedder(emb Embedder) error {
 	}
 	id, dim := s.Embedder()
 	if id == "" {
-		if err := s.bindEmbedder(context.Background(), s.db, emb.ID(), emb.Dim()); err != nil {
+		if err := s.bindEmbedder(context.Background(), s.w, emb.ID(), emb.Dim()); err != nil {
 			return err
 		}
 	} else if id != emb.ID() || dim != emb.Dim() {
@@ -739,4 +888,42 @@ func (s *Store) SetEmbedder(emb Embedder) error {
 	s.emb = emb
 	s.mu.Unlock()
 	return nil
+}
+
+// TextQuery is one query of RetrieveTexts.
+type TextQuery struct {
+	Namespace string
+	Text      string
+}
+
+// RetrieveTexts embeds all texts in one Embed call (a model embedder batches
+// them) and retrieves for each; results are in the order of qs.
+func (s *Store) RetrieveTexts(ctx context.Context, qs []TextQuery, q Query) ([]Result, error) {
+	s.mu.RLock()
+	emb := s.emb
+	s.mu.RUnlock()
+	if emb == nil {
+		return nil, fmt.Errorf("%w: cannot embed the queries", ErrNoEmbedder)
+	}
+	if len(qs) == 0 {
+		return nil, nil
+	}
+	texts := make([]string, len(qs))
+	for i, tq := range qs {
+		texts[i] = tq.Text
+	}
+	vecs, err := emb.Embed(ctx, texts)
+	if err != nil {
+		return nil, fmt.Errorf("memstore: embedding the queries: %w", err)
+	}
+	if len(vecs) != len(qs) {
+		return nil, fmt.Errorf("memstore: embedder %q returned %d vectors for %d texts", emb.ID(), len(vecs), len(qs))
+	}
+	out := make([]Result, len(qs))
+	for i, tq := range qs {
+		if out[i], err = s.Retrieve(ctx, tq.Namespace, vecs[i], q); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }

@@ -505,3 +505,132 @@ func TestForeignFileUntouched(t *testing.T) {
 	_, err = os.Stat(other + "-wal")
 	assert.True(t, os.IsNotExist(err), "no WAL left beside a foreign database")
 }
+
+// TestConcurrentOpenNewFile opens one new file from several goroutines at
+// once (separate Stores, as separate processes would): exactly one migrates,
+// all succeed.
+func TestConcurrentOpenNewFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "m.db")
+	errs := make(chan error, 6)
+	for i := 0; i < 6; i++ {
+		go func() {
+			s, err := Open(path, NewHashEmbedder(8))
+			if err == nil {
+				_, err = s.Add(context.Background(), "n", []Entry{{Content: "same tip"}})
+				if cerr := s.Close(); err == nil {
+					err = cerr
+				}
+			}
+			errs <- err
+		}()
+	}
+	for i := 0; i < 6; i++ {
+		assert.NoError(t, <-errs)
+	}
+	s := openT(t, path, NewHashEmbedder(8))
+	st, err := s.Stats(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, 1, st.Entries)
+}
+
+// TestTwoStoresOneFile: a second Store (as another process would) writes
+// the same namespace; the first one's next Add notices its stale index and
+// reloads, and the file obeys the cap throughout.
+func TestTwoStoresOneFile(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "m.db")
+	a := openT(t, path, NewHashEmbedder(16), WithCap(5))
+	b := openT(t, path, NewHashEmbedder(16), WithCap(5))
+	add := func(s *Store, c string) {
+		_, err := s.Add(ctx, "n", []Entry{{Content: c}})
+		require.NoError(t, err)
+	}
+	for i := 0; i < 4; i++ {
+		add(a, fmt.Sprint("a", i))
+		add(b, fmt.Sprint("b", i))
+	}
+	add(a, "a-last")
+	es, err := a.List(ctx, "n", 0)
+	require.NoError(t, err)
+	var got []string
+	for _, e := range es {
+		got = append(got, e.Content)
+	}
+	assert.Equal(t, []string{"a-last", "b3", "a3", "b2", "a2"}, got)
+	// Reset by one, re-created by the other, then used again by the first.
+	_, err = b.Reset(ctx, "n")
+	require.NoError(t, err)
+	add(b, "fresh")
+	add(a, "again")
+	es, err = a.List(ctx, "n", 0)
+	require.NoError(t, err)
+	require.Len(t, es, 2)
+	assert.Equal(t, "again", es[0].Content)
+	assert.Equal(t, "fresh", es[1].Content)
+}
+
+func TestCapIsRecorded(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "m.db")
+	add := func(s *Store, n int) {
+		for i := 0; i < n; i++ {
+			_, err := s.Add(ctx, "n", []Entry{{Content: fmt.Sprint("tip ", time.Now().UnixNano(), i)}})
+			require.NoError(t, err)
+		}
+	}
+	count := func(s *Store) int {
+		st, err := s.Stats(ctx)
+		require.NoError(t, err)
+		return st.Entries
+	}
+	s, err := Open(path, NewHashEmbedder(8), WithCap(3))
+	require.NoError(t, err)
+	add(s, 5)
+	assert.Equal(t, 3, count(s))
+	require.NoError(t, s.Close())
+
+	s, err = Open(path, nil) // no WithCap: the recorded 3 applies
+	require.NoError(t, err)
+	st, err := s.Stats(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 3, st.Cap)
+	require.NoError(t, s.Close())
+
+	s, err = Open(path, NewHashEmbedder(8), WithCap(0)) // no cap, recorded
+	require.NoError(t, err)
+	add(s, 4)
+	assert.Equal(t, 7, count(s))
+	require.NoError(t, s.Close())
+	s = openT(t, path, NewHashEmbedder(8))
+	add(s, 1)
+	assert.Equal(t, 8, count(s), "an open without WithCap must not evict")
+
+	fresh := openT(t, filepath.Join(t.TempDir(), "f.db"), nil)
+	st, err = fresh.Stats(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, DefaultCap, st.Cap)
+}
+
+func TestRetrieveTextsMatchesOneByOne(t *testing.T) {
+	ctx := context.Background()
+	s := openT(t, filepath.Join(t.TempDir(), "m.db"), NewHashEmbedder(64))
+	for _, ns := range []string{"a", "b"} {
+		_, err := s.Add(ctx, ns, []Entry{
+			{Content: ns + ": heat the water", Score: 3},
+			{Content: ns + ": open the door", Score: 9},
+			{Content: ns + ": water the plant", Score: 5},
+		})
+		require.NoError(t, err)
+	}
+	qs := []TextQuery{{"a", "a: heat the water"}, {"b", "b: water"}, {"missing", "x"}, {"a", "door"}}
+	got, err := s.RetrieveTexts(ctx, qs, Query{Threshold: 0.2})
+	require.NoError(t, err)
+	require.Len(t, got, len(qs))
+	for i, tq := range qs {
+		want, err := s.RetrieveText(ctx, tq.Namespace, tq.Text, Query{Threshold: 0.2})
+		require.NoError(t, err)
+		assert.Equal(t, want, got[i], "query %d", i)
+	}
+	assert.NotZero(t, got[0].Count)
+	assert.Zero(t, got[2].Count)
+}

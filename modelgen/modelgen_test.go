@@ -255,6 +255,12 @@ func TestTokenizer(t *testing.T) {
 			t.Fatalf("round trip %q -> %v -> %q", s, ids, got)
 		}
 	}
+	for b := 0; b < 256; b++ { // every byte has its own token, and decodes to itself
+		id, ok := a.ID(ByteSymbol(byte(b)))
+		if !ok || id != int32(b) || a.Decode([]int32{id}) != string([]byte{byte(b)}) {
+			t.Fatalf("byte %d: token %d %v", b, id, ok)
+		}
+	}
 	ids := a.Encode(string(all[:128]))
 	if got := a.Decode(ids); got != string(all[:128]) {
 		t.Fatal("ASCII bytes do not round-trip")
@@ -270,7 +276,7 @@ func TestTokenizer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.Tokens) != 300 || c.Learned == 0 || c.Learned > 3 || c.Types[299] != TokenTypeUserDefined {
+	if len(c.Tokens) != 300 || c.Learned == 0 || c.Learned > 3 || c.Types[299] != TokenTypeUnused {
 		t.Fatalf("tiny corpus: %d tokens, %d learned", len(c.Tokens), c.Learned)
 	}
 	if _, err := TrainTokenizer("x", 100); !errors.Is(err, ErrConfig) {
@@ -328,5 +334,31 @@ func BenchmarkWrite100M(b *testing.B) {
 		if err := Write(filepath.Join(b.TempDir(), "big.gguf"), cfg); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestUTF8LikeLlama pins the llama.cpp decoding rules Encode copies for
+// invalid UTF-8 (checked against llama_tokenize during development).
+func TestUTF8LikeLlama(t *testing.T) {
+	cases := map[string][]rune{
+		"a\xc0\xbc":     {'a', '<'},                    // overlong form decoded, not rejected
+		"\xff\xfe":      {0xfffd, 0xfffd},              // one U+FFFD per bad byte
+		"\xed\xb8\xa5":  {0xde25},                      // surrogates pass through
+		"\xe6\x97":      {0xfffd, 0xfffd},              // truncated sequence
+		"東京":            {'東', '京'},                    // valid text as usual
+		"\x80x":         {0xfffd, 'x'},                 // stray continuation byte
+		"\xf7\xbf\xbfA": {0xfffd, 0xfffd, 0xfffd, 'A'}, // 4-byte lead without 3 continuations
+	}
+	for in, want := range cases {
+		if got := decodeUTF8(in); !reflect.DeepEqual(got, want) {
+			t.Errorf("decodeUTF8(%q) = %U, want %U", in, got, want)
+		}
+	}
+	if got := encodeUTF8([]rune{0xde25, 'a', 0x110000}); got != "\xed\xb8\xa5a\xef\xbf\xbd" {
+		t.Errorf("encodeUTF8 = %q", got)
+	}
+	tok, _ := TrainTokenizer(BuiltinCorpus(), 300)
+	if got := tok.Decode(tok.Encode("x\xc0\xbcy")); got != "x<y" {
+		t.Errorf("overlong '<' round trip: %q", got)
 	}
 }

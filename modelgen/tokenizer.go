@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 )
 
 // Special tokens, ChatML as in Qwen2.5; they follow the learned vocabulary.
@@ -22,6 +23,7 @@ const (
 	TokenTypeNormal      int32 = 1
 	TokenTypeControl     int32 = 3
 	TokenTypeUserDefined int32 = 4
+	TokenTypeUnused      int32 = 5
 )
 
 // Tokenizer is a byte-level BPE vocabulary in GPT-2/Qwen2 form: token strings
@@ -33,8 +35,9 @@ type Tokenizer struct {
 	Merges []string
 	// Learned is how many tokens beyond the 256 bytes came from merges; when
 	// the corpus is exhausted before the requested size, the rest of the
-	// vocabulary is padding ([PADn], user-defined, as HF→GGUF conversion
-	// writes for Qwen).
+	// vocabulary is padding: [PADn] tokens of type unused, which llama.cpp
+	// never produces when tokenizing (Qwen's GGUFs pad their vocabulary the
+	// same way).
 	Learned int
 
 	ids   map[string]int32
@@ -86,6 +89,72 @@ func unmapSymbols(s string) ([]byte, bool) {
 	return out, true
 }
 
+// decodeUTF8 decodes text exactly as llama.cpp's unicode_cpts_from_utf8:
+// lenient about overlong forms and surrogates, one U+FFFD per byte it cannot
+// decode.
+func decodeUTF8(s string) []rune {
+	out := make([]rune, 0, len(s))
+	cont := func(i int) bool { return i < len(s) && s[i]&0xc0 == 0x80 }
+	for i := 0; i < len(s); {
+		c := s[i]
+		switch {
+		case c&0x80 == 0:
+			out = append(out, rune(c))
+			i++
+			continue
+		case c&0x40 == 0:
+		case c&0x20 == 0:
+			if cont(i + 1) {
+				out = append(out, rune(c&0x1f)<<6|rune(s[i+1]&0x3f))
+				i += 2
+				continue
+			}
+		case c&0x10 == 0:
+			if cont(i+1) && cont(i+2) {
+				out = append(out, rune(c&0x0f)<<12|rune(s[i+1]&0x3f)<<6|rune(s[i+2]&0x3f))
+				i += 3
+				continue
+			}
+		case c&0x08 == 0:
+			if cont(i+1) && cont(i+2) && cont(i+3) {
+				out = append(out, rune(c&0x07)<<18|rune(s[i+1]&0x3f)<<12|rune(s[i+2]&0x3f)<<6|rune(s[i+3]&0x3f))
+				i += 4
+				continue
+			}
+		}
+		out = append(out, utf8.RuneError)
+		i++
+	}
+	return out
+}
+
+// encodeUTF8 encodes code points as llama.cpp's unicode_cpt_to_utf8 (which
+// also encodes surrogates); code points beyond U+10FFFF become U+FFFD.
+func encodeUTF8(cps []rune) string {
+	b := make([]byte, 0, len(cps)*2)
+	for _, c := range cps {
+		switch {
+		case c < 0 || c > 0x10ffff:
+			b = utf8.AppendRune(b, utf8.RuneError)
+		case c <= 0x7f:
+			b = append(b, byte(c))
+		case c <= 0x7ff:
+			b = append(b, 0xc0|byte(c>>6), 0x80|byte(c&0x3f))
+		case c <= 0xffff:
+			b = append(b, 0xe0|byte(c>>12), 0x80|byte(c>>6&0x3f), 0x80|byte(c&0x3f))
+		default:
+			b = append(b, 0xf0|byte(c>>18), 0x80|byte(c>>12&0x3f), 0x80|byte(c>>6&0x3f), 0x80|byte(c&0x3f))
+		}
+	}
+	return string(b)
+}
+
+// isDefined reports whether r has a Unicode general category (llama.cpp's
+// flags are zero for unassigned code points).
+func isDefined(r rune) bool {
+	return r <= 0x10ffff && unicode.In(r, unicode.L, unicode.M, unicode.N, unicode.P, unicode.S, unicode.Z, unicode.C)
+}
+
 func isWS(r rune) bool     { return unicode.IsSpace(r) }
 func isLetter(r rune) bool { return unicode.IsLetter(r) }
 func isNumber(r rune) bool { return unicode.IsNumber(r) }
@@ -100,7 +169,7 @@ func isNumber(r rune) bool { return unicode.IsNumber(r) }
 func PreTokenize(text string) []string {
 	// Like llama.cpp, work on code points: an invalid UTF-8 byte becomes
 	// U+FFFD and words are re-encoded from code points.
-	cp := []rune(text)
+	cp := decodeUTF8(text)
 	n := len(cp)
 	const oor = rune(-1)
 	get := func(p int) rune {
@@ -117,7 +186,7 @@ func PreTokenize(text string) []string {
 	add := func(end int) int {
 		l := end - prev
 		if l > 0 {
-			words = append(words, string(cp[prev:end]))
+			words = append(words, encodeUTF8(cp[prev:end]))
 		}
 		prev = end
 		return l
@@ -160,7 +229,9 @@ func PreTokenize(text string) []string {
 		if c == ' ' {
 			p2 = pos + 1
 		}
-		punct := func(p int) bool { return p < n && !isWS(cp[p]) && !isLetter(cp[p]) && !isNumber(cp[p]) }
+		punct := func(p int) bool {
+			return p < n && !isWS(cp[p]) && !isLetter(cp[p]) && !isNumber(cp[p]) && isDefined(cp[p])
+		}
 		if punct(p2) {
 			pos = p2
 			for punct(pos) {
@@ -354,7 +425,7 @@ func TrainTokenizer(corpus string, vocab int) (*Tokenizer, error) {
 		addTok(s, TokenTypeControl)
 	}
 	for i := 0; len(tok.Tokens) < vocab; i++ {
-		addTok(fmt.Sprintf("[PAD%d]", len(tok.Tokens)), TokenTypeUserDefined)
+		addTok(fmt.Sprintf("[PAD%d]", len(tok.Tokens)), TokenTypeUnused)
 	}
 	tok.buildRanks()
 	return tok, nil

@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
 )
 
 // Errors returned by the optimizer. Callers match them with errors.Is.
@@ -133,22 +136,54 @@ func (o *AdamW) Step(params, grads [][]float32, lr float64) error {
 	o.Steps++
 	c := o.Config
 	t := float64(o.Steps)
-	bc1 := 1 - math.Pow(c.Beta1, t)
-	bc2 := 1 - math.Pow(c.Beta2, t)
+	// PyTorch's arrangement of the same formula: step size lr/(1−β1^t) and
+	// denominator √v/√(1−β2^t) + ε.
+	stepSize := lr / (1 - math.Pow(c.Beta1, t))
+	sqrtBC2 := math.Sqrt(1 - math.Pow(c.Beta2, t))
 	decay := 1 - lr*c.WeightDecay
-	for i := range params {
+	b1, b2 := c.Beta1, c.Beta2
+	ob1, ob2, eps := 1-b1, 1-b2, c.Eps
+	parallelTensors(len(params), func(i int) {
 		p, g, m, v := params[i], grads[i], o.M[i], o.V[i]
+		g, m, v = g[:len(p)], m[:len(p)], v[:len(p)]
 		for j := range p {
 			gj := float64(g[j])
-			mj := c.Beta1*float64(m[j]) + (1-c.Beta1)*gj
-			vj := c.Beta2*float64(v[j]) + (1-c.Beta2)*gj*gj
+			mj := b1*float64(m[j]) + ob1*gj
+			vj := b2*float64(v[j]) + ob2*gj*gj
 			m[j], v[j] = float32(mj), float32(vj)
-			mhat := mj / bc1
-			vhat := vj / bc2
-			p[j] = float32(float64(p[j])*decay - lr*mhat/(math.Sqrt(vhat)+c.Eps))
+			p[j] = float32(float64(p[j])*decay - stepSize*mj/(math.Sqrt(vj)/sqrtBC2+eps))
 		}
-	}
+	})
 	return nil
+}
+
+// parallelTensors runs f(0..n-1) on up to GOMAXPROCS goroutines. Each
+// tensor is processed by one goroutine, so results do not depend on the
+// split.
+func parallelTensors(n int, f func(i int)) {
+	workers := min(runtime.GOMAXPROCS(0), n)
+	if workers <= 1 {
+		for i := 0; i < n; i++ {
+			f(i)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				f(i)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // GradNorm returns the global L2 norm √(Σ g²) over all tensors, accumulated

@@ -125,6 +125,12 @@ func (s *State) check() error {
 	if s.Step < 0 || s.Opt.Steps < 0 {
 		return fmt.Errorf("%w: negative step count", ErrState)
 	}
+	if err := s.Schedule.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrState, err)
+	}
+	if err := s.Opt.Config.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrState, err)
+	}
 	return nil
 }
 

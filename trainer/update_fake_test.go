@@ -250,3 +250,35 @@ func bitsEq(a, b []float32) bool {
 	}
 	return true
 }
+
+func TestUpdaterSeqMeanScale(t *testing.T) {
+	p := newFakePolicy()
+	cfg := fakeConfig(2)
+	cfg.Objective.Aggregation = cgo.AggSeqMeanTokenMean
+	u, err := NewUpdater(p, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := u.Update(fakeBatch()); err != nil {
+		t.Fatal(err)
+	}
+	// 3 sequences with trained tokens: scale 1/3 in both micro-batches.
+	if len(p.scales) != 2 || p.scales[0] != float32(1.0/3) || p.scales[1] != float32(1.0/3) {
+		t.Errorf("scales %v, want [1/3 1/3]", p.scales)
+	}
+}
+
+func TestUpdaterLowProbMaskedMicroBatch(t *testing.T) {
+	p := newFakePolicy()
+	u, _ := NewUpdater(p, fakeConfig(1))
+	b := fakeBatch()
+	b[1].LowProbMask = true
+	b[1].OldLogp[2] = -9 // below the −5 threshold: the whole sequence is dropped
+	m, err := u.Update(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.calls != 2 || m.Tokens != 3 || m.MaskedSequences != 1 || p.scales[0] != float32(1.0/3) {
+		t.Errorf("calls %d tokens %d masked %d scales %v", p.calls, m.Tokens, m.MaskedSequences, p.scales)
+	}
+}

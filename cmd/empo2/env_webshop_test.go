@@ -30,8 +30,9 @@ func TestEnvListShowsWebShop(t *testing.T) {
 	}
 }
 
-// rewardOne matches a printed reward or score of 1 (or 100 on the 0–100 scale).
-var rewardOne = regexp.MustCompile(`(?i)(reward|score)[^0-9\n]*(1(\.0+)?|100(\.0+)?)\b`)
+// rewardOne matches the closing line of a purchase with reward 1 (score 100
+// on the 0–100 scale).
+var rewardOne = regexp.MustCompile(`(?m)^final score: 100 after \d+ actions \(done: true\)$`)
 
 func TestEnvGoldWebShop(t *testing.T) {
 	requireEnvCommand(t)
@@ -76,5 +77,34 @@ func TestEnvGoldWebShopData(t *testing.T) {
 	os.WriteFile(filepath.Join(bad, "items_shuffle_t.json"), []byte(`[{"asin": `), 0o644)
 	if _, stderr, err := runCLI(t, "env", "gold", "webshop", "--data", bad); err == nil || !strings.Contains(stderr, "malformed") {
 		t.Fatalf("malformed data: err %v, stderr %s", err, stderr)
+	}
+}
+
+// TestEnvPlayWebShop replays the gold actions through `env play --actions`.
+func TestEnvPlayWebShop(t *testing.T) {
+	requireEnvCommand(t)
+	out, stderr, err := runCLI(t, "env", "gold", "webshop", "--goal", "3", "--quiet")
+	if err != nil {
+		t.Fatalf("env gold: %v\n%s", err, stderr)
+	}
+	var acts []string
+	for _, line := range strings.Split(out, "\n") {
+		if a, ok := strings.CutPrefix(line, "> "); ok {
+			acts = append(acts, a)
+		}
+	}
+	if len(acts) < 3 || !strings.HasPrefix(acts[0], "search[") {
+		t.Fatalf("gold actions %v from:\n%s", acts, out)
+	}
+	file := filepath.Join(t.TempDir(), "actions.txt")
+	// An invalid action first: it changes nothing and costs a step.
+	os.WriteFile(file, []byte("click[nothing here]\n"+strings.Join(acts, "\n")+"\n"), 0o644)
+	out, stderr, err = runCLI(t, "env", "play", "webshop", "--goal", "3", "--actions", file)
+	if err != nil {
+		t.Fatalf("env play: %v\n%s", err, stderr)
+	}
+	if !strings.Contains(out, "WebShop [SEP] Instruction: [SEP] ") || !strings.Contains(out, "Page 1 (Total results: ") ||
+		!regexp.MustCompile(`(?m)^final score: 100 after \d+ actions \(done: true\)$`).MatchString(out) {
+		t.Fatalf("env play output:\n%s", out)
 	}
 }

@@ -7,13 +7,15 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/empo2/empo2/cgo"
 	"github.com/empo2/empo2/gguf"
 	"github.com/empo2/empo2/llama"
 	"github.com/empo2/empo2/lora"
 	"github.com/empo2/empo2/modelgen"
+	"github.com/empo2/empo2/trainer"
 )
 
-func mustCLI(t *testing.T, args ...string) {
+func loraMustCLI(t *testing.T, args ...string) {
 	t.Helper()
 	if _, stderr, err := runCLI(t, args...); err != nil {
 		t.Fatalf("empo2 %v: %v\n%s", args, err, stderr)
@@ -22,14 +24,14 @@ func mustCLI(t *testing.T, args ...string) {
 
 // llamaRun loads model (plus adapter when not "") in llama.cpp and returns
 // the logits after prompt and the greedy continuation of 24 tokens.
-func llamaRun(t *testing.T, model, adapter string, prompt string) (logits []float32, text string, toks []int32) {
+func loraLlamaRun(t *testing.T, model, adapter string, prompt string) (logits []float32, text string, toks []int32) {
 	t.Helper()
 	m, err := llama.LoadModel(model, llama.ModelParams{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	ctx, err := llama.NewContext(m, llama.ContextParams{NCtx: 256, Threads: 2})
+	ctx, err := llama.NewContext(m, llama.ContextParams{NCtx: 256, Threads: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +60,7 @@ func llamaRun(t *testing.T, model, adapter string, prompt string) (logits []floa
 	return logits, seqs[0].Text, seqs[0].Tokens
 }
 
-func maxAbsDiff(a, b []float32) float64 {
+func loraMaxAbsDiff(a, b []float32) float64 {
 	if len(a) != len(b) {
 		return math.Inf(1)
 	}
@@ -73,22 +75,23 @@ func maxAbsDiff(a, b []float32) float64 {
 // and greedy text from the merged F32 GGUF as from base + adapter.
 func TestExportMergedMatchesAdapter(t *testing.T) {
 	dir := t.TempDir()
-	model := tinyModel(t, dir, "base.gguf", nil)
+	model := loraTinyModel(t, dir, "base.gguf", nil)
 	adapter := filepath.Join(dir, "a.gguf")
-	mustCLI(t, "lora", "init", "--model", model, "--rank", "4", "--alpha", "8", "--seed", "11", "--random-b", "--out", adapter)
+	loraMustCLI(t, "lora", "init", "--model", model, "--rank", "4", "--alpha", "8", "--seed", "11", "--random-b", "--out", adapter)
 	exported := filepath.Join(dir, "exported.gguf")
-	mustCLI(t, "export", "--model", model, "--lora", adapter, "--out", exported)
+	loraMustCLI(t, "export", "--model", model, "--lora", adapter, "--out", exported)
 	merged := filepath.Join(dir, "merged.gguf")
-	mustCLI(t, "export", "--model", model, "--lora", adapter, "--merged", "--out", merged)
+	loraMustCLI(t, "export", "--model", model, "--lora", adapter, "--merged", "--out", merged)
 
 	const prompt = "The quick brown fox jumps over"
-	lb, _, _ := llamaRun(t, model, "", prompt)
-	la, ta, toka := llamaRun(t, model, exported, prompt)
-	lm, tm, tokm := llamaRun(t, merged, "", prompt)
-	if d := maxAbsDiff(lb, la); d < 1e-2 {
+	lb, _, _ := loraLlamaRun(t, model, "", prompt)
+	la, ta, toka := loraLlamaRun(t, model, exported, prompt)
+	lm, tm, tokm := loraLlamaRun(t, merged, "", prompt)
+	if d := loraMaxAbsDiff(lb, la); d < 1e-2 {
 		t.Fatalf("the random-B adapter barely changes the logits (max diff %g): the comparison would prove nothing", d)
 	}
-	if d := maxAbsDiff(la, lm); d > 1e-4 {
+	t.Logf("max |logit diff|: adapter vs base %g, merged vs base+adapter %g", loraMaxAbsDiff(lb, la), loraMaxAbsDiff(la, lm))
+	if d := loraMaxAbsDiff(la, lm); d > 1e-4 {
 		t.Errorf("merged logits differ from base+adapter by %g (> 1e-4)", d)
 	}
 	if ta != tm || len(toka) != len(tokm) {
@@ -107,14 +110,14 @@ func TestExportMergedMatchesAdapter(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, p := range a1.Pairs {
-		if maxAbsDiff(p.A, a2.Pairs[i].A) != 0 || maxAbsDiff(p.B, a2.Pairs[i].B) != 0 {
+		if loraMaxAbsDiff(p.A, a2.Pairs[i].A) != 0 || loraMaxAbsDiff(p.B, a2.Pairs[i].B) != 0 {
 			t.Fatalf("export changed %s", p.Base)
 		}
 	}
 
 	// F16: adapted weights stored as F16 load in llama.cpp and stay close.
 	merged16 := filepath.Join(dir, "merged16.gguf")
-	mustCLI(t, "export", "--model", model, "--lora", adapter, "--merged", "--type", "f16", "--out", merged16)
+	loraMustCLI(t, "export", "--model", model, "--lora", adapter, "--merged", "--type", "f16", "--out", merged16)
 	f, err := gguf.Open(merged16)
 	if err != nil {
 		t.Fatal(err)
@@ -124,35 +127,42 @@ func TestExportMergedMatchesAdapter(t *testing.T) {
 	if ti.Type != gguf.TypeF16 {
 		t.Errorf("--type f16 merged tensor is %s", ti.Type)
 	}
-	l16, _, _ := llamaRun(t, merged16, "", prompt)
-	if d := maxAbsDiff(la, l16); d > 5e-2 {
+	l16, _, _ := loraLlamaRun(t, merged16, "", prompt)
+	if d := loraMaxAbsDiff(la, l16); d > 5e-2 {
 		t.Errorf("F16 merged logits differ by %g", d)
+	}
+	// An F16 adapter file loads in llama.cpp and stays close too.
+	a16 := filepath.Join(dir, "a16.gguf")
+	loraMustCLI(t, "export", "--model", model, "--lora", adapter, "--type", "f16", "--out", a16)
+	la16, _, _ := loraLlamaRun(t, model, a16, prompt)
+	if d := loraMaxAbsDiff(la, la16); d > 5e-2 || d == 0 {
+		t.Errorf("F16 adapter logits differ by %g (want small but non-zero)", d)
 	}
 }
 
 func TestExportErrors(t *testing.T) {
 	dir := t.TempDir()
-	model := tinyModel(t, dir, "base.gguf", nil)
+	model := loraTinyModel(t, dir, "base.gguf", nil)
 	adapter := filepath.Join(dir, "a.gguf")
-	mustCLI(t, "lora", "init", "--model", model, "--rank", "2", "--out", adapter)
+	loraMustCLI(t, "lora", "init", "--model", model, "--rank", "2", "--out", adapter)
 	out := filepath.Join(dir, "out.gguf")
-	wantFail(t, []string{"no such file"}, "export", "--model", model, "--lora", filepath.Join(dir, "none.gguf"), "--out", out)
-	wantFail(t, []string{"no such file"}, "export", "--model", filepath.Join(dir, "none.gguf"), "--lora", adapter, "--out", out)
+	loraWantFail(t, []string{"no such file"}, "export", "--model", model, "--lora", filepath.Join(dir, "none.gguf"), "--out", out)
+	loraWantFail(t, []string{"no such file"}, "export", "--model", filepath.Join(dir, "none.gguf"), "--lora", adapter, "--out", out)
 	data, _ := os.ReadFile(adapter)
 	trunc := filepath.Join(dir, "trunc.gguf")
 	os.WriteFile(trunc, data[:len(data)*2/3], 0o644)
-	wantFail(t, []string{"trunc"}, "export", "--model", model, "--lora", trunc, "--out", out)
+	loraWantFail(t, []string{"trunc"}, "export", "--model", model, "--lora", trunc, "--out", out)
 	junk := filepath.Join(dir, "junk.gguf")
 	os.WriteFile(junk, []byte("not a gguf file, only text\n"), 0o644)
-	wantFail(t, []string{"not a gguf"}, "export", "--model", model, "--lora", junk, "--out", out)
-	wantFail(t, []string{"not a lora adapter"}, "export", "--model", model, "--lora", model, "--out", out)
-	wantFail(t, []string{"not a base model"}, "export", "--model", adapter, "--lora", adapter, "--out", out, "--merged")
-	wide := tinyModel(t, dir, "wide.gguf", func(c *modelgen.Config) { c.Hidden = 96; c.Heads = 6 })
-	wantFail(t, []string{"does not fit", "shape"}, "export", "--model", wide, "--lora", adapter, "--out", out, "--merged")
-	deep := tinyModel(t, dir, "deep.gguf", func(c *modelgen.Config) { c.Layers = 1 })
-	wantFail(t, []string{"does not exist in the base model"}, "export", "--model", deep, "--lora", adapter, "--out", out)
-	wantFail(t, []string{"--type"}, "export", "--model", model, "--lora", adapter, "--out", out, "--type", "bf16")
-	wantFail(t, []string{"overwrite"}, "export", "--model", model, "--lora", adapter, "--out", adapter)
+	loraWantFail(t, []string{"not a gguf"}, "export", "--model", model, "--lora", junk, "--out", out)
+	loraWantFail(t, []string{"not a lora adapter"}, "export", "--model", model, "--lora", model, "--out", out)
+	loraWantFail(t, []string{"not a base model"}, "export", "--model", adapter, "--lora", adapter, "--out", out, "--merged")
+	wide := loraTinyModel(t, dir, "wide.gguf", func(c *modelgen.Config) { c.Hidden = 96; c.Heads = 6 })
+	loraWantFail(t, []string{"does not fit", "shape"}, "export", "--model", wide, "--lora", adapter, "--out", out, "--merged")
+	deep := loraTinyModel(t, dir, "deep.gguf", func(c *modelgen.Config) { c.Layers = 1 })
+	loraWantFail(t, []string{"does not exist in the base model"}, "export", "--model", deep, "--lora", adapter, "--out", out)
+	loraWantFail(t, []string{"--type"}, "export", "--model", model, "--lora", adapter, "--out", out, "--type", "bf16")
+	loraWantFail(t, []string{"overwrite"}, "export", "--model", model, "--lora", adapter, "--out", adapter)
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
 		t.Errorf("failed exports left %s behind", out)
 	}
@@ -165,5 +175,107 @@ func TestExportErrors(t *testing.T) {
 	if a, err := m.LoadAdapter(adapter); err == nil {
 		a.Close()
 		t.Error("llama.cpp accepted an adapter for another base model")
+	}
+}
+
+// TestExportStateMatchesTrainingGraph: a state saved by the trainer after
+// real updates, exported through the CLI, loads in llama.cpp and gives the
+// training graph's log-probs (cgo LogProbs) for the same weights; the merged
+// export gives them too.
+func TestExportStateMatchesTrainingGraph(t *testing.T) {
+	if stateGeneralType != trainer.StateGeneralType {
+		t.Fatalf("export's state type %q != trainer's %q", stateGeneralType, trainer.StateGeneralType)
+	}
+	dir := t.TempDir()
+	model := loraTinyModel(t, dir, "base.gguf", nil)
+	pol, err := cgo.Load(model, cgo.LoRAConfig{Rank: 4, Alpha: 8, Seed: 2, Targets: []string{"q", "k", "o", "up", "down"}},
+		cgo.Options{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pol.Close()
+	u, err := trainer.NewUpdater(pol, trainer.UpdateConfig{
+		AdamW: trainer.DefaultAdamW(), MaxGradNorm: 1, Objective: cgo.DefaultObjective(),
+		Schedule: trainer.Schedule{Kind: trainer.ScheduleConstant, BaseLR: 0.05},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	toks := []int32{1, 50, 60, 70, 80, 90, 100, 110, 120}
+	for i := 0; i < 3; i++ {
+		old, err := pol.LogProbs(toks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := cgo.Sequence{Tokens: toks, Trained: make([]bool, len(toks)), OldLogp: old, Advantage: make([]float32, len(toks))}
+		for j := 4; j < len(toks); j++ {
+			s.Trained[j], s.Advantage[j] = true, 1
+		}
+		if _, err := u.Update([]cgo.Sequence{s}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	state := filepath.Join(dir, "state.gguf")
+	if err := u.Save(state); err != nil {
+		t.Fatal(err)
+	}
+	adapter := filepath.Join(dir, "adapter.gguf")
+	loraMustCLI(t, "export", "--model", model, "--lora", state, "--out", adapter)
+	merged := filepath.Join(dir, "merged.gguf")
+	loraMustCLI(t, "export", "--model", model, "--lora", state, "--merged", "--out", merged)
+	a, err := lora.Read(adapter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a.Meta) != 0 {
+		t.Errorf("training metadata leaked into the exported adapter: %v", a.Meta)
+	}
+	want, err := pol.LogProbs(toks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, model, adapter string }{{"adapter", model, adapter}, {"merged", merged, ""}} {
+		m, err := llama.LoadModel(c.model, llama.ModelParams{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, err := llama.NewContext(m, llama.ContextParams{NCtx: 256, Threads: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.adapter != "" {
+			if bad, err := m.LoadAdapter(state); err == nil {
+				bad.Close()
+				t.Error("llama.cpp loaded a training-state file as an adapter")
+			}
+			la, err := m.LoadAdapter(c.adapter)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer la.Close()
+			if err := ctx.SetAdapter(la, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := ctx.Score(context.Background(), toks[:1], toks[1:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: max |log-prob diff| llama.cpp vs training graph %g", c.name, loraMaxAbsDiff(got, want[1:]))
+		if d := loraMaxAbsDiff(got, want[1:]); d > 1e-4 {
+			t.Errorf("%s: llama.cpp log-probs differ from the training graph's by %g", c.name, d)
+		}
+		ctx.Close()
+		m.Close()
+	}
+	// The trained adapter is not the identity: a fresh policy disagrees.
+	fresh, err := cgo.Load(model, cgo.LoRAConfig{Rank: 4, Alpha: 8, Seed: 2, Targets: []string{"q", "k", "o", "up", "down"}}, cgo.Options{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	lp0, _ := fresh.LogProbs(toks)
+	if d := loraMaxAbsDiff(lp0, want); d < 1e-2 {
+		t.Fatalf("training barely changed the log-probs (%g): the comparison proves nothing", d)
 	}
 }

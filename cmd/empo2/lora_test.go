@@ -12,7 +12,7 @@ import (
 
 // tinyModel writes a modelgen Qwen2 model (default config changed by edit)
 // into dir and returns its path.
-func tinyModel(t *testing.T, dir, name string, edit func(*modelgen.Config)) string {
+func loraTinyModel(t *testing.T, dir, name string, edit func(*modelgen.Config)) string {
 	t.Helper()
 	cfg := modelgen.DefaultConfig()
 	if edit != nil {
@@ -27,7 +27,7 @@ func tinyModel(t *testing.T, dir, name string, edit func(*modelgen.Config)) stri
 
 // wantFail runs the CLI, expecting a non-zero exit whose stderr contains
 // every one of the substrings (case-insensitive).
-func wantFail(t *testing.T, subs []string, args ...string) {
+func loraWantFail(t *testing.T, subs []string, args ...string) {
 	t.Helper()
 	_, stderr, err := runCLI(t, args...)
 	if err == nil {
@@ -46,7 +46,7 @@ func wantFail(t *testing.T, subs []string, args ...string) {
 
 func TestLoraInitCLI(t *testing.T) {
 	dir := t.TempDir()
-	model := tinyModel(t, dir, "base.gguf", nil)
+	model := loraTinyModel(t, dir, "base.gguf", nil)
 	out := filepath.Join(dir, "a.gguf")
 	if _, stderr, err := runCLI(t, "lora", "init", "--model", model, "--rank", "4", "--alpha", "8",
 		"--out", out, "--seed", "3", "--targets", "q,v,down"); err != nil {
@@ -82,20 +82,26 @@ func TestLoraInitCLI(t *testing.T) {
 	if string(b1) != string(b2) {
 		t.Error("lora init with the same seed wrote different files")
 	}
+	// llama.cpp loads it, and with B = 0 the model is unchanged.
+	lb, tb, _ := loraLlamaRun(t, model, "", "Hello there")
+	la, ta, _ := loraLlamaRun(t, model, out, "Hello there")
+	if d := loraMaxAbsDiff(lb, la); d > 1e-5 || ta != tb {
+		t.Errorf("a fresh adapter changed llama.cpp's output: logits by %g, text %q vs %q", d, ta, tb)
+	}
 }
 
 func TestLoraInitCLIErrors(t *testing.T) {
 	dir := t.TempDir()
-	model := tinyModel(t, dir, "base.gguf", nil)
+	model := loraTinyModel(t, dir, "base.gguf", nil)
 	junk := filepath.Join(dir, "junk.gguf")
 	os.WriteFile(junk, []byte("GGUF but not really, just some bytes"), 0o644)
 	out := filepath.Join(dir, "a.gguf")
-	wantFail(t, []string{"no such file"}, "lora", "init", "--model", filepath.Join(dir, "missing.gguf"), "--out", out)
-	wantFail(t, []string{"gguf"}, "lora", "init", "--model", junk, "--out", out)
-	wantFail(t, []string{"rank"}, "lora", "init", "--model", model, "--rank", "0", "--out", out)
-	wantFail(t, []string{"unknown target", "lm_head"}, "lora", "init", "--model", model, "--targets", "q,lm_head", "--out", out)
-	wantFail(t, []string{"--type"}, "lora", "init", "--model", model, "--type", "q4_0", "--out", out)
-	wantFail(t, []string{"out"}, "lora", "init", "--model", model)
+	loraWantFail(t, []string{"no such file"}, "lora", "init", "--model", filepath.Join(dir, "missing.gguf"), "--out", out)
+	loraWantFail(t, []string{"gguf"}, "lora", "init", "--model", junk, "--out", out)
+	loraWantFail(t, []string{"rank"}, "lora", "init", "--model", model, "--rank", "0", "--out", out)
+	loraWantFail(t, []string{"unknown target", "lm_head"}, "lora", "init", "--model", model, "--targets", "q,lm_head", "--out", out)
+	loraWantFail(t, []string{"--type"}, "lora", "init", "--model", model, "--type", "q4_0", "--out", out)
+	loraWantFail(t, []string{"out"}, "lora", "init", "--model", model)
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
 		t.Errorf("a failed init left %s behind", out)
 	}
@@ -103,9 +109,9 @@ func TestLoraInitCLIErrors(t *testing.T) {
 	if _, stderr, err := runCLI(t, "lora", "init", "--model", model, "--out", out); err != nil {
 		t.Fatal(err, stderr)
 	}
-	wantFail(t, []string{"adapter"}, "lora", "init", "--model", out, "--out", filepath.Join(dir, "b.gguf"))
+	loraWantFail(t, []string{"adapter"}, "lora", "init", "--model", out, "--out", filepath.Join(dir, "b.gguf"))
 	// validate: a model as the adapter, and an adapter for another base.
-	wantFail(t, []string{"not a lora adapter"}, "lora", "validate", "--model", model, "--lora", model)
-	other := tinyModel(t, dir, "wide.gguf", func(c *modelgen.Config) { c.Hidden = 96; c.Heads = 6; c.KVHeads = 2 })
-	wantFail(t, []string{"does not match", "shape"}, "lora", "validate", "--model", other, "--lora", out)
+	loraWantFail(t, []string{"not a lora adapter"}, "lora", "validate", "--model", model, "--lora", model)
+	other := loraTinyModel(t, dir, "wide.gguf", func(c *modelgen.Config) { c.Hidden = 96; c.Heads = 6; c.KVHeads = 2 })
+	loraWantFail(t, []string{"does not match", "shape"}, "lora", "validate", "--model", other, "--lora", out)
 }

@@ -29,7 +29,7 @@ var (
 	memBySimFlag     = &cli.BoolFlag{Name: "by-similarity", Usage: "rank by similarity instead of stored score"}
 	memDimFlag       = &cli.IntFlag{Name: "dim", Usage: "dimension of the built-in hash embedder for a new database", Value: memstore.DefaultDim}
 	memEmbedFlag     = &cli.StringFlag{Name: "embed-model", Usage: "llama.cpp embedding GGUF `FILE` (default: the built-in hash embedder)"}
-	memCapFlag       = &cli.IntFlag{Name: "cap", Usage: "entries kept per namespace, oldest evicted first (0: no cap)", Value: memstore.DefaultCap}
+	memCapFlag       = &cli.IntFlag{Name: "cap", Usage: "entries kept per namespace, oldest evicted first (0: no cap); recorded in the database (default: its recorded cap, 1000 for a new one)"}
 	memLimitFlag     = &cli.IntFlag{Name: "limit", Usage: "entries to show, newest first (0: all)", Value: 20}
 	memContentFlag   = &cli.StringFlag{Name: "content", Usage: "tip text to store", Required: true}
 	memKeyFlag       = &cli.StringFlag{Name: "key", Usage: "text whose embedding is the retrieval key (default: the content)"}
@@ -157,7 +157,13 @@ func memAttachEmbedder(c *cli.Context, s *memstore.Store, create bool) (func(), 
 	return nop, s.SetEmbedder(e)
 }
 
-func memCap(c *cli.Context) memstore.Option { return memstore.WithCap(c.Int(memCapFlag.Name)) }
+// memCap passes --cap only when given: otherwise the database's recorded cap applies.
+func memCap(c *cli.Context) []memstore.Option {
+	if c.IsSet(memCapFlag.Name) {
+		return []memstore.Option{memstore.WithCap(c.Int(memCapFlag.Name))}
+	}
+	return nil
+}
 
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
@@ -226,6 +232,11 @@ func memStats(c *cli.Context) error {
 	fmt.Fprintf(w, "database   %s (%.1f MB, schema v%d)\n", st.Path, float64(st.FileBytes)/1e6, st.SchemaVersion)
 	fmt.Fprintf(w, "embedder   %s, dim %d\n", emb, st.Dim)
 	fmt.Fprintf(w, "entries    %d in %d namespaces\n", st.Entries, len(st.Namespaces))
+	if st.Cap > 0 {
+		fmt.Fprintf(w, "cap        %d per namespace (oldest evicted first)\n", st.Cap)
+	} else {
+		fmt.Fprintln(w, "cap        none")
+	}
 	if c.Bool(memCheckFlag.Name) {
 		fmt.Fprintln(w, "integrity  ok")
 	}
@@ -333,7 +344,7 @@ func memSearch(c *cli.Context) error {
 const math32SmallestPositive = 1.401298464324817070923729583289916131280e-45
 
 func memAdd(c *cli.Context) error {
-	s, err := memOpen(c, false, memCap(c))
+	s, err := memOpen(c, false, memCap(c)...)
 	if err != nil {
 		return err
 	}
@@ -393,7 +404,7 @@ func memImport(c *cli.Context) error {
 	if c.NArg() == 0 {
 		return fmt.Errorf("memory import: name one or more JSONL files (- for stdin)")
 	}
-	s, err := memOpen(c, false, memCap(c))
+	s, err := memOpen(c, false, memCap(c)...)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -160,4 +161,52 @@ func TestMemoryCLIEmbedModel(t *testing.T) {
 	assert.InDelta(t, 1, sr.Entries[0].Similarity, 1e-4, "a text retrieves its own key")
 	memCLIFail(t, "--embed-model", "memory", "search", "--db", db, "-n", "a", "-q", "x")
 	memCLIFail(t, "embed-model", "memory", "add", "--db", db, "-n", "a", "--content", "x", "--embed-model", filepath.Join(dir, "missing.gguf"))
+}
+
+func TestMemoryCLIImportStdin(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "mem.db")
+	cmd := exec.Command(binPath, "memory", "import", "--db", db, "--dim", "32", "--json", "-")
+	cmd.Stdin = strings.NewReader(`{"namespace":"boil/0","content":"a hand-written tip","score":5}` + "\n" +
+		`{"namespace":"boil/0","content":"a hand-written tip","score":6}` + "\n" +
+		`{"namespace":"melt/1","content":"another tip","score":1,"step":3}` + "\n")
+	out, err := cmd.Output()
+	require.NoError(t, err)
+	var ist memstore.ImportStats
+	require.NoError(t, json.Unmarshal(out, &ist))
+	assert.Equal(t, memstore.ImportStats{Read: 3, Added: 2}, ist)
+	var st memstore.Stats
+	require.NoError(t, json.Unmarshal([]byte(memCLI(t, "memory", "stats", "--db", db, "--json")), &st))
+	assert.Equal(t, "hash-ngram-v1/32", st.Embedder)
+	assert.Equal(t, 2, st.Entries)
+	// --threshold 0 means "> 0", not the default 0.5.
+	var sr struct {
+		Count int `json:"count"`
+	}
+	// ("written" has cosine 0.496 with the tip under hash-ngram-v1/32.)
+	require.NoError(t, json.Unmarshal([]byte(memCLI(t, "memory", "search", "--db", db, "-n", "boil/0", "-q", "written", "--json")), &sr))
+	assert.Equal(t, 0, sr.Count)
+	require.NoError(t, json.Unmarshal([]byte(memCLI(t, "memory", "search", "--db", db, "-n", "boil/0", "-q", "written", "--threshold", "0", "--json")), &sr))
+	assert.Equal(t, 1, sr.Count)
+}
+
+func TestMemoryCLICap(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "mem.db")
+	for i, c := range []string{"one", "two", "three"} {
+		args := []string{"memory", "add", "--db", db, "-n", "x", "--content", c}
+		if i == 0 {
+			args = append(args, "--cap", "2")
+		}
+		memCLI(t, args...)
+	}
+	var st memstore.Stats
+	require.NoError(t, json.Unmarshal([]byte(memCLI(t, "memory", "stats", "--db", db, "--json")), &st))
+	assert.Equal(t, 2, st.Cap, "the cap is recorded in the database")
+	assert.Equal(t, 2, st.Entries)
+	assert.Contains(t, memCLI(t, "memory", "stats", "--db", db), "2 per namespace")
+	var list []memstore.Entry
+	require.NoError(t, json.Unmarshal([]byte(memCLI(t, "memory", "list", "--db", db, "--json")), &list))
+	require.Len(t, list, 2)
+	assert.Equal(t, "three", list[0].Content)
+	assert.Equal(t, "two", list[1].Content)
 }

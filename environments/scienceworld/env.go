@@ -130,6 +130,9 @@ func newWithConn(ctx context.Context, opts environments.Options, conn net.Conn, 
 	cl := newClient(conn, timeout)
 	if proc != nil {
 		cl.dead = proc.deadErr
+		// A hung or half-dead JVM is of no further use: stop it now rather
+		// than at Close.
+		cl.onFail = func() { go proc.kill() }
 	}
 	pi, err := cl.New(ctx, pythonInterface)
 	if err != nil {

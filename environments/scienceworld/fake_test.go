@@ -176,7 +176,7 @@ func (g *fakeGateway) serve(c net.Conn) {
 	}
 }
 
-func str(s string) string  { return "!ys" + fakeEscape(s) }
+func str(s string) string { return "!ys" + fakeEscape(s) }
 func noMethod(m string) string {
 	return "!xs" + fakeEscape("py4j.Py4JException: Method "+m+"([]) does not exist\n\tat py4j.reflection.ReflectionEngine.getMethod")
 }

@@ -75,12 +75,16 @@ type jvm struct {
 	exited chan struct{} // closed when the process has exited
 	err    error         // its exit status, valid after exited is closed
 
-	mu      sync.Mutex
-	stderr  []string // last lines of stderr, for error messages
-	outLine int      // stdout lines drained
+	mu       sync.Mutex
+	stderr   []string // last lines of stderr, for error messages
+	outBytes int64    // stdout bytes drained
+	outTail  []byte   // last bytes of stdout
 }
 
-const keepStderr = 20
+const (
+	keepStderr = 20
+	keepStdout = 1024
+)
 
 // startJVM launches the gateway and waits for it to print its port.
 func startJVM(ctx context.Context, java, jar string, heap string, startup time.Duration) (*jvm, error) {
@@ -134,26 +138,33 @@ func startJVM(ctx context.Context, java, jar string, heap string, startup time.D
 		return nil, fmt.Errorf("%w: the JVM printed no port within %s%s", environments.ErrSimulatorDied, startup, j.stderrTail())
 	case <-ctx.Done():
 		j.kill()
-		return nil, ctx.Err()
+		return nil, fmt.Errorf("%w: the JVM did not start: %w%s", environments.ErrSimulatorDied, ctx.Err(), j.stderrTail())
 	}
 }
 
 // drainStdout hands the first line (the port) over and then discards the
 // simulator's per-step debug output, so that the JVM never blocks on a
-// full pipe.
+// full pipe. The last bytes are kept for error messages.
 func (j *jvm) drainStdout(r io.Reader, portc chan<- string) {
 	br := bufio.NewReaderSize(r, 64<<10)
-	first := true
+	line, err := br.ReadString('\n')
+	if line != "" || err == nil {
+		portc <- line
+	}
+	if err != nil {
+		return
+	}
+	buf := make([]byte, 64<<10)
 	for {
-		line, err := br.ReadString('\n')
-		if first && (line != "" || err == nil) {
-			portc <- line
-			first = false
-		} else if line != "" {
+		n, err := br.Read(buf)
+		if n > 0 {
 			j.mu.Lock()
-			j.outLine++
+			j.outBytes += int64(n)
+			j.outTail = append(j.outTail, buf[:n]...)
+			if len(j.outTail) > keepStdout {
+				j.outTail = append(j.outTail[:0], j.outTail[len(j.outTail)-keepStdout:]...)
+			}
 			j.mu.Unlock()
-			log.Trace().Str("jvm", "stdout").Msg(strings.TrimRight(line, "\n"))
 		}
 		if err != nil {
 			return
@@ -188,7 +199,16 @@ func (j *jvm) stderrTail() string {
 func (j *jvm) deadErr() error {
 	select {
 	case <-j.exited:
-		return fmt.Errorf("the JVM exited (%v)%s", j.err, j.stderrTail())
+		j.mu.Lock()
+		tail := strings.TrimSpace(string(j.outTail))
+		j.mu.Unlock()
+		if i := strings.LastIndexByte(tail, '\n'); i >= 0 {
+			tail = tail[i+1:]
+		}
+		if tail != "" {
+			tail = "; last stdout: " + tail
+		}
+		return fmt.Errorf("the JVM exited (%v)%s%s", j.err, j.stderrTail(), tail)
 	default:
 		return nil
 	}

@@ -211,6 +211,7 @@ type client struct {
 	timeout time.Duration // per command
 	broken  error         // set after an I/O failure: the stream is out of step
 	dead    func() error  // optional: why the peer process died, if it did
+	onFail  func()        // optional: called once when the connection breaks
 }
 
 func newClient(conn net.Conn, timeout time.Duration) *client {
@@ -249,8 +250,12 @@ func (c *client) roundTrip(ctx context.Context, call string, lines ...string) (V
 }
 
 func ctxErr(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return fmt.Errorf("%w (%v)", ctx.Err(), err)
+	cerr := ctx.Err()
+	if d, ok := ctx.Deadline(); cerr == nil && ok && !time.Now().Before(d) {
+		cerr = context.DeadlineExceeded
+	}
+	if cerr != nil {
+		return fmt.Errorf("%w (%w)", cerr, err)
 	}
 	return err
 }
@@ -263,6 +268,8 @@ func (c *client) fail(call string, err error) error {
 	switch {
 	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
 		why = "the gateway closed the connection"
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		why = "the call's context ended"
 	case errors.As(err, &ne) && ne.Timeout():
 		why = fmt.Sprintf("no answer within %s", c.timeout)
 	}
@@ -271,8 +278,11 @@ func (c *client) fail(call string, err error) error {
 			why = d.Error()
 		}
 	}
-	c.broken = fmt.Errorf("%w: %s during %s: %v", environments.ErrSimulatorDied, why, call, err)
+	c.broken = fmt.Errorf("%w: %s during %s: %w", environments.ErrSimulatorDied, why, call, err)
 	_ = c.conn.Close()
+	if c.onFail != nil {
+		c.onFail()
+	}
 	return c.broken
 }
 

@@ -71,7 +71,7 @@ type Product struct {
 	titleLower, bulletsLower, descLower string
 }
 
-// option returns the group that holds value, the last one when several do
+// optionGroupOf returns the group that holds value, the last one when several do
 // (as the original's clickable map, where a later radio button wins).
 func (p *Product) optionGroupOf(value string) (string, bool) {
 	name, ok := "", false

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -395,5 +396,143 @@ func TestRealAttributesFile(t *testing.T) {
 		if !r.Done || r.Info["raw_reward"].(float64) <= 0 {
 			t.Fatalf("goal %d: %+v", v, r)
 		}
+	}
+}
+
+// TestConcurrentEnvs plays gold episodes in parallel environments that share
+// one catalogue (search index, tagger, caches).
+func TestConcurrentEnvs(t *testing.T) {
+	errs := make(chan error, 4)
+	for w := 0; w < 4; w++ {
+		go func(w int) {
+			e, err := New(envOpts(""))
+			if err != nil {
+				errs <- err
+				return
+			}
+			for v := 600 + w*25; v < 600+w*25+25; v++ {
+				acts, err := e.GoldActions(bg, "webshop", v)
+				if err != nil {
+					errs <- err
+					return
+				}
+				e.Reset(bg, "webshop", v, 0)
+				var r environments.StepResult
+				for _, a := range acts {
+					if r, err = e.Step(bg, a); err != nil {
+						errs <- err
+						return
+					}
+				}
+				if r.Info["won"] != true {
+					errs <- fmt.Errorf("worker %d goal %d: %+v", w, v, r)
+					return
+				}
+			}
+			errs <- nil
+		}(w)
+	}
+	for w := 0; w < 4; w++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestDefaultCatalogueGolden pins the default synthetic catalogue: goal
+// numbers must mean the same goals across versions and machines.
+func TestDefaultCatalogueGolden(t *testing.T) {
+	e, err := New(envOpts(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, _ := e.Goal(0)
+	if want := "Find me swivel seat, solid wood, easy assemble bar stools with color: grey, and size: set of 2, and price lower than 50.00 dollars"; g.Instruction != want {
+		t.Fatalf("goal 0: %q\nwant %q", g.Instruction, want)
+	}
+	acts, err := e.GoldActions(bg, "webshop", 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"search[find me sugar free, non gmo dark chocolate with gluten free with flavor name: raspberry, and size: 3.5 ounce (pack of 1)]",
+		"click[b0rw6qn1q5]", "click[raspberry]", "click[3.5 ounce (pack of 1)]", "click[buy now]",
+	}
+	if !reflect.DeepEqual(acts, want) {
+		t.Fatalf("gold of goal 7: %q\nwant %q", acts, want)
+	}
+	if n := len(e.goals); n != 2819 {
+		t.Fatalf("%d synthetic goals, want 2819", n)
+	}
+}
+
+// TestHumanGoalsGold: on the synthetic catalogue the human-style goals name
+// options the product has, so their gold purchases earn 1 too.
+func TestHumanGoalsGold(t *testing.T) {
+	t.Setenv(GoalsEnvVar, "synthetic") // Extra wins over the environment variable
+	e, err := New(environments.Options{Extra: map[string]string{"goals": "human"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(e.goals) != 303 {
+		t.Fatalf("%d human goals, want 303", len(e.goals))
+	}
+	for v := 0; v < 100; v++ {
+		acts, err := e.GoldActions(bg, "webshop", v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Reset(bg, "webshop", v, 0)
+		var r environments.StepResult
+		for _, a := range acts {
+			r = mustStep(t, e, a)
+		}
+		if r.Info["won"] != true {
+			t.Fatalf("human goal %d (%s): %v → %+v", v, e.goals[v].Instruction, acts, r.Info)
+		}
+	}
+}
+
+// TestRealisticProductShape loads a product shaped like the entries of the
+// original's items_shuffle files (extra keys, null option groups, option
+// entries with price/url/is_selected, nested product_information).
+func TestRealisticProductShape(t *testing.T) {
+	dir := t.TempDir()
+	raw := `[{"name": "Lip Balm Set / 4 Pack", "full_description": "", "pricing": "$19.99 - $24.99",
+  "list_price": "", "availability_quantity": null, "availability_status": "In Stock.",
+  "images": ["https://m.media-amazon.com/images/I/x.jpg", null], "product_category": "Beauty & Personal Care › Skin Care › Lips › Balms & Moisturizers",
+  "average_rating": 4.4, "small_description": ["SOOTHING: shea butter", "Made in USA"], "model": "",
+  "customization_options": {"Flavor Name": [{"is_selected": true, "url": null, "value": "Mint/Honey", "price": 19.99, "image": "https://x"},
+     {"is_selected": false, "url": "https://y", "value": "Vanilla", "price": 24.99}], "Color": null},
+  "seller_id": "A1", "seller_name": "Shop", "fulfilled_by_amazon": true, "fast_track_message": " ", "aplus_present": false,
+  "small_description_old": "", "category": "beauty", "query": "lip balm", "page": 3, "asin": "B07ABCDEF1",
+  "product_information": {"Item Weight": "1 Ounces"}, "brand": "Acme", "brand_url": "https://z", "total_reviews": 12}]`
+	os.WriteFile(filepath.Join(dir, "items_shuffle_1.json"), []byte(raw), 0o644)
+	cat, err := LoadDir(dir, LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := cat.Products[0]
+	if p.Title != "Lip Balm Set / 4 Pack" || p.PriceTag != "$19.99 to $24.99" || p.Query != "lip balm" ||
+		!reflect.DeepEqual(p.Options, []OptionGroup{{"flavor name", []string{"mint | honey", "vanilla"}}}) {
+		t.Fatalf("product %+v", p)
+	}
+	if price := cat.Prices[p.ASIN]; price < 19.99 || price > 24.99 {
+		t.Fatalf("price %v", price)
+	}
+}
+
+func TestGoalsEnvVar(t *testing.T) {
+	t.Setenv(GoalsEnvVar, "Human")
+	e, err := New(envOpts(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(e.goals) != 303 || !e.goals[0].Human {
+		t.Fatalf("%s=Human gave %d goals", GoalsEnvVar, len(e.goals))
+	}
+	t.Setenv(GoalsEnvVar, "robots")
+	if _, err := New(envOpts("")); err == nil || !strings.Contains(err.Error(), GoalsEnvVar) {
+		t.Fatalf("a bad %s: %v", GoalsEnvVar, err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -17,6 +18,9 @@ const (
 	TaskName         = "webshop"
 	DefaultStepLimit = 15
 	testGoals        = 500
+	// GoalsEnvVar selects the goal set ("synthetic" or "human") when
+	// Options.Extra["goals"] is empty.
+	GoalsEnvVar = "EMPO2_WEBSHOP_GOALS"
 )
 
 // Button texts of the original's pages.
@@ -45,19 +49,24 @@ type config struct {
 	human     bool
 	lo        LoadOptions
 	stepLimit int
+	correct   bool
 }
 
 func parseOptions(o environments.Options) (config, error) {
-	c := config{dataDir: o.DataDir, stepLimit: o.StepLimit}
+	c := config{dataDir: o.DataDir, stepLimit: o.StepLimit, correct: environments.CorrectionEnabled(o)}
 	if c.stepLimit <= 0 {
 		c.stepLimit = DefaultStepLimit
 	}
-	switch g := strings.ToLower(o.Extra["goals"]); g {
+	goals := o.Extra["goals"]
+	if goals == "" {
+		goals = os.Getenv(GoalsEnvVar) // lets `empo2 env play|gold` pick human goals
+	}
+	switch g := strings.ToLower(goals); g {
 	case "", "synthetic":
 	case "human":
 		c.human = true
 	default:
-		return c, fmt.Errorf("webshop: Extra[goals] = %q: want synthetic or human", g)
+		return c, fmt.Errorf("webshop: goals %q (Extra[goals] or %s): want synthetic or human", g, GoalsEnvVar)
 	}
 	if s := o.Extra["products"]; s != "" {
 		n, err := strconv.Atoi(s)
@@ -140,23 +149,25 @@ type Env struct {
 	cat       *Catalog
 	goals     []Goal
 	stepLimit int
+	correct   bool // replace an invalid click by the most similar clickable
 
-	goal      *Goal
-	variation int
-	page      pageKind
-	keywords  string
-	results   []*Product
-	pageNum   int
-	product   *Product
-	options   map[string]string
-	subPage   string
-	steps     int
-	done      bool
-	reward    float64
-	closed    bool
-	obs       string
-	clickable map[string]func() // lower-cased clickable text → what it does
-	order     []string          // clickables in page order
+	goal       *Goal
+	variation  int
+	page       pageKind
+	keywords   string
+	results    []*Product
+	pageNum    int
+	product    *Product
+	options    map[string]string
+	subPage    string
+	steps      int
+	done       bool
+	reward     float64
+	rewardInfo RewardInfo
+	closed     bool
+	obs        string
+	clickable  map[string]func() // lower-cased clickable text → what it does
+	order      []string          // clickables in page order
 }
 
 var (
@@ -174,7 +185,7 @@ func New(o environments.Options) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Env{cat: cat, goals: goals, stepLimit: c.stepLimit}, nil
+	return &Env{cat: cat, goals: goals, stepLimit: c.stepLimit, correct: c.correct}, nil
 }
 
 // Catalog returns the catalogue the environment plays in.
@@ -238,6 +249,19 @@ func (e *Env) Step(ctx context.Context, action string) (environments.StepResult,
 	valid := false
 	var stepErr error
 	reward := 0.0
+	corrected := ""
+	if e.correct && e.page != pageSearch && !e.isValidClick(action) && len(e.order) > 0 {
+		// Compare the argument (or the whole text) with the clickables' texts,
+		// so that the brackets do not get in the way of the word overlap.
+		text := action
+		if m := actionRE.FindStringSubmatch(action); m != nil {
+			text = m[2]
+		}
+		fixed, _ := environments.CorrectAction(text, e.order)
+		if next := "click[" + fixed + "]"; next != action {
+			corrected, action = action, next
+		}
+	}
 	if m := actionRE.FindStringSubmatch(action); m != nil {
 		name := strings.ToLower(m[1])
 		arg := strings.ToLower(strings.TrimSpace(m[2]))
@@ -259,9 +283,22 @@ func (e *Env) Step(ctx context.Context, action string) (environments.StepResult,
 		return environments.StepResult{}, stepErr
 	}
 	info := environments.Info{"valid": valid, "steps": e.steps, "page": e.pageName()}
+	if corrected != "" {
+		info["corrected_from"] = corrected
+	}
 	if e.page == pageDone {
 		info["won"] = e.reward >= 1-1e-9
 		info["raw_reward"] = e.reward
+		ri := e.rewardInfo
+		info["r_type"] = ri.Type.RType
+		info["title_score"] = ri.Type.TitleScore
+		info["query_match"] = ri.Type.QueryMatch
+		info["category_match"] = ri.Type.CategoryMatch
+		info["r_att"] = float64(ri.AttrMatches) / float64(max(ri.NumAttributes, 1))
+		if ri.NumGoalOptions > 0 {
+			info["r_option"] = float64(ri.OptionMatches) / float64(ri.NumGoalOptions)
+		}
+		info["r_price"] = ri.PriceOK
 	}
 	if !e.done && e.steps >= e.stepLimit {
 		e.done = true
@@ -270,6 +307,15 @@ func (e *Env) Step(ctx context.Context, action string) (environments.StepResult,
 		info["raw_reward"] = 0.0
 	}
 	return environments.StepResult{Observation: e.obs, Reward: reward, Done: e.done, Info: info}, nil
+}
+
+func (e *Env) isValidClick(action string) bool {
+	m := actionRE.FindStringSubmatch(action)
+	if m == nil || strings.ToLower(m[1]) != "click" {
+		return false
+	}
+	_, ok := e.clickable[strings.ToLower(strings.TrimSpace(m[2]))]
+	return ok
 }
 
 func (e *Env) pageName() string {
@@ -433,7 +479,7 @@ func (e *Env) toSub(name string) {
 func (e *Env) buy() {
 	p := e.product
 	ri := Reward(p, e.goal, e.cat.Prices[p.ASIN], e.options)
-	e.reward = ri.Reward
+	e.reward, e.rewardInfo = ri.Reward, ri
 	e.done = true
 	e.page = pageDone
 	opts, _ := json.Marshal(e.options)

@@ -66,7 +66,8 @@ func TestObservationSnapshots(t *testing.T) {
 		if r.Done != last {
 			t.Fatalf("step %d: done=%v", i, r.Done)
 		}
-		if last && (r.Reward != 100 || e.Score() != 100 || r.Info["won"] != true || r.Info["raw_reward"] != 1.0) {
+		if last && (r.Reward != 100 || e.Score() != 100 || r.Info["won"] != true || r.Info["raw_reward"] != 1.0 ||
+			r.Info["r_type"] != 1.0 || r.Info["r_att"] != 1.0 || r.Info["r_option"] != 1.0 || r.Info["r_price"] != true) {
 			t.Fatalf("purchase: reward %v score %v info %v", r.Reward, e.Score(), r.Info)
 		}
 		if !last && r.Reward != 0 {
@@ -299,5 +300,72 @@ func TestHumanGoals(t *testing.T) {
 	}
 	if !r.Done || r.Info["won"] != true {
 		t.Fatalf("gold on the human goal: %v → %+v", acts, r)
+	}
+}
+
+// TestCorrectActions: with Extra[correct_actions] an invalid action on a
+// page with clickables becomes the most similar clickable (Jaccard over
+// words); searches are never invented.
+func TestCorrectActions(t *testing.T) {
+	o := envOpts(tinyShop(t))
+	o.Extra = map[string]string{environments.ExtraCorrectActions: "jaccard"}
+	e, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Reset(bg, "webshop", 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if r := mustStep(t, e, "click[buy]"); r.Info["valid"] != false || r.Info["corrected_from"] != nil {
+		t.Fatalf("search page: %+v", r.Info)
+	}
+	mustStep(t, e, "search[shampoo]")
+	r := mustStep(t, e, "click[b000000002 please]")
+	if r.Info["valid"] != true || r.Info["corrected_from"] != "click[b000000002 please]" || !strings.Contains(r.Observation, "Acme Blue Shampoo [SEP] Price:") {
+		t.Fatalf("corrected click: %+v", r)
+	}
+	if r := mustStep(t, e, "press[Reviews]"); r.Info["corrected_from"] != "press[Reviews]" || !strings.HasSuffix(r.Observation, "< Prev") {
+		t.Fatalf("press[Reviews]: %+v", r)
+	}
+	mustStep(t, e, "click[< prev]")
+	if r := mustStep(t, e, "click[description]"); r.Info["corrected_from"] != nil {
+		t.Fatalf("a valid click was corrected: %+v", r.Info)
+	}
+}
+
+// TestPartialPurchase buys the right product with the wrong options: "ruby |
+// red" normalises to "red", which is no goal option but occurs in the title
+// ("Acme Red Lipstick") and so counts, as in the original; "small" is not
+// "large". Reward (1 attribute + 1 option + price) / (1 + 2 + 1) = 0.75.
+func TestPartialPurchase(t *testing.T) {
+	e, err := New(envOpts(tinyShop(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := goalIndex(t, e, map[string]string{"color": "nude", "size": "large"})
+	if _, err := e.Reset(bg, "webshop", v, 0); err != nil {
+		t.Fatal(err)
+	}
+	var r environments.StepResult
+	for _, a := range []string{"search[red lipstick]", "click[b000000001]", "click[ruby | red]", "click[small]", "click[buy now]"} {
+		r = mustStep(t, e, a)
+	}
+	if !r.Done || r.Reward != 75 || e.Score() != 75 || r.Info["won"] != false || r.Info["raw_reward"] != 0.75 || r.Info["r_option"] != 0.5 {
+		t.Fatalf("partial purchase: %+v", r)
+	}
+	if !strings.Contains(r.Observation, "Your score (min 0.0, max 1.0) [SEP] 0.75 [SEP]") {
+		t.Fatalf("done page: %s", r.Observation)
+	}
+	// Another product type of the same brand: the shared proper noun "acme"
+	// gives a title score of 1/3 (> 0.2), so the type factor stays 1, as the
+	// original's noun overlap would; only the price matches: 1/4.
+	if _, err := e.Reset(bg, "webshop", v, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []string{"search[shampoo]", "click[b000000002]", "click[buy now]"} {
+		r = mustStep(t, e, a)
+	}
+	if !r.Done || r.Reward != 25 || r.Info["r_type"] != 1.0 || !near(r.Info["title_score"].(float64), 1.0/3) || r.Info["won"] != false {
+		t.Fatalf("shampoo for a lipstick goal: %+v", r.Info)
 	}
 }

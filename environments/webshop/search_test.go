@@ -24,10 +24,10 @@ func TestBM25Properties(t *testing.T) {
 		"red shoes",                 // 0
 		"red red shoes for running", // 1
 		"blue shirt with long sleeves and a pocket and buttons", // 2
-		"blue shirt",           // 3
-		"the and of with",      // 4: stop words only
-		"women's running shoe", // 5
-		"green tea",            // 6
+		"blue shirt",            // 3
+		"the and of with",       // 4: stop words only
+		"women's, running shoe", // 5
+		"green tea",             // 6
 	)
 	get := func(q string) []int {
 		r, err := ix.Search(q)
@@ -140,6 +140,72 @@ func TestSearchSanity(t *testing.T) {
 	for _, p := range res[:10] {
 		if p.Query != "shampoo" {
 			t.Fatalf("shampoo search shows %q (%s) on page one", p.Title, p.Query)
+		}
+	}
+}
+
+// TestPostingsMatchFTS4: the Go postings rank exactly as the FTS4 table with
+// matchinfo() does (same stems, term and document frequencies, lengths).
+func TestPostingsMatchFTS4(t *testing.T) {
+	cat, err := Synthetic(400, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queries := []string{"running shoes", "Shoe RUNS", "women's jumpsuits", "the", "zzz", "gluten free gluten", "3 ft usb-c cable", "ünïcode"}
+	for i := 0; i < 150 && i < len(cat.SyntheticGoals); i++ {
+		g := &cat.SyntheticGoals[i]
+		p, _ := cat.Product(g.ASIN)
+		queries = append(queries, goldQueries(g, p)...)
+	}
+	for _, q := range queries {
+		fast, err := cat.index.Search(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref, err := cat.index.searchFTS(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(fast) != len(ref) {
+			t.Fatalf("%q: %d results, FTS4 %d", q, len(fast), len(ref))
+		}
+		for i := range fast {
+			if fast[i] != ref[i] {
+				t.Fatalf("%q: rank %d is %d, FTS4 says %d", q, i, fast[i], ref[i])
+			}
+		}
+	}
+}
+
+func TestAnalyze(t *testing.T) {
+	for in, want := range map[string]string{
+		"Women's, Running-Shoes for the BEST men’s gym": "women running shoes best men gym",
+		"3.5 Ounce (Pack of 12)":                        "3 5 ounce pack 12",
+		"and the of":                                    "",
+		"Crème Brûlée":                                  "crème brûlée",
+	} {
+		if got := strings.Join(analyze(in), " "); got != want {
+			t.Errorf("analyze(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestPorterTokenizer pins the SQLite porter tokenizer behaviours that
+// docs/webshop.md lists as differences from Lucene's analyzer.
+func TestPorterTokenizer(t *testing.T) {
+	ix := miniIndex(t, "x")
+	for in, want := range map[string]string{
+		"running":                            "run",
+		"shoes":                              "shoe",
+		"shoes2":                             "shoes2", // a digit: not stemmed
+		"crèmes":                             "crèmes", // non-ASCII letters: not stemmed
+		"b08x2pkkb2":                         "b08kb2", // long with digits: first and last 3 kept
+		"12345678":                           "123678",
+		"supercalifragilisticexpialidocious": "supercalifalidocious", // > 20 letters: first and last 10
+	} {
+		got, err := ix.tokenize(in)
+		if err != nil || len(got) != 1 || got[0] != want {
+			t.Errorf("tokenize(%q) = %v (%v), want %q", in, got, err, want)
 		}
 	}
 }

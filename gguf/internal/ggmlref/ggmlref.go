@@ -158,7 +158,7 @@ func Read(path string) (*File, error) {
 		default:
 			return nil, fmt.Errorf("ggmlref: key %s: type %d", key, C.gguf_get_kv_type(ctx, i))
 		}
-		f.KVs = append(f.KVs, KV{key, v})
+		f.KVs = append(f.KVs, KV{Key: key, Value: v})
 	}
 	for i := C.int64_t(0); i < C.gguf_get_n_tensors(ctx); i++ {
 		name := C.gguf_get_tensor_name(ctx, i)

@@ -1,0 +1,111 @@
+package cgo
+
+import (
+	"math"
+	"testing"
+)
+
+// TestTokenObjective checks the per-token loss against the textbook
+// formulas and its derivative against a float64 central difference away
+// from the kinks.
+func TestTokenObjective(t *testing.T) {
+	obj := DefaultObjective() // ε 0.2/0.3, dual clip 10
+	cases := []struct {
+		lr, adv       float64 // log-ratio, advantage
+		loss          float64
+		clipped, dual bool
+	}{
+		{0, 1, -1, false, false},                  // r = 1
+		{math.Log(2), 1, -1.3, true, false},       // A > 0, r > 1+ε_high: clipped at 1.3
+		{math.Log(0.5), 1, -0.5, false, false},    // A > 0, r < 1−ε_low: unclipped (min picks r·A)
+		{math.Log(0.5), -1, 0.8, true, false},     // A < 0, r < 1−ε_low: clipped at 0.8
+		{math.Log(2), -1, 2, false, false},        // A < 0, r = 2: unclipped
+		{math.Log(20), -1, 10, false, true},       // A < 0, r = 20 > c: dual clip −c·A
+		{math.Log(1.1), 0.5, -0.55, false, false}, // inside the trust region
+		{30, 1, -1.3, true, false},                // huge ratio, A > 0: clipped, finite
+		{-30, -2, 1.6, true, false},               // tiny ratio, A < 0: clipped, finite
+		{30, -1, 10, false, true},                 // huge ratio, A < 0: dual clip, finite
+	}
+	for _, c := range cases {
+		old := -2.0
+		tt := tokenObjective(obj, old+c.lr, old, c.adv, 0, false, 1)
+		if math.Abs(tt.loss-c.loss) > 1e-6 || tt.clipped != c.clipped || tt.dualClip != c.dual {
+			t.Errorf("lr=%.3f A=%v: loss %.6f clipped %v dual %v; want %.6f %v %v", c.lr, c.adv, tt.loss, tt.clipped, tt.dualClip, c.loss, c.clipped, c.dual)
+		}
+		if math.IsNaN(tt.dLogp) || math.IsInf(tt.dLogp, 0) {
+			t.Errorf("lr=%v: non-finite derivative", c.lr)
+		}
+	}
+	// derivative vs central difference, with KL and entropy terms on
+	obj.KLCoef, obj.EntropyCoef = 0.2, 0.01
+	for _, lr := range []float64{-1.5, -0.5, -0.1, 0, 0.1, 0.4, 1.5, 2.5, 3} {
+		for _, adv := range []float64{-1.3, -0.4, 0.6, 2} {
+			old, ref := -3.0, -2.5
+			f := func(lp float64) float64 { return tokenObjective(obj, lp, old, adv, ref, true, 1.7).loss }
+			const h = 1e-6
+			fd := (f(old+lr+h) - f(old+lr-h)) / (2 * h)
+			got := tokenObjective(obj, old+lr, old, adv, ref, true, 1.7)
+			if math.Abs(fd-got.dLogp) > 1e-6*math.Max(1, math.Abs(fd)) {
+				t.Errorf("lr=%v A=%v: dℓ/dlogp %v, central difference %v", lr, adv, got.dLogp, fd)
+			}
+			if got.dEnt != -float64(obj.EntropyCoef) {
+				t.Errorf("dℓ/dH = %v", got.dEnt)
+			}
+		}
+	}
+}
+
+// TestAggregationValue: Stats.Loss equals the aggregated per-token losses
+// (token-mean and seq-mean-token-mean) computed here from LogProbs.
+func TestAggregationValue(t *testing.T) {
+	m := loadTiny(t, tinyCfg(), LoRAConfig{Rank: 2, Alpha: 4, Seed: 2, RandomB: true}, Options{Threads: 2})
+	seqs := []Sequence{
+		{Tokens: []int32{1, 2, 3, 4, 5, 6}, Trained: []bool{false, false, false, true, true, true}, Advantage: []float32{0, 0, 0, 1, -1, 0.5}},
+		{Tokens: []int32{7, 8, 9}, Trained: []bool{false, true, true}, Advantage: []float32{0, -0.5, 2}},
+	}
+	for i := range seqs {
+		lp, err := m.LogProbs(seqs[i].Tokens)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs[i].OldLogp = make([]float32, len(lp))
+		for j := range lp {
+			seqs[i].OldLogp[j] = min(0, lp[j]-0.15*float32(j%3))
+		}
+	}
+	for _, agg := range []string{AggTokenMean, AggSeqMeanTokenMean} {
+		obj := DefaultObjective()
+		obj.Aggregation = agg
+		var sum float64
+		var perSeq []float64
+		ntok := 0
+		for _, s := range seqs {
+			lp, _ := m.LogProbs(s.Tokens)
+			ss, n := 0.0, 0
+			for j := range s.Tokens {
+				if s.Trained[j] {
+					ss += tokenObjective(obj, float64(lp[j]), float64(s.OldLogp[j]), float64(s.Advantage[j]), 0, false, 0).loss
+					n++
+				}
+			}
+			sum += ss
+			ntok += n
+			perSeq = append(perSeq, ss/float64(n))
+		}
+		want := sum / float64(ntok)
+		if agg == AggSeqMeanTokenMean {
+			want = (perSeq[0] + perSeq[1]) / 2
+		}
+		st, err := m.Evaluate(seqs, obj, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if math.Abs(st.Loss-want) > 1e-5 {
+			t.Errorf("%s: Stats.Loss %v, want %v", agg, st.Loss, want)
+		}
+		st2, _ := m.Evaluate(seqs, obj, 0.5)
+		if math.Abs(st2.Loss-0.5*sum) > 1e-5 && agg == AggTokenMean {
+			t.Errorf("token-mean with scale 0.5: %v, want %v", st2.Loss, 0.5*sum)
+		}
+	}
+}

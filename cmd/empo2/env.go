@@ -1,0 +1,393 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/olekukonko/tablewriter"
+	"github.com/rs/zerolog/log"
+	"github.com/urfave/cli/v2"
+
+	"github.com/empo2/empo2/environments"
+	_ "github.com/empo2/empo2/environments/scienceworld" // registers "scienceworld"
+	_ "github.com/empo2/empo2/environments/textlab"      // registers "textlab"
+)
+
+// Flags of `empo2 env` (package variables, shared by its subcommands).
+var (
+	envVariationFlag = &cli.IntFlag{Name: "variation", Aliases: []string{"goal"}, Usage: "task variation `N` (--goal is the same, for WebShop goals)"}
+	envSeedFlag      = &cli.Int64Flag{Name: "seed", Usage: "reset seed", Value: 0}
+	envDataFlag      = &cli.StringFlag{Name: "data", Usage: "data `DIR` of the environment (WebShop)", EnvVars: []string{"EMPO2_ENV_DATA"}}
+	envJarFlag       = &cli.StringFlag{Name: "scienceworld-jar", Usage: "ScienceWorld simulator `FILE` (the jar from the scienceworld wheel)", EnvVars: []string{"SCIENCEWORLD_JAR"}}
+	envSimpFlag      = &cli.StringFlag{Name: "simplifications", Usage: "comma-separated simplifications, e.g. easy (ScienceWorld, textlab)"}
+	envLimitFlag     = &cli.IntFlag{Name: "step-limit", Usage: "step limit `N` (0: the task's own)"}
+	envCorrectFlag   = &cli.BoolFlag{Name: "correct-actions", Usage: "replace an invalid action by the most similar valid one (Jaccard)"}
+	envJSONFlag      = &cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"}
+	envActionsFlag   = &cli.StringFlag{Name: "actions", Usage: "replay actions from `FILE` (one per line; blank lines and # comments skipped) instead of reading stdin"}
+	envQuietFlag     = &cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print the actions and the final score only"}
+)
+
+func envOptionFlags() []cli.Flag {
+	return []cli.Flag{envDataFlag, envJarFlag, envSimpFlag, envLimitFlag, envCorrectFlag}
+}
+
+func init() {
+	register(&cli.Command{
+		Name:  "env",
+		Usage: "list, play and check the environments (textlab, scienceworld, webshop)",
+		Subcommands: []*cli.Command{
+			{
+				Name:      "list",
+				Usage:     "list environments and their tasks with variation counts and train/dev/test splits",
+				ArgsUsage: "[ENV]",
+				Flags:     append([]cli.Flag{envJSONFlag}, envOptionFlags()...),
+				Action:    envList,
+			},
+			{
+				Name:      "play",
+				Usage:     "play a task in the terminal, reading actions from stdin (or --actions FILE)",
+				ArgsUsage: "ENV [TASK]",
+				Description: "Type actions at the prompt. Also: 'valid' lists the valid actions, 'score' shows the score,\n" +
+					"'quit' ends. TASK may be left out when the environment has a single task.",
+				Flags:  append([]cli.Flag{envVariationFlag, envSeedFlag, envActionsFlag, envQuietFlag}, envOptionFlags()...),
+				Action: envPlay,
+			},
+			{
+				Name:      "gold",
+				Usage:     "play the gold action sequence of a task variation and print the final score",
+				ArgsUsage: "ENV [TASK]",
+				Flags:     append([]cli.Flag{envVariationFlag, envSeedFlag, envQuietFlag}, envOptionFlags()...),
+				Action:    envGold,
+			},
+		},
+	})
+}
+
+func envOptions(c *cli.Context) environments.Options {
+	o := environments.Options{
+		DataDir:         c.String(envDataFlag.Name),
+		Jar:             c.String(envJarFlag.Name),
+		Simplifications: c.String(envSimpFlag.Name),
+		StepLimit:       c.Int(envLimitFlag.Name),
+	}
+	if c.Bool(envCorrectFlag.Name) {
+		o.Extra = map[string]string{environments.ExtraCorrectActions: "jaccard"}
+	}
+	return o
+}
+
+type envTaskJSON struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	Variations  int    `json:"variations"`
+	Train       []int  `json:"train"`
+	Dev         []int  `json:"dev"`
+	Test        []int  `json:"test"`
+	StepLimit   int    `json:"step_limit"`
+	HeldOut     bool   `json:"held_out"`
+}
+
+type envJSON struct {
+	Name        string        `json:"name"`
+	Description string        `json:"description"`
+	Tasks       []envTaskJSON `json:"tasks"`
+	Error       string        `json:"error,omitempty"`
+}
+
+func envList(c *cli.Context) error {
+	args, err := envArgs(c)
+	if err != nil {
+		return err
+	}
+	names := environments.Names()
+	if len(args) > 1 {
+		return fmt.Errorf("env list takes at most one ENV, got %d arguments", len(args))
+	}
+	if len(args) == 1 {
+		if _, err := environments.Lookup(args[0]); err != nil {
+			return err
+		}
+		names = args
+	}
+	opts := envOptions(c)
+	var all []envJSON
+	for _, n := range names {
+		spec, _ := environments.Lookup(n)
+		e := envJSON{Name: n, Description: spec.Description, Tasks: []envTaskJSON{}}
+		tasks, err := spec.Tasks(opts)
+		if err != nil {
+			e.Error = err.Error()
+			log.Warn().Err(err).Str("env", n).Msg("cannot list tasks")
+		}
+		for _, t := range tasks {
+			e.Tasks = append(e.Tasks, envTaskJSON{t.Name, t.Description, t.Variations, envNonNil(t.Train), envNonNil(t.Dev), envNonNil(t.TestVars), t.StepLimit, t.HeldOut})
+		}
+		all = append(all, e)
+	}
+	w := c.App.Writer
+	if c.Bool(envJSONFlag.Name) {
+		enc := json.NewEncoder(w)
+		return enc.Encode(all)
+	}
+	tw := tablewriter.NewWriter(w)
+	tw.SetHeader([]string{"ENV", "TASK", "VARIATIONS", "TRAIN", "DEV", "TEST", "STEP LIMIT", "HELD OUT", "DESCRIPTION"})
+	tw.SetAutoWrapText(false)
+	tw.SetAutoFormatHeaders(false)
+	tw.SetBorder(false)
+	tw.SetColumnSeparator(" ")
+	tw.SetCenterSeparator(" ")
+	tw.SetAlignment(tablewriter.ALIGN_LEFT)
+	tw.SetHeaderAlignment(tablewriter.ALIGN_LEFT)
+	for _, e := range all {
+		if e.Error != "" {
+			tw.Append([]string{e.Name, "-", "-", "-", "-", "-", "-", "-", "unavailable: " + e.Error})
+		}
+		for _, t := range e.Tasks {
+			held := ""
+			if t.HeldOut {
+				held = "yes"
+			}
+			tw.Append([]string{e.Name, t.Name, strconv.Itoa(t.Variations), strconv.Itoa(len(t.Train)), strconv.Itoa(len(t.Dev)), strconv.Itoa(len(t.Test)), strconv.Itoa(t.StepLimit), held, t.Description})
+		}
+	}
+	tw.Render()
+	return nil
+}
+
+func envNonNil(v []int) []int {
+	if v == nil {
+		return []int{}
+	}
+	return v
+}
+
+// envOpen resolves ENV [TASK] and --variation and starts an instance.
+func envOpen(c *cli.Context) (environments.Env, environments.Task, int, error) {
+	args, err := envArgs(c)
+	if err != nil {
+		return nil, environments.Task{}, 0, err
+	}
+	if len(args) < 1 || len(args) > 2 {
+		return nil, environments.Task{}, 0, fmt.Errorf("want ENV [TASK], got %d arguments (environments: %s)", len(args), strings.Join(environments.Names(), ", "))
+	}
+	spec, err := environments.Lookup(args[0])
+	if err != nil {
+		return nil, environments.Task{}, 0, err
+	}
+	opts := envOptions(c)
+	tasks, err := spec.Tasks(opts)
+	if err != nil {
+		return nil, environments.Task{}, 0, err
+	}
+	var name string
+	if len(args) == 2 {
+		name = args[1]
+	}
+	task, err := environments.FindTask(tasks, name)
+	if err != nil {
+		return nil, environments.Task{}, 0, err
+	}
+	v := c.Int(envVariationFlag.Name)
+	if err := environments.CheckVariation(task, v); err != nil {
+		return nil, environments.Task{}, 0, err
+	}
+	env, err := spec.New(opts)
+	if err != nil {
+		return nil, environments.Task{}, 0, err
+	}
+	return env, task, v, nil
+}
+
+func envGold(c *cli.Context) error {
+	env, task, v, err := envOpen(c)
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	gp, ok := env.(environments.GoldProvider)
+	if !ok {
+		return fmt.Errorf("%w: %s has no gold action sequences", environments.ErrNotSupported, c.Args().First())
+	}
+	ctx := c.Context
+	gold, err := gp.GoldActions(ctx, task.Name, v)
+	if err != nil {
+		return err
+	}
+	res, err := env.Reset(ctx, task.Name, v, c.Int64(envSeedFlag.Name))
+	if err != nil {
+		return err
+	}
+	w := c.App.Writer
+	quiet := c.Bool(envQuietFlag.Name)
+	fmt.Fprintf(w, "%s %s variation %d: %d gold actions\n", c.Args().First(), task.Name, v, len(gold))
+	if !quiet {
+		fmt.Fprintf(w, "Task: %s\n%s\n", res.TaskDescription, res.Observation)
+	}
+	done := false
+	n := 0
+	for _, a := range gold {
+		r, err := env.Step(ctx, a)
+		if err != nil {
+			return fmt.Errorf("gold action %d %q: %w", n+1, a, err)
+		}
+		n++
+		envPrintStep(w, a, r, env.Score(), quiet)
+		if r.Done {
+			done = true
+			break
+		}
+	}
+	fmt.Fprintf(w, "final score: %s after %d actions (done: %v)\n", envFmtScore(env.Score()), n, done)
+	return nil
+}
+
+func envFmtScore(s float64) string { return strconv.FormatFloat(s, 'f', -1, 64) }
+
+func envPrintStep(w io.Writer, action string, r environments.StepResult, score float64, quiet bool) {
+	if action != "" {
+		fmt.Fprintf(w, "> %s\n", action)
+	}
+	if quiet {
+		return
+	}
+	if from, ok := r.Info["corrected_from"]; ok {
+		fmt.Fprintf(w, "(corrected from %q)\n", from)
+	}
+	fmt.Fprintln(w, strings.TrimRight(r.Observation, "\n"))
+	fmt.Fprintf(w, "[reward %+g, score %s, done %v]\n", r.Reward, envFmtScore(score), r.Done)
+}
+
+func envPlay(c *cli.Context) error {
+	env, task, v, err := envOpen(c)
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	var in io.Reader = os.Stdin
+	replay := c.String(envActionsFlag.Name)
+	if replay != "" {
+		f, err := os.Open(replay)
+		if err != nil {
+			return fmt.Errorf("--actions: %w", err)
+		}
+		defer f.Close()
+		in = f
+	}
+	ctx := c.Context
+	res, err := env.Reset(ctx, task.Name, v, c.Int64(envSeedFlag.Name))
+	if err != nil {
+		return err
+	}
+	w := c.App.Writer
+	quiet := c.Bool(envQuietFlag.Name)
+	fmt.Fprintf(w, "%s %s variation %d (step limit %d)\nTask: %s\n%s\n", c.Args().First(), task.Name, v, environments.StepLimit(task, envOptions(c)), res.TaskDescription, res.Observation)
+	interactive := replay == "" && envIsTerminal(os.Stdin)
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	n := 0
+	done := false
+	for !done {
+		if interactive {
+			fmt.Fprint(w, "> ")
+		}
+		if !sc.Scan() {
+			break
+		}
+		a := strings.TrimSpace(sc.Text())
+		if a == "" || strings.HasPrefix(a, "#") {
+			continue
+		}
+		switch strings.ToLower(a) {
+		case "quit", "exit":
+			done = true
+			continue
+		case "score":
+			fmt.Fprintf(w, "score: %s\n", envFmtScore(env.Score()))
+			continue
+		case "valid", "help":
+			va, err := env.ValidActions(ctx)
+			if errors.Is(err, environments.ErrNotSupported) {
+				fmt.Fprintln(w, "(this environment does not list its valid actions)")
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(w, strings.Join(va, "\n"))
+			continue
+		}
+		r, err := env.Step(ctx, a)
+		if err != nil {
+			return fmt.Errorf("action %d %q: %w", n+1, a, err)
+		}
+		n++
+		if interactive {
+			envPrintStep(w, "", r, env.Score(), quiet)
+		} else {
+			envPrintStep(w, a, r, env.Score(), quiet)
+		}
+		done = r.Done
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "final score: %s after %d actions (done: %v)\n", envFmtScore(env.Score()), n, done)
+	return nil
+}
+
+// isTerminal reports whether f is a character device (a terminal).
+func envIsTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// envArgs returns the positional arguments of c, applying any flags that
+// follow them: urfave/cli stops parsing flags at the first positional
+// argument, but `empo2 env gold webshop --goal 7` should work.
+func envArgs(c *cli.Context) ([]string, error) {
+	var pos []string
+	args := c.Args().Slice()
+	for i := 0; i < len(args); i++ {
+		tok := args[i]
+		if tok == "--" {
+			pos = append(pos, args[i+1:]...)
+			break
+		}
+		if !strings.HasPrefix(tok, "-") || tok == "-" {
+			pos = append(pos, tok)
+			continue
+		}
+		name, value, hasValue := strings.Cut(strings.TrimLeft(tok, "-"), "=")
+		var flag cli.Flag
+		for _, f := range c.Command.Flags {
+			for _, n := range f.Names() {
+				if n == name {
+					flag = f
+				}
+			}
+		}
+		if flag == nil {
+			return nil, fmt.Errorf("flag provided but not defined: %s", tok)
+		}
+		if _, isBool := flag.(*cli.BoolFlag); isBool && !hasValue {
+			value, hasValue = "true", true
+		}
+		if !hasValue {
+			if i+1 >= len(args) {
+				return nil, fmt.Errorf("flag needs an argument: %s", tok)
+			}
+			i++
+			value = args[i]
+		}
+		if err := c.Set(flag.Names()[0], value); err != nil {
+			return nil, fmt.Errorf("invalid value %q for flag %s: %w", value, tok, err)
+		}
+	}
+	return pos, nil
+}
