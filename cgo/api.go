@@ -81,6 +81,8 @@ type Options struct {
 	// matrices (which double weight memory); each training graph makes Wᵀ
 	// with a copy just before its use and frees it after. Saves the copies'
 	// memory at the cost of one memory-bound transpose per matrix and step.
+	// Quantized matrices still get a stored F16 copy (their blocks cannot be
+	// transposed in the graph).
 	TransposeInGraph bool
 }
 
@@ -101,7 +103,7 @@ type ModelInfo struct {
 	RopeBase       float32
 	NormEps        float32
 	TiedEmbeddings bool   // no output.weight: logits use token_embd.weight
-	WeightType     string // storage type of the frozen matrices ("f32", "f16")
+	WeightType     string // storage type of the frozen matrices ("f32", "f16", "q8_0", ...)
 	Backend        string // ggml backend name
 }
 
@@ -203,8 +205,8 @@ func CountTrained(batch []Sequence, obj Objective) (tokens, seqs int) {
 }
 
 // Model is a frozen Qwen2 policy with trainable LoRA parameters and their
-// gradient accumulators, living in ggml backend buffers. A Model is not safe
-// for concurrent use; calls are serialised by an internal mutex.
+// gradient accumulators, living in ggml backend buffers. Methods may be
+// called from several goroutines; they are serialised by an internal mutex.
 //
 // Methods (implemented in model.go):
 //
@@ -221,7 +223,7 @@ func CountTrained(batch []Sequence, obj Objective) (tokens, seqs int) {
 //	(*Model).LogProbs(tokens []int32) ([]float32, error)
 //	(*Model).LogProbsBatch(seqs [][]int32) ([][]float32, error)
 //	(*Model).MemoryBytes() MemoryStats
-//	(*Model).Info() ModelInfo; (*Model).LoRAScale() float32
+//	(*Model).LoRAScale() float32
 //	(*Model).Close() error
 //
 // ForwardBackward adds d(lossScale·L)/dθ into the gradient accumulators

@@ -1,6 +1,7 @@
 package cgo
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -59,7 +60,7 @@ func benchBatch(rng *rand.Rand, V, B, T, respLen int) []Sequence {
 // benchTrain measures a training step (ForwardBackward) and a prefill (the
 // same forward graph with logits at every position, LogProbsBatch) on the
 // same model in the same run, and reports tokens/s, FLOP/s and their ratio.
-func benchTrain(b *testing.B, cfg modelgen.Config, opts Options, B, T, respLen int) {
+func benchTrain(b *testing.B, cfg modelgen.Config, opts Options, B, T, respLen, rounds int) {
 	path := tinyModel(b, cfg)
 	lora := LoRAConfig{Rank: 8, Alpha: 16, Seed: 1}
 	m, err := Load(path, lora, opts)
@@ -83,27 +84,34 @@ func benchTrain(b *testing.B, cfg modelgen.Config, opts Options, B, T, respLen i
 	if _, err := m.LogProbsBatch(seqs); err != nil {
 		b.Fatal(err)
 	}
+	// The machine is shared: each iteration alternates `rounds` train steps
+	// and prefills and keeps the fastest of each (robust to contention).
 	var tTrain, tPrefill time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		t0 := time.Now()
-		if _, err := m.ForwardBackward(batch, obj, 0); err != nil {
-			b.Fatal(err)
+		bestT, bestP := time.Duration(math.MaxInt64), time.Duration(math.MaxInt64)
+		for r := 0; r < rounds; r++ {
+			t0 := time.Now()
+			if _, err := m.ForwardBackward(batch, obj, 0); err != nil {
+				b.Fatal(err)
+			}
+			bestT = min(bestT, time.Since(t0))
+			mem := m.MemoryBytes()
+			t0 = time.Now()
+			if _, err := m.LogProbsBatch(seqs); err != nil {
+				b.Fatal(err)
+			}
+			bestP = min(bestP, time.Since(t0))
+			if i == 0 && r == 0 {
+				M := B * respLen
+				b.ReportMetric(float64(mem.ComputeLast)/float64(M), "compute-B/trained-tok")
+				b.ReportMetric(float64(mem.ComputeLast)/float64(B*T), "compute-B/tok")
+				b.ReportMetric(float64(mem.Weights)/(1<<20), "weights-MiB")
+				b.ReportMetric(float64(mem.Transposed)/(1<<20), "transposed-MiB")
+			}
 		}
-		tTrain += time.Since(t0)
-		mem := m.MemoryBytes()
-		t0 = time.Now()
-		if _, err := m.LogProbsBatch(seqs); err != nil {
-			b.Fatal(err)
-		}
-		tPrefill += time.Since(t0)
-		if i == 0 {
-			M := B * respLen
-			b.ReportMetric(float64(mem.ComputeLast)/float64(M), "compute-B/trained-tok")
-			b.ReportMetric(float64(mem.ComputeLast)/float64(B*T), "compute-B/tok")
-			b.ReportMetric(float64(mem.Weights)/(1<<20), "weights-MiB")
-			b.ReportMetric(float64(mem.Transposed)/(1<<20), "transposed-MiB")
-		}
+		tTrain += bestT
+		tPrefill += bestP
 	}
 	b.StopTimer()
 	n := float64(b.N)
@@ -122,23 +130,23 @@ func benchTrain(b *testing.B, cfg modelgen.Config, opts Options, B, T, respLen i
 }
 
 func BenchmarkTrainTiny(b *testing.B) {
-	benchTrain(b, tinyCfg(), Options{Threads: 2}, 4, 128, 32)
+	benchTrain(b, tinyCfg(), Options{Threads: 2}, 4, 128, 32, 20)
 }
 
 func BenchmarkTrain100M(b *testing.B) {
-	benchTrain(b, model100M(), Options{Threads: 2}, 2, 256, 64)
+	benchTrain(b, model100M(), Options{Threads: 2}, 2, 256, 64, 3)
 }
 
 // BenchmarkTrain100MAutograd: the same step with ggml autograd's OUT_PROD for
 // dX through frozen linears (the baseline the transposed backward replaces).
 func BenchmarkTrain100MAutograd(b *testing.B) {
-	benchTrain(b, model100M(), Options{Threads: 2, AutogradFrozenBackward: true}, 2, 256, 64)
+	benchTrain(b, model100M(), Options{Threads: 2, AutogradFrozenBackward: true}, 2, 256, 64, 3)
 }
 
 func BenchmarkTrain100MF16(b *testing.B) {
 	c := model100M()
 	c.DType = "f16"
-	benchTrain(b, c, Options{Threads: 2}, 2, 256, 64)
+	benchTrain(b, c, Options{Threads: 2}, 2, 256, 64, 3)
 }
 
 // BenchmarkTrain100MTransposeInGraph: no stored Wᵀ copies (F16 weights);
@@ -146,5 +154,5 @@ func BenchmarkTrain100MF16(b *testing.B) {
 func BenchmarkTrain100MTransposeInGraph(b *testing.B) {
 	c := model100M()
 	c.DType = "f16"
-	benchTrain(b, c, Options{Threads: 2, TransposeInGraph: true}, 2, 256, 64)
+	benchTrain(b, c, Options{Threads: 2, TransposeInGraph: true}, 2, 256, 64, 3)
 }

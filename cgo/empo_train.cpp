@@ -36,6 +36,11 @@
 //   made at load (same type as W) — or, with transpose_in_graph, by a CONT of
 //   transpose(W) inside the graph just before its use — then rebuild the graph
 //   so leafs and use counts are right.
+// ggml-alloc aliasing: RMS_NORM_BACK / SOFT_MAX_BACK must not be computed in
+//   place over their operands (see pin_backward_operands).
+// Execution: one graph per call holding forward and backward; nodes
+//   [0, n_fwd) are computed first (forward), Go computes the objective and
+//   the coefficients, then nodes [n_fwd, n) (backward) on the same allocation.
 
 #include "empo_train.h"
 
@@ -242,7 +247,11 @@ struct weight_loader {
         return t;
     }
 
-    // 2-D matrix [n0, n1]; F32/F16 kept (unless force_f32), others converted to F32
+    // 2-D matrix [n0, n1]. Storage: F32/F16/BF16 and quantized types with a
+    // CPU dot product are kept as they are (mul_mat reads them); force_f32
+    // (autograd mode, whose OUT_PROD handles F32 only) converts to F32.
+    // want_t adds Wᵀ [n1, n0]: same type for F32/F16/BF16, F16 for quantized
+    // types (their blocks run along rows, so they cannot be transposed as is).
     ggml_tensor * mat(const std::string & name, int64_t n0, int64_t n1, bool force_f32, bool want_t) {
         const int64_t id = src.find(name);
         if (id < 0) throw empo_error(EMPO_ERR_ARCH, "missing tensor " + name);
@@ -252,8 +261,11 @@ struct weight_loader {
             throw empo_error(EMPO_ERR_ARCH, "tensor " + name + " has an unexpected shape (want ne=[" +
                              std::to_string(n0) + "," + std::to_string(n1) + "])");
         }
+        const bool plain = type == GGML_TYPE_F32 || type == GGML_TYPE_F16 || type == GGML_TYPE_BF16;
+        const auto * tr  = ggml_get_type_traits(type);
+        const bool quant = !plain && ggml_is_quantized(type) && tr && tr->to_float && ggml_get_type_traits_cpu(type)->vec_dot;
         ggml_type st = type;
-        if (force_f32 || (type != GGML_TYPE_F32 && type != GGML_TYPE_F16)) st = GGML_TYPE_F32;
+        if (force_f32 || (!plain && !quant)) st = GGML_TYPE_F32;
         ggml_tensor * t = ggml_new_tensor_2d(m.ctx_w, st, n0, n1);
         ggml_set_name(t, name.c_str());
         std::vector<uint8_t> raw = src.read(id);
@@ -261,12 +273,23 @@ struct weight_loader {
             std::vector<float> f = to_f32(raw, type, n0 * n1);
             raw.assign((const uint8_t *) f.data(), (const uint8_t *) (f.data() + f.size()));
         }
-        if (want_t && m.cfg.transpose_in_graph) {
+        const bool quantized = ggml_is_quantized(st);
+        if (want_t && m.cfg.transpose_in_graph && !quantized) {
             m.transposed[t] = nullptr; // frozen; Wᵀ is made inside each training graph
         } else if (want_t) {
-            ggml_tensor * tt = ggml_new_tensor_2d(m.ctx_w, st, n1, n0);
+            const ggml_type tt_type = quantized ? GGML_TYPE_F16 : st;
+            ggml_tensor * tt = ggml_new_tensor_2d(m.ctx_w, tt_type, n1, n0);
             ggml_set_name(tt, (name + ".T").c_str());
-            uploads.push_back({tt, transpose_bytes(raw, n0, n1, ggml_type_size(st))});
+            if (quantized) {
+                std::vector<float> f  = to_f32(raw, st, n0 * n1);
+                std::vector<uint8_t> ft = transpose_bytes(
+                    std::vector<uint8_t>((const uint8_t *) f.data(), (const uint8_t *) (f.data() + f.size())), n0, n1, sizeof(float));
+                std::vector<uint8_t> h(ggml_nbytes(tt));
+                ggml_fp32_to_fp16_row((const float *) ft.data(), (ggml_fp16_t *) h.data(), n0 * n1);
+                uploads.push_back({tt, std::move(h)});
+            } else {
+                uploads.push_back({tt, transpose_bytes(raw, n0, n1, ggml_type_size(st))});
+            }
             m.transposed[t] = tt;
             m.bytes_transposed += (int64_t) ggml_nbytes(tt);
         }
@@ -344,7 +367,7 @@ static void load_model(empo_model & m, const char * path) {
     }
     weight_loader wl{m, src, {}};
     {
-        // the token embedding: get_rows reads any type; keep F32/F16
+        // the token embedding: get_rows reads any type
         const bool tied_t = hp.tied && !ag;
         m.tok_embd = wl.mat("token_embd.weight", C, V, ag && hp.tied, tied_t);
         m.out_norm = wl.vec("output_norm.weight", C);
@@ -738,6 +761,7 @@ int empo_model_init(const char * path, struct empo_model_params params, struct e
         if (ggml_backend_is_cpu(m->backend)) ggml_backend_cpu_set_n_threads(m->backend, params.n_threads);
         snprintf(m->info.backend, sizeof(m->info.backend), "%s", ggml_backend_name(m->backend));
         load_model(*m, path);
+        snprintf(m->info.wtype_name, sizeof(m->info.wtype_name), "%s", ggml_type_name((ggml_type) m->info.wtype));
         m->galloc = ggml_gallocr_new(ggml_backend_get_default_buffer_type(m->backend));
         if (!m->galloc) throw empo_error(EMPO_ERR_BACKEND, "cannot create the graph allocator");
         *out = m;

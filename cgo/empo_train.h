@@ -56,6 +56,7 @@ struct empo_model_info {
     float rope_base, norm_eps;
     int   tied;              // 1: logits use token_embd.weight
     int   wtype;             // ggml_type of the stored frozen matrices
+    char  wtype_name[16];    // its name ("f32", "f16", "q8_0", ...)
     char  backend[64];       // ggml backend name
 };
 

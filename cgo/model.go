@@ -59,8 +59,11 @@ func statusErr(code C.int, what string) error {
 	return fmt.Errorf("%w: %s", base, what)
 }
 
-// Load reads a Qwen2 GGUF (F32, F16; other types are converted to F32),
-// keeps its weights frozen on the chosen backend and creates the LoRA
+// Load reads a Qwen2 GGUF, keeps its weights frozen on the chosen backend
+// (F32, F16, BF16 and quantized matrices stay in their type; norms and
+// biases become F32; AutogradFrozenBackward converts everything to F32)
+// with a transposed copy of each matrix for the backward (same type, F16 for
+// quantized types; none with TransposeInGraph), and creates the LoRA
 // parameters: A Kaiming-uniform (PEFT's kaiming_uniform_(a=√5), i.e.
 // U(−1/√n_in, 1/√n_in)) from lora.Seed, B zero (unless lora.RandomB).
 func Load(path string, lora LoRAConfig, opts Options) (*Model, error) {
@@ -120,7 +123,7 @@ func Load(path string, lora LoRAConfig, opts Options) (*Model, error) {
 		Arch: "qwen2", Layers: int(ci.n_layer), Hidden: int(ci.n_embd), Heads: int(ci.n_head),
 		KVHeads: int(ci.n_head_kv), HeadDim: int(ci.n_embd_head), FFN: int(ci.n_ff), Vocab: int(ci.n_vocab),
 		Ctx: int(ci.n_ctx), RopeBase: float32(ci.rope_base), NormEps: float32(ci.norm_eps),
-		TiedEmbeddings: ci.tied != 0, WeightType: ggmlTypeName(int(ci.wtype)),
+		TiedEmbeddings: ci.tied != 0, WeightType: C.GoString(&ci.wtype_name[0]),
 		Backend: C.GoString(&ci.backend[0]),
 	}
 	n := int(C.empo_model_n_params(h))
@@ -145,17 +148,6 @@ func Load(path string, lora LoRAConfig, opts Options) (*Model, error) {
 		return nil, err
 	}
 	return M, nil
-}
-
-func ggmlTypeName(t int) string {
-	switch t {
-	case 0:
-		return "f32"
-	case 1:
-		return "f16"
-	default:
-		return fmt.Sprintf("ggml_type(%d)", t)
-	}
 }
 
 // initLoRA: A ~ U(−1/√n_in, 1/√n_in) (PEFT: kaiming_uniform_(a=√5) on the

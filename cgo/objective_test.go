@@ -109,3 +109,50 @@ func TestAggregationValue(t *testing.T) {
 		}
 	}
 }
+
+// TestEntropyAndMaskSwitch: the graph's entropy equals −Σ p log p computed
+// from the log-probs of every vocabulary token; low-probability masking
+// applies only to sequences that enable it.
+func TestEntropyAndMaskSwitch(t *testing.T) {
+	m := loadTiny(t, tinyCfg(), LoRAConfig{Rank: 2, Alpha: 4, Seed: 4, RandomB: true}, Options{Threads: 2})
+	V := m.Info().Vocab
+	prefix := []int32{11, 22, 33, 44}
+	all := make([][]int32, V)
+	for v := range all {
+		all[v] = append(append([]int32(nil), prefix...), int32(v))
+	}
+	lps, err := m.LogProbsBatch(all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h, psum float64
+	for v := range all {
+		lp := float64(lps[v][len(prefix)])
+		h -= math.Exp(lp) * lp
+		psum += math.Exp(lp)
+	}
+	if math.Abs(psum-1) > 1e-4 {
+		t.Fatalf("Σ p = %v", psum)
+	}
+	seq := Sequence{Tokens: all[7], Trained: make([]bool, len(all[7])), OldLogp: lps[7], Advantage: make([]float32, len(all[7]))}
+	seq.Trained[len(prefix)] = true
+	seq.Advantage[len(prefix)] = 1
+	st, err := m.Evaluate([]Sequence{seq}, DefaultObjective(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(st.Entropy-h) > 1e-4 {
+		t.Fatalf("graph entropy %v, from log-probs %v", st.Entropy, h)
+	}
+	// masking switch: the same sequence with an old log-prob below δ
+	seq.OldLogp = append([]float32(nil), lps[7]...)
+	seq.OldLogp[len(prefix)] = -6
+	seq.LowProbMask = false
+	if st, _ := m.Evaluate([]Sequence{seq}, DefaultObjective(), 0); st.Tokens != 1 || st.MaskedSequences != 0 {
+		t.Fatalf("masking off: %+v", st)
+	}
+	seq.LowProbMask = true
+	if st, _ := m.Evaluate([]Sequence{seq}, DefaultObjective(), 0); st.Tokens != 0 || st.MaskedSequences != 1 || st.MaskedTokens != 1 {
+		t.Fatalf("masking on: %+v", st)
+	}
+}

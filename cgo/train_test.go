@@ -517,6 +517,24 @@ func TestErrors(t *testing.T) {
 	if _, err := Load(llamaPath, DefaultLoRAConfig(), Options{}); !errors.Is(err, ErrUnsupportedArch) {
 		t.Errorf("llama arch: %v", err)
 	}
+	// devices: "auto" falls back to the CPU; "gpu" fails cleanly without one
+	if ma, err := Load(path, LoRAConfig{Rank: 2}, Options{Threads: 1, Device: "auto"}); err != nil {
+		t.Errorf("auto device: %v", err)
+	} else {
+		t.Logf("auto device: backend %s", ma.Info().Backend)
+		ma.Close()
+	}
+	if mg, err := Load(path, LoRAConfig{Rank: 2}, Options{Threads: 1, Device: "gpu"}); err == nil {
+		if mg.Info().Backend == "CPU" {
+			t.Error("gpu device gave the CPU backend")
+		}
+		mg.Close()
+	} else if !errors.Is(err, ErrBackend) {
+		t.Errorf("gpu device without a GPU: %v", err)
+	}
+	if _, err := Load(path, LoRAConfig{Rank: 2}, Options{Device: "tpu"}); !errors.Is(err, ErrConfig) {
+		t.Errorf("bad device: %v", err)
+	}
 	// closed model
 	m2, err := Load(path, LoRAConfig{Rank: 2}, Options{Threads: 1})
 	if err != nil {
@@ -605,4 +623,58 @@ func relL2(a, b [][]float32) float64 {
 		return math.Inf(1)
 	}
 	return math.Sqrt(num / den)
+}
+
+// TestConcurrentUse: methods called from several goroutines (and a Close
+// racing them) neither crash nor corrupt results: they are serialised.
+func TestConcurrentUse(t *testing.T) {
+	m, err := Load(tinyModel(t, tinyCfg()), LoRAConfig{Rank: 2, Alpha: 4, Seed: 1}, Options{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	toks := []int32{1, 2, 3, 4, 5, 6, 7}
+	want, err := m.LogProbs(toks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 8)
+	for g := 0; g < 8; g++ {
+		go func(g int) {
+			for i := 0; i < 5; i++ {
+				if g%2 == 0 {
+					lp, err := m.LogProbs(toks)
+					if err != nil {
+						done <- err
+						return
+					}
+					for j := range lp {
+						if lp[j] != want[j] {
+							done <- errors.New("log-probs changed under concurrency")
+							return
+						}
+					}
+				} else {
+					s := Sequence{Tokens: toks, Trained: []bool{false, false, false, true, true, true, true}, OldLogp: want, Advantage: make([]float32, 7)}
+					if _, err := m.Evaluate([]Sequence{s}, DefaultObjective(), 0); err != nil {
+						done <- err
+						return
+					}
+					_ = m.Grads()
+				}
+			}
+			done <- nil
+		}(g)
+	}
+	for g := 0; g < 8; g++ {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	go m.Close()
+	for i := 0; i < 20; i++ {
+		if _, err := m.LogProbs(toks); err != nil && !errors.Is(err, ErrClosed) {
+			t.Fatal(err)
+		}
+	}
+	m.Close()
 }

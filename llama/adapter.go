@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -28,7 +29,8 @@ type AdapterTensor struct {
 // weights can be replaced in place with SetTensor, without reloading the
 // base model or the adapter file. Safe for concurrent use.
 type Adapter struct {
-	mu     sync.RWMutex // write: SetTensor; read: decodes of contexts using it
+	mu     sync.RWMutex  // write: SetTensor; read: decodes of contexts using it
+	gen    atomic.Uint64 // bumped by every SetTensor (invalidates prefix caches)
 	refMu  sync.Mutex
 	c      *C.struct_llama_adapter_lora
 	model  *Model
@@ -154,6 +156,7 @@ func (a *Adapter) SetTensor(name string, data []float32) error {
 	defer C.free(unsafe.Pointer(cname))
 	a.mu.Lock()
 	rc := C.empo2_lora_set(a.c, cname, (*C.float)(unsafe.Pointer(&data[0])), C.int64_t(len(data)))
+	a.gen.Add(1)
 	a.mu.Unlock()
 	runtime.KeepAlive(data)
 	if rc != 0 {

@@ -44,7 +44,7 @@ func TestBadModelFiles(t *testing.T) {
 		"last byte":    write("short.gguf", raw[:len(raw)-1]),
 		"bad counts":   write("counts.gguf", corrupt),
 		"random bytes": write("garbage.gguf", garbage),
-		"wrong arch":   rewriteModel(t, dir, "arch.gguf", func(k string, v any) (any, bool) {
+		"wrong arch": rewriteModel(t, dir, "arch.gguf", func(k string, v any) (any, bool) {
 			if k == "general.architecture" {
 				return "nosucharch", true
 			}
@@ -164,6 +164,11 @@ func TestBadRequests(t *testing.T) {
 	for _, p := range []ContextParams{{NSeqMax: -1}, {NSeqMax: 1 << 20}, {NCtx: -5}, {NBatch: -1}, {KVType: "q4"}, {FlashAttn: "maybe"}} {
 		_, err := NewContext(m, p)
 		expect("context params", err, ErrInvalidArgument)
+	}
+	// NBatch below NSeqMax is raised so a generation step fits one batch
+	small := newCtx(t, m, ContextParams{NCtx: 256, NSeqMax: 4, NBatch: 2})
+	if seqs, err := small.Generate(bg, ok, SampleParams{N: 4, MaxTokens: 3, Temperature: 1}); err != nil || len(seqs) != 4 {
+		t.Fatalf("NBatch < N: %v", err)
 	}
 	// the context still works after all that
 	if _, err := c.Generate(bg, ok, SampleParams{MaxTokens: 3}); err != nil {

@@ -21,7 +21,7 @@ type ContextParams struct {
 	// it up to a multiple of 256.
 	NCtx int
 	// NBatch is the most tokens submitted to one llama_decode (prompt
-	// chunks, scoring batches). Default 512.
+	// chunks, scoring batches). Default 512; raised to NSeqMax if smaller.
 	NBatch int
 	// NSeqMax is the most sequences decoded together (N of Generate,
 	// pairs per Score batch). Default 1.
@@ -36,6 +36,10 @@ type ContextParams struct {
 	// attends over every sequence's cells. The default (false) gives each
 	// sequence its own KV stream; the prompt's KV is copied into each.
 	KVUnified bool
+	// NoPrefixCache makes every Generate decode its whole prompt, instead
+	// of reusing the longest common prefix with the previous Generate's
+	// sequence 0 (prompt plus its output) when the adapters are unchanged.
+	NoPrefixCache bool
 	// KVType is the KV cache element type: "f32" (default) or "f16".
 	// FlashAttn is "off" (default), "on" or "auto". The defaults make
 	// log-probs independent of batching to ~1e-6: ggml's CPU flash
@@ -60,6 +64,16 @@ type Context struct {
 	nCtxSeq  int
 	embd     bool
 	adapters map[*Adapter]float32
+
+	// prefix cache: kvTokens are the tokens of sequence 0 in the KV cache
+	// (valid when kvValid), computed under adapter state kvSig.
+	noCache    bool
+	kvValid    bool
+	kvTokens   []int32
+	kvSig      uint64
+	adapterVer uint64 // bumped by SetAdapter/RemoveAdapter/ClearAdapters
+	reused     int    // prompt tokens reused by the last Generate
+	lastIdx    []int  // scratch of prefillMany
 }
 
 // NewContext creates a context on model.
@@ -100,6 +114,8 @@ func NewContext(model *Model, p ContextParams) (*Context, error) {
 	case int64(p.NCtx)*int64(p.NSeqMax) > 1<<26:
 		return nil, fmt.Errorf("%w: NCtx*NSeqMax too large", ErrInvalidArgument)
 	}
+	// a generation step decodes one token per sequence in one batch
+	p.NBatch = max(p.NBatch, p.NSeqMax)
 	if p.Embeddings {
 		// llama.cpp reserves its worst-case pooled graph with n_ubatch
 		// tokens over NSeqMax sequences; when NSeqMax does not divide it,
@@ -153,6 +169,7 @@ func NewContext(model *Model, p ContextParams) (*Context, error) {
 		nCtxSeq:  int(C.llama_n_ctx_seq(cc)),
 		embd:     p.Embeddings,
 		adapters: map[*Adapter]float32{},
+		noCache:  p.NoPrefixCache,
 	}
 	c.nBatch = min(c.nBatch, p.NBatch)
 	ok = true
@@ -209,7 +226,57 @@ func (c *Context) lock() error {
 
 // clearKV empties the KV cache of all sequences.
 func (c *Context) clearKV() {
+	c.kvValid = false
 	C.llama_memory_clear(C.llama_get_memory(c.c), C.bool(true))
+}
+
+// adapterSig identifies the current adapter state: it changes whenever an
+// adapter is attached, detached or rescaled (adapterVer) or the weights of
+// an attached adapter are written (each Adapter's generation counter only
+// grows, so the sum changes too).
+func (c *Context) adapterSig() uint64 {
+	sig := c.adapterVer << 32
+	for a := range c.adapters {
+		sig += a.gen.Load()
+	}
+	return sig
+}
+
+// reusePrefix keeps the longest prefix of prompt that sequence 0 already
+// holds in the KV cache (computed under the current adapter state), drops
+// everything else, and returns its length (0: the cache was cleared). At
+// least the last prompt token is always decoded again, for its logits.
+func (c *Context) reusePrefix(prompt []int32) int {
+	if c.noCache || !c.kvValid || c.kvSig != c.adapterSig() {
+		c.clearKV()
+		return 0
+	}
+	n := 0
+	for n < len(c.kvTokens) && n < len(prompt)-1 && c.kvTokens[n] == prompt[n] {
+		n++
+	}
+	if n == 0 {
+		c.clearKV()
+		return 0
+	}
+	mem := C.llama_get_memory(c.c)
+	for s := 1; s < c.nSeqMax; s++ {
+		C.llama_memory_seq_rm(mem, C.llama_seq_id(s), -1, -1)
+	}
+	if !bool(C.llama_memory_seq_rm(mem, 0, C.llama_pos(n), -1)) {
+		c.clearKV()
+		return 0
+	}
+	c.kvValid = false // until the new contents are recorded
+	return n
+}
+
+// LastPrefixReused is the number of prompt tokens the last Generate took
+// from the KV cache instead of decoding them.
+func (c *Context) LastPrefixReused() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.reused
 }
 
 // setBatch fills entry i of the batch.
@@ -292,7 +359,7 @@ func (c *Context) Logits(tokens []int32) ([]float32, error) {
 		return nil, err
 	}
 	c.clearKV()
-	if err := c.prefill(tokens, 0); err != nil {
+	if err := c.prefill(tokens, 0, 0); err != nil {
 		return nil, err
 	}
 	l, err := c.logits(-1)
@@ -319,13 +386,13 @@ func (c *Context) checkPrompt(prompt []int32, extra int) error {
 	return nil
 }
 
-// prefill decodes tokens into seq in chunks of nBatch, with logits only
-// for the last token, which is at batch index n-1 of the last chunk.
-func (c *Context) prefill(tokens []int32, seq int) error {
+// prefill decodes tokens at positions pos0... into seq in chunks of
+// nBatch, with logits only for the last token.
+func (c *Context) prefill(tokens []int32, seq, pos0 int) error {
 	for start := 0; start < len(tokens); start += c.nBatch {
 		end := min(start+c.nBatch, len(tokens))
 		for i := start; i < end; i++ {
-			c.setBatch(i-start, tokens[i], i, seq, i == len(tokens)-1)
+			c.setBatch(i-start, tokens[i], pos0+i, seq, i == len(tokens)-1)
 		}
 		if err := c.decode(end - start); err != nil {
 			return err
@@ -353,6 +420,7 @@ func (c *Context) SetAdapter(a *Adapter, scale float32) error {
 		}
 	}
 	c.adapters[a] = scale
+	c.adapterVer++
 	if rc := C.llama_set_adapter_lora(c.c, a.c, C.float(scale)); rc != 0 {
 		delete(c.adapters, a)
 		a.release()
@@ -372,6 +440,7 @@ func (c *Context) RemoveAdapter(a *Adapter) error {
 	}
 	C.llama_rm_adapter_lora(c.c, a.c)
 	delete(c.adapters, a)
+	c.adapterVer++
 	a.release()
 	return c.invalidateGraph()
 }
@@ -383,6 +452,7 @@ func (c *Context) ClearAdapters() error {
 	}
 	defer c.mu.Unlock()
 	C.llama_clear_adapter_lora(c.c)
+	c.adapterVer++
 	for a := range c.adapters {
 		a.release()
 	}

@@ -25,10 +25,15 @@
 //   - llama.cpp/ggml log output is routed into zerolog (llama INFO becomes
 //     zerolog debug, DEBUG becomes trace; WARN and ERROR keep their level).
 //
-// KV cache and adapters: every Generate, Score and Embed call starts from an
-// empty KV cache (no cross-call prefix cache), so a change of adapter
-// weights (Adapter.SetTensor) or of the attached adapter set is picked up by
-// the very next call. Attaching, detaching or rescaling an adapter also
-// forces llama.cpp to rebuild its compute graph (this llama.cpp version
-// would otherwise reuse a graph built for the old adapter set).
+// KV cache and adapters: Score, ScoreBatch, Logits and Embed start from an
+// empty KV cache. Generate reuses the longest common prefix of its prompt
+// with what sequence 0 of the previous Generate left in the cache (its
+// prompt plus its output), which makes multi-turn episodes cheap; the cache
+// is tagged with the adapter state (an attach/detach/rescale counter plus
+// every attached Adapter's SetTensor counter) and dropped when that state
+// differs, so KV computed under old adapter weights is never reused.
+// ContextParams.NoPrefixCache turns reuse off. Attaching, detaching or
+// rescaling an adapter also forces llama.cpp to rebuild its compute graph
+// (this llama.cpp version would otherwise reuse a graph built for the old
+// adapter set).
 package llama

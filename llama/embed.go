@@ -143,6 +143,9 @@ func (e *Embedder) Embed(ctx context.Context, texts []string) ([][]float32, erro
 			n += len(toks[j])
 			j++
 		}
+		if j == i { // cannot happen: texts are truncated to MaxTokens <= NBatch
+			return nil, fmt.Errorf("%w: text %d has %d tokens, batch holds %d", ErrContextFull, i, len(toks[i]), c.nBatch)
+		}
 		c.clearKV()
 		k := 0
 		for t := i; t < j; t++ {

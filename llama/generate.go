@@ -30,10 +30,29 @@ type Sequence struct {
 }
 
 // Generate samples p.N sequences continuing prompt. The prompt is decoded
-// once into sequence 0, its KV cache is copied to the other sequences
-// (llama_memory_seq_cp), and then all unfinished sequences advance by one
-// token per llama_decode. It honours ctx cancellation between steps.
+// once into sequence 0 (reusing the prefix cache, see the package doc), its
+// KV cache is copied to the other sequences (llama_memory_seq_cp), and then
+// all unfinished sequences advance by one token per llama_decode. It
+// honours ctx cancellation between steps.
 func (c *Context) Generate(ctx context.Context, prompt []int32, p SampleParams) ([]Sequence, error) {
+	out, err := c.generate(ctx, [][]int32{prompt}, p, true)
+	if err != nil {
+		return nil, err
+	}
+	return out[0], nil
+}
+
+// GenerateMany samples p.N sequences for each of several prompts in one
+// batch (len(prompts)·p.N ≤ NSeqMax): the prompts are prefilled together,
+// each into its own sequence, then all sequences are decoded together.
+// Sequence j of prompt i is seeded with index SeqOffset + i·N + j, so the
+// result equals Generate(prompts[i]) with SeqOffset + i·N, token for token.
+// It does not use the prefix cache (and clears it).
+func (c *Context) GenerateMany(ctx context.Context, prompts [][]int32, p SampleParams) ([][]Sequence, error) {
+	return c.generate(ctx, prompts, p, false)
+}
+
+func (c *Context) generate(ctx context.Context, prompts [][]int32, p SampleParams, cache bool) ([][]Sequence, error) {
 	if err := c.lock(); err != nil {
 		return nil, err
 	}
@@ -45,8 +64,10 @@ func (c *Context) Generate(ctx context.Context, prompt []int32, p SampleParams) 
 		p.N = 1
 	}
 	switch {
-	case p.N < 0 || p.N > c.nSeqMax:
-		return nil, fmt.Errorf("%w: N %d not in [1, NSeqMax %d]", ErrInvalidArgument, p.N, c.nSeqMax)
+	case len(prompts) == 0:
+		return nil, fmt.Errorf("%w: no prompts", ErrInvalidArgument)
+	case p.N < 0 || p.N*len(prompts) > c.nSeqMax:
+		return nil, fmt.Errorf("%w: %d prompts x N %d sequences, NSeqMax %d", ErrInvalidArgument, len(prompts), p.N, c.nSeqMax)
 	case p.MaxTokens < 0:
 		return nil, fmt.Errorf("%w: MaxTokens %d", ErrInvalidArgument, p.MaxTokens)
 	case p.TopK < 0 || p.SeqOffset < 0:
@@ -54,15 +75,21 @@ func (c *Context) Generate(ctx context.Context, prompt []int32, p SampleParams) 
 	case p.TopP < 0 || p.MinP < 0 || p.MinP > 1 || p.Temperature != p.Temperature:
 		return nil, fmt.Errorf("%w: TopP %v, MinP %v, Temperature %v", ErrInvalidArgument, p.TopP, p.MinP, p.Temperature)
 	}
-	if err := c.checkPrompt(prompt, p.MaxTokens); err != nil {
-		return nil, err
-	}
-	maxTok := p.MaxTokens
-	if maxTok == 0 {
-		maxTok = c.nCtxSeq - len(prompt)
-	}
-	if maxTok == 0 {
-		return nil, fmt.Errorf("%w: prompt fills the context", ErrContextFull)
+	maxTok := make([]int, len(prompts))
+	for i, prompt := range prompts {
+		if err := c.checkPrompt(prompt, p.MaxTokens); err != nil {
+			if len(prompts) > 1 {
+				return nil, fmt.Errorf("prompt %d: %w", i, err)
+			}
+			return nil, err
+		}
+		maxTok[i] = p.MaxTokens
+		if maxTok[i] == 0 {
+			maxTok[i] = c.nCtxSeq - len(prompt)
+		}
+		if maxTok[i] == 0 {
+			return nil, fmt.Errorf("%w: prompt %d fills the context", ErrContextFull, i)
+		}
 	}
 	maxStop := 0
 	for _, s := range p.Stop {
@@ -72,24 +99,49 @@ func (c *Context) Generate(ctx context.Context, prompt []int32, p SampleParams) 
 		maxStop = max(maxStop, len(s))
 	}
 
-	c.clearKV()
-	if err := c.prefill(prompt, 0); err != nil {
-		return nil, err
+	// prefill: prompt i into sequence i*N; lastIdx[i] is the batch index of
+	// its last token in the decode that computed it
+	nP, N := len(prompts), p.N
+	firstLogits := make([][]float32, nP)
+	sig := c.adapterSig()
+	if cache && nP == 1 {
+		reuse := c.reusePrefix(prompts[0])
+		c.reused = reuse
+		if err := c.prefill(prompts[0][reuse:], 0, reuse); err != nil {
+			c.clearKV()
+			return nil, err
+		}
+		l, err := c.logits(-1)
+		if err != nil {
+			return nil, err
+		}
+		firstLogits[0] = l
+	} else {
+		c.clearKV()
+		c.reused = 0
+		if err := c.prefillMany(prompts, N, firstLogits); err != nil {
+			c.clearKV()
+			return nil, err
+		}
 	}
 	mem := c.memory()
-	for i := 1; i < p.N; i++ {
-		mem.seqCopy(0, i)
+	for i := 0; i < nP; i++ {
+		for j := 1; j < N; j++ {
+			mem.seqCopy(i*N, i*N+j)
+		}
 	}
 
 	type state struct {
-		s    *sampler
-		text []byte
-		done bool
-		seq  Sequence
+		s      *sampler
+		text   []byte
+		done   bool
+		seq    Sequence
+		pos0   int // position of the first generated token
+		maxTok int
 	}
-	st := make([]*state, p.N)
+	st := make([]*state, nP*N)
 	for i := range st {
-		st[i] = &state{s: newSampler(p, p.SeqOffset+i)}
+		st[i] = &state{s: newSampler(p, p.SeqOffset+i), pos0: len(prompts[i/N]), maxTok: maxTok[i/N]}
 	}
 	vocab := c.model
 	// accept appends a sampled token to sequence i.
@@ -113,26 +165,26 @@ func (c *Context) Generate(ctx context.Context, prompt []int32, p SampleParams) 
 				}
 			}
 		}
-		if len(x.seq.Tokens) >= maxTok {
+		if len(x.seq.Tokens) >= x.maxTok {
 			x.done, x.seq.Finish = true, FinishLength
 		}
 	}
 
-	// first token of every sequence from the prompt's last logits
-	logits, err := c.logits(-1)
-	if err != nil {
-		return nil, err
-	}
+	// first token of every sequence from its prompt's last logits (read
+	// before any further decode overwrites them)
 	for i := range st {
-		tok, lp, err := st[i].s.sample(logits)
+		tok, lp, err := st[i].s.sample(firstLogits[i/N])
 		if err != nil {
+			c.clearKV()
 			return nil, err
 		}
 		accept(i, tok, lp)
 	}
-	active := make([]int, 0, p.N)
-	for step := 1; ; step++ {
+	active := make([]int, 0, len(st))
+	V := c.model.info.NVocab
+	for {
 		if err := ctx.Err(); err != nil {
+			c.clearKV()
 			return nil, err
 		}
 		active = active[:0]
@@ -144,30 +196,86 @@ func (c *Context) Generate(ctx context.Context, prompt []int32, p SampleParams) 
 		if len(active) == 0 {
 			break
 		}
-		pos := len(prompt) + step - 1
 		for k, i := range active {
-			c.setBatch(k, st[i].seq.Tokens[step-1], pos, i, true)
+			x := st[i]
+			n := len(x.seq.Tokens)
+			c.setBatch(k, x.seq.Tokens[n-1], x.pos0+n-1, i, true)
 		}
 		if err := c.decode(len(active)); err != nil {
+			c.clearKV()
 			return nil, err
 		}
 		all, err := c.allLogits(len(active))
 		if err != nil {
+			c.clearKV()
 			return nil, err
 		}
-		V := c.model.info.NVocab
 		for k, i := range active {
 			tok, lp, err := st[i].s.sample(all[k*V : (k+1)*V])
 			if err != nil {
+				c.clearKV()
 				return nil, err
 			}
 			accept(i, tok, lp)
 		}
 	}
-	out := make([]Sequence, p.N)
+	if cache && nP == 1 {
+		// sequence 0's cache now holds the prompt and every token of its
+		// output but the last (sampled, never decoded)
+		t0 := st[0].seq.Tokens
+		c.kvTokens = append(append(c.kvTokens[:0], prompts[0]...), t0[:len(t0)-1]...)
+		c.kvSig, c.kvValid = sig, true
+	}
+	out := make([][]Sequence, nP)
 	for i, x := range st {
-		out[i] = x.seq
-		out[i].Text = string(x.text)
+		x.seq.Text = string(x.text)
+		out[i/N] = append(out[i/N], x.seq)
 	}
 	return out, nil
+}
+
+// prefillMany decodes prompt i into sequence i*n, packing prompts into
+// batches of up to nBatch tokens, and copies out the logits of each
+// prompt's last token into first[i].
+func (c *Context) prefillMany(prompts [][]int32, n int, first [][]float32) error {
+	k := 0
+	var pending []int // prompts whose last token is in the current batch
+	flush := func() error {
+		if k == 0 {
+			return nil
+		}
+		if err := c.decode(k); err != nil {
+			return err
+		}
+		for _, i := range pending {
+			l, err := c.logits(c.lastIdx[i])
+			if err != nil {
+				return err
+			}
+			first[i] = append([]float32(nil), l...)
+		}
+		k, pending = 0, pending[:0]
+		return nil
+	}
+	if cap(c.lastIdx) < len(prompts) {
+		c.lastIdx = make([]int, len(prompts))
+	}
+	c.lastIdx = c.lastIdx[:len(prompts)]
+	for i, prompt := range prompts {
+		for pos, tok := range prompt {
+			last := pos == len(prompt)-1
+			c.setBatch(k, tok, pos, i*n, last)
+			if last {
+				c.lastIdx[i] = k
+				pending = append(pending, i)
+			}
+			k++
+			if k == c.nBatch {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return flush()
 }

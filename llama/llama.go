@@ -88,13 +88,26 @@ var logState struct {
 	level int
 }
 
+// ggml log levels.
+const (
+	logLevelDebug = int(C.GGML_LOG_LEVEL_DEBUG)
+	logLevelInfo  = int(C.GGML_LOG_LEVEL_INFO)
+	logLevelWarn  = int(C.GGML_LOG_LEVEL_WARN)
+	logLevelError = int(C.GGML_LOG_LEVEL_ERROR)
+	logLevelCont  = int(C.GGML_LOG_LEVEL_CONT)
+)
+
 //export empo2LogGo
 func empo2LogGo(level C.int, text *C.char) {
-	s := C.GoString(text)
+	handleLog(int(level), C.GoString(text))
+}
+
+// handleLog joins partial lines (GGML_LOG_LEVEL_CONT continues the previous
+// message's level) and emits each complete line.
+func handleLog(lvl int, s string) {
 	logState.Lock()
 	defer logState.Unlock()
-	lvl := int(level)
-	if lvl == int(C.GGML_LOG_LEVEL_CONT) {
+	if lvl == logLevelCont {
 		lvl = logState.level
 	} else if logState.buf.Len() > 0 && lvl != logState.level {
 		flushLog(logState.level, logState.buf.String())
@@ -118,11 +131,11 @@ func empo2LogGo(level C.int, text *C.char) {
 // (model metadata dumps), so INFO goes to debug and DEBUG to trace.
 func zerologLevel(level int) zerolog.Level {
 	switch level {
-	case int(C.GGML_LOG_LEVEL_ERROR):
+	case logLevelError:
 		return zerolog.ErrorLevel
-	case int(C.GGML_LOG_LEVEL_WARN):
+	case logLevelWarn:
 		return zerolog.WarnLevel
-	case int(C.GGML_LOG_LEVEL_INFO):
+	case logLevelInfo:
 		return zerolog.DebugLevel
 	default:
 		return zerolog.TraceLevel

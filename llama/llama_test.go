@@ -113,7 +113,11 @@ func testPrompt(t testing.TB, m *Model) []int32 {
 
 func TestGenerateSeeded(t *testing.T) {
 	m := loadTiny(t)
-	c := newCtx(t, m, ContextParams{NCtx: 256, NSeqMax: 1})
+	// without the prefix cache a rerun is bit-identical; with it (the
+	// second call decodes only the last prompt token) tokens are identical
+	// and log-probs agree to float rounding
+	c := newCtx(t, m, ContextParams{NCtx: 256, NSeqMax: 1, NoPrefixCache: true})
+	cc := newCtx(t, m, ContextParams{NCtx: 256, NSeqMax: 1})
 	prompt := testPrompt(t, m)
 	p := SampleParams{MaxTokens: 40, Temperature: 1, Seed: 42, IgnoreEOG: true}
 	a, err := c.Generate(context.Background(), prompt, p)
@@ -126,6 +130,15 @@ func TestGenerateSeeded(t *testing.T) {
 	}
 	if !slices.Equal(a[0].Tokens, b[0].Tokens) || !slices.Equal(a[0].LogProbs, b[0].LogProbs) || a[0].Text != b[0].Text {
 		t.Fatalf("same seed, different output:\n%v\n%v", a[0].Tokens, b[0].Tokens)
+	}
+	for i := 0; i < 2; i++ {
+		r, err := cc.Generate(context.Background(), prompt, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(a[0].Tokens, r[0].Tokens) || maxAbsDiff(a[0].LogProbs, r[0].LogProbs) > 1e-5 {
+			t.Fatalf("cached context run %d differs: %v", i, r[0].Tokens)
+		}
 	}
 	if len(a[0].Tokens) != 40 || a[0].Finish != FinishLength {
 		t.Fatalf("want 40 tokens finishing by length, got %d (%s)", len(a[0].Tokens), a[0].Finish)
@@ -309,5 +322,39 @@ func TestDevicesAndBackend(t *testing.T) {
 	}
 	if err := LoadBackend(filepath.Join(t.TempDir(), "libggml-nope.so")); !errors.Is(err, ErrModelLoad) {
 		t.Fatalf("missing backend library: %v", err)
+	}
+}
+
+func TestGenerateMany(t *testing.T) {
+	m := loadTiny(t)
+	prompts := [][]int32{
+		testPrompt(t, m),
+		mustTokenize(t, m, "Another, different prompt that is a bit longer than the first one, to make lengths differ."),
+		mustTokenize(t, m, "x"),
+	}
+	p := SampleParams{N: 2, MaxTokens: 10, Temperature: 1, TopK: 50, Seed: 13, IgnoreEOG: true}
+	for _, unified := range []bool{false, true} {
+		// NBatch 32 forces prompts to be packed and split across decodes
+		c := newCtx(t, m, ContextParams{NCtx: 256, NSeqMax: 6, NBatch: 32, KVUnified: unified, NoPrefixCache: true})
+		many, err := c.GenerateMany(context.Background(), prompts, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, prompt := range prompts {
+			q := p
+			q.SeqOffset = i * p.N
+			one, err := c.Generate(context.Background(), prompt, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for j := range one {
+				if !slices.Equal(one[j].Tokens, many[i][j].Tokens) || maxAbsDiff(one[j].LogProbs, many[i][j].LogProbs) > 1e-4 {
+					t.Fatalf("unified=%v prompt %d seq %d: many %v, single %v", unified, i, j, many[i][j].Tokens, one[j].Tokens)
+				}
+			}
+		}
+		if _, err := c.GenerateMany(context.Background(), append(prompts, prompts[0]), p); !errors.Is(err, ErrInvalidArgument) {
+			t.Fatalf("4 prompts x 2 > NSeqMax 6: %v", err)
+		}
 	}
 }

@@ -48,9 +48,9 @@ type ModelInfo struct {
 
 // Special token ids of a model's vocabulary; -1 where absent.
 type SpecialTokens struct {
-	BOS, EOS, EOT     int32
-	ImStart, ImEnd    int32
-	AddBOS, AddEOS    bool
+	BOS, EOS, EOT  int32
+	ImStart, ImEnd int32
+	AddBOS, AddEOS bool
 }
 
 // Model is a loaded llama.cpp model (llama_model). It is safe for
