@@ -4,6 +4,8 @@ import (
 	"errors"
 	"path/filepath"
 	"testing"
+
+	"github.com/empo2/empo2/gguf"
 )
 
 var adaptedNames = []string{"blk.0.attn_q.weight", "blk.1.attn_v.weight", "blk.0.ffn_down.weight", "blk.1.ffn_up.weight", "output.weight"}
@@ -157,5 +159,83 @@ func TestAdapterBadFiles(t *testing.T) {
 	c := newCtx(t, m, ContextParams{NCtx: 256})
 	if err := c.SetAdapter(ad, 1); !errors.Is(err, ErrBadAdapter) {
 		t.Fatalf("adapter of another model: %v", err)
+	}
+}
+
+// TestAdapterF16 loads an adapter stored as F16: SetTensor converts, and the
+// logits match an F32 adapter holding the same (F16-rounded) values.
+func TestAdapterF16(t *testing.T) {
+	dir := t.TempDir()
+	pairs := randomPairs(t, tinyPath, adaptedNames[:2], 2, 0.3, 11)
+	w := gguf.NewWriter()
+	w.AddKV("general.type", "adapter")
+	w.AddKV("general.architecture", "qwen2")
+	w.AddKV("adapter.type", "lora")
+	w.AddKV("adapter.lora.alpha", float32(2))
+	for _, p := range pairs {
+		for i := range p.a {
+			p.a[i] = gguf.F16ToF32(gguf.F32ToF16(p.a[i]))
+		}
+		for i := range p.b {
+			p.b[i] = gguf.F16ToF32(gguf.F32ToF16(p.b[i]))
+		}
+		if err := w.AddTensorF16(p.base+".lora_a", []uint64{uint64(p.nIn), 2}, p.a); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.AddTensorF16(p.base+".lora_b", []uint64{2, uint64(p.nOut)}, p.b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f16Path := filepath.Join(dir, "f16.gguf")
+	if err := w.WriteFile(f16Path); err != nil {
+		t.Fatal(err)
+	}
+	f32Path := filepath.Join(dir, "f32.gguf")
+	writeAdapter(t, f32Path, "qwen2", 2, 2, pairs)
+
+	m := loadTiny(t)
+	prompt := testPrompt(t, m)
+	logitsWith := func(path string, set bool) []float32 {
+		ad, err := m.LoadAdapter(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ad.Close()
+		if set { // overwrite with the same values through SetTensor
+			for _, p := range pairs {
+				if err := ad.SetTensor(p.base+".lora_b", p.b); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := ad.Tensor(pairs[0].base + ".lora_b")
+			if err != nil || maxAbsDiff(got, pairs[0].b) != 0 {
+				t.Fatalf("F16 read-back differs (%v)", err)
+			}
+		}
+		c := newCtx(t, m, ContextParams{NCtx: 256})
+		if err := c.SetAdapter(ad, 1); err != nil {
+			t.Fatal(err)
+		}
+		l, err := c.Logits(prompt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	want := logitsWith(f32Path, false)
+	for _, set := range []bool{false, true} {
+		if d := maxAbsDiff(logitsWith(f16Path, set), want); d > 1e-3 {
+			t.Fatalf("F16 adapter (SetTensor %v) differs from F32 by %g", set, d)
+		}
+	}
+	ad, err := m.LoadAdapter(f16Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ad.Close()
+	for _, ti := range ad.Tensors() {
+		if ti.Type != "f16" {
+			t.Fatalf("tensor %s type %s", ti.Name, ti.Type)
+		}
 	}
 }

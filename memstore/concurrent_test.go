@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"math/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -108,17 +109,25 @@ const childEnv = "EMPO2_MEMSTORE_KILL_CHILD"
 
 // TestKillMidStream SIGKILLs a child process in the middle of a stream of
 // batched inserts, three times over on the same file, and checks each time
-// that the database opens cleanly and holds every batch the child reported as
-// committed, plus at most the one in flight, never part of a batch.
+// that the database opens cleanly (integrity check, index loaded) and holds
+// every batch the child reported as committed, plus at most the one in
+// flight, never part of a batch. Round 0 kills the child deterministically
+// inside an open transaction, after every row of the batch was written
+// (with a tiny page cache, so uncommitted pages spill into the WAL): that
+// batch must be absent. Rounds 1 and 2 kill at a random moment.
 func TestKillMidStream(t *testing.T) {
 	const batch = 200
 	if path := os.Getenv(childEnv); path != "" {
-		killChild(path, os.Getenv(childEnv+"_ROUND"), batch)
+		round, _ := strconv.Atoi(os.Getenv(childEnv + "_ROUND"))
+		killChild(path, round, batch, (10+round*7)*batch)
 		return
 	}
 	path := filepath.Join(t.TempDir(), "m.db")
+	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
 	have := 0
 	for round := 0; round < 3; round++ {
+		inTx := round == 0
+		target := (10 + round*7) * batch
 		cmd := exec.Command(os.Args[0], "-test.run=^TestKillMidStream$", "-test.count=1")
 		cmd.Env = append(os.Environ(), childEnv+"="+path, fmt.Sprintf("%s_ROUND=%d", childEnv, round))
 		out, err := cmd.StdoutPipe()
@@ -129,51 +138,86 @@ func TestKillMidStream(t *testing.T) {
 		committed := 0
 		killed := false
 		for sc.Scan() {
-			line := sc.Text()
-			if !strings.HasPrefix(line, "committed ") {
-				continue
-			}
-			n, err := strconv.Atoi(strings.TrimPrefix(line, "committed "))
-			require.NoError(t, err)
-			committed = n
-			if !killed && n >= (10+round*7)*batch {
+			f := strings.Fields(sc.Text())
+			switch {
+			case len(f) == 2 && f[0] == "committed":
+				n, err := strconv.Atoi(f[1])
+				require.NoError(t, err)
+				committed = n
+				if !inTx && !killed && n >= target {
+					time.Sleep(time.Duration(rng.Intn(3000)) * time.Microsecond)
+					require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+					killed = true
+				}
+			case len(f) == 3 && f[0] == "inflight" && inTx && !killed:
+				t.Logf("round %d: child inside its transaction after %s committed, WAL %s bytes", round, f[1], f[2])
 				require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 				killed = true
 			}
 		}
 		werr := cmd.Wait()
 		require.True(t, killed, "child ended before being killed: %v", werr)
-		require.Error(t, werr, "child must die from SIGKILL")
+		var ee *exec.ExitError
+		require.ErrorAs(t, werr, &ee, "child must die from SIGKILL")
+		ws := ee.Sys().(syscall.WaitStatus)
+		require.True(t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "child ended with %v, not SIGKILL", werr)
 
 		s, err := Open(path, NewHashEmbedder(32), WithCap(0))
 		require.NoError(t, err)
+		require.NoError(t, s.Check(context.Background()))
 		st, err := s.Stats(context.Background())
 		require.NoError(t, err)
 		got := st.Entries - have
 		t.Logf("round %d: child reported %d committed; store gained %d", round, committed, got)
-		assert.GreaterOrEqual(t, got, committed, "committed entries were lost")
-		assert.LessOrEqual(t, got, committed+batch, "more than the batch in flight")
+		if inTx {
+			assert.Equal(t, committed, got, "the open transaction's rows must be absent, every commit present")
+		} else {
+			assert.GreaterOrEqual(t, got, committed, "committed entries were lost")
+			assert.LessOrEqual(t, got, committed+batch, "more than the batch in flight")
+		}
 		assert.Zero(t, got%batch, "a partial batch is visible")
-		require.NoError(t, s.Check(context.Background()))
+		r, err := s.RetrieveText(context.Background(), "stream", "round batch entry", Query{Threshold: -1, K: 1})
+		require.NoError(t, err)
+		assert.Equal(t, st.Entries, r.Count, "the reloaded index holds every row")
 		have = st.Entries
 		require.NoError(t, s.Close())
 	}
 }
 
 // killChild inserts batches until killed, printing the running total of
-// this process after each commit.
-func killChild(path, round string, batch int) {
+// this process after each commit. In round 0, once target entries are
+// committed, it stops inside the next batch's transaction (after writing its
+// rows), says so, and waits to be killed.
+func killChild(path string, round, batch, target int) {
 	s, err := Open(path, NewHashEmbedder(32), WithCap(0))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child open:", err)
 		os.Exit(3)
 	}
-	deadline := time.Now().Add(60 * time.Second)
 	total := 0
+	if round == 0 {
+		// A tiny cache makes SQLite spill uncommitted pages into the WAL.
+		if _, err := s.w.ExecContext(context.Background(), "PRAGMA cache_size = 4"); err != nil {
+			fmt.Fprintln(os.Stderr, "child pragma:", err)
+			os.Exit(3)
+		}
+		testHookBeforeCommit = func(*Store) {
+			if total >= target {
+				var wal int64
+				if fi, err := os.Stat(path + "-wal"); err == nil {
+					wal = fi.Size()
+				}
+				fmt.Fprintf(os.Stdout, "inflight %d %d\n", total, wal)
+				time.Sleep(time.Minute)
+				os.Exit(4)
+			}
+		}
+	}
+	deadline := time.Now().Add(60 * time.Second)
 	for b := 0; time.Now().Before(deadline); b++ {
 		es := make([]Entry, batch)
 		for i := range es {
-			es[i] = Entry{Content: fmt.Sprintf("round %s batch %d entry %d", round, b, i), Score: float64(i), Step: int64(b)}
+			es[i] = Entry{Content: fmt.Sprintf("round %d batch %d entry %d", round, b, i), Score: float64(i), Step: int64(b)}
 		}
 		n, err := s.Add(context.Background(), "stream", es)
 		if err != nil {

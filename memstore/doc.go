@@ -10,7 +10,7 @@
 // cosine similarity to the query is > Threshold (default 0.5), ordered by
 // score descending (or by similarity with OrderBySimilarity), top K (default
 // 10), together with Count, the number of entries above the threshold.
-// Result.IntrinsicReward is 1/(len(Entries)+1), n = the retrieved tips.
+// Result.IntrinsicReward is 1/(Count+1), the trainer's exploration bonus.
 //
 // API: Open(path, emb, WithCap/WithBusyTimeout/WithSyncFull) → *Store;
 // Add(ctx, ns, []Entry) (added, err) (Entry.Embedding, else the embedding

@@ -87,9 +87,11 @@ type Result struct {
 	Count   int     `json:"count"`
 }
 
-// IntrinsicReward is the EMPO² exploration bonus 1/(n+1), n the number of
-// retrieved tips (len(Entries)); 1 when nothing is found.
-func (r Result) IntrinsicReward() float64 { return 1 / float64(len(r.Entries)+1) }
+// IntrinsicReward is the EMPO² exploration bonus 1/(Count+1), Count the
+// number of matches above the threshold (issue 4: "the count of matches");
+// 1 when nothing is found. A trainer that wants to count only the tips put
+// in the prompt (at most K) uses 1/(len(Entries)+1) instead.
+func (r Result) IntrinsicReward() float64 { return 1 / float64(r.Count+1) }
 
 // Option configures Open.
 type Option func(*config)
@@ -670,6 +672,9 @@ func (s *Store) Add(ctx context.Context, ns string, entries []Entry) (int, error
 	if err != nil {
 		return 0, err
 	}
+	if testHookBeforeCommit != nil {
+		testHookBeforeCommit(s)
+	}
 	if err := tx.Commit(); err != nil {
 		return 0, classify(err)
 	}
@@ -683,6 +688,10 @@ func (s *Store) Add(ctx context.Context, ns string, entries []Entry) (int, error
 	}
 	return len(p.ids), nil
 }
+
+// testHookBeforeCommit, set only by tests, runs in Add once the batch's rows
+// are written to the open transaction, just before the commit.
+var testHookBeforeCommit func(*Store)
 
 func (s *Store) isClosed() bool {
 	s.mu.RLock()

@@ -47,23 +47,24 @@ func init() {
 				Usage:     "list environments and their tasks with variation counts and train/dev/test splits",
 				ArgsUsage: "[ENV]",
 				Flags:     append([]cli.Flag{envJSONFlag}, envOptionFlags()...),
-				Action:    envList,
+				Action:    envAction(envList),
 			},
 			{
 				Name:      "play",
 				Usage:     "play a task in the terminal, reading actions from stdin (or --actions FILE)",
 				ArgsUsage: "ENV [TASK]",
-				Description: "Type actions at the prompt. Also: 'valid' lists the valid actions, 'score' shows the score,\n" +
-					"'quit' ends. TASK may be left out when the environment has a single task.",
+				Description: "Type actions at the prompt. Also: 'valid' (or 'help') lists the valid actions, 'score' shows\n" +
+					"the score, 'quit' or end of input ends. TASK may be left out when the environment has a\n" +
+					"single task. Flags may also follow ENV and TASK.",
 				Flags:  append([]cli.Flag{envVariationFlag, envSeedFlag, envActionsFlag, envQuietFlag}, envOptionFlags()...),
-				Action: envPlay,
+				Action: envAction(envPlay),
 			},
 			{
 				Name:      "gold",
 				Usage:     "play the gold action sequence of a task variation and print the final score",
 				ArgsUsage: "ENV [TASK]",
 				Flags:     append([]cli.Flag{envVariationFlag, envSeedFlag, envQuietFlag}, envOptionFlags()...),
-				Action:    envGold,
+				Action:    envAction(envGold),
 			},
 		},
 	})
@@ -237,7 +238,7 @@ func envGold(c *cli.Context) error {
 			return fmt.Errorf("gold action %d %q: %w", n+1, a, err)
 		}
 		n++
-		envPrintStep(w, a, r, env.Score(), quiet)
+		envPrintStep(w, a, r, env.Score(), n, environments.StepLimit(task, envOptions(c)), quiet)
 		if r.Done {
 			done = true
 			break
@@ -249,7 +250,10 @@ func envGold(c *cli.Context) error {
 
 func envFmtScore(s float64) string { return strconv.FormatFloat(s, 'f', -1, 64) }
 
-func envPrintStep(w io.Writer, action string, r environments.StepResult, score float64, quiet bool) {
+// envPrintStep prints one step: the action (unless empty), the
+// observation and a status line with the reward, the score and the steps
+// used of the limit.
+func envPrintStep(w io.Writer, action string, r environments.StepResult, score float64, step, limit int, quiet bool) {
 	if action != "" {
 		fmt.Fprintf(w, "> %s\n", action)
 	}
@@ -260,7 +264,7 @@ func envPrintStep(w io.Writer, action string, r environments.StepResult, score f
 		fmt.Fprintf(w, "(corrected from %q)\n", from)
 	}
 	fmt.Fprintln(w, strings.TrimRight(r.Observation, "\n"))
-	fmt.Fprintf(w, "[reward %+g, score %s, done %v]\n", r.Reward, envFmtScore(score), r.Done)
+	fmt.Fprintf(w, "[reward %+g, score %s, step %d/%d, done %v]\n", r.Reward, envFmtScore(score), step, limit, r.Done)
 }
 
 func envPlay(c *cli.Context) error {
@@ -286,8 +290,12 @@ func envPlay(c *cli.Context) error {
 	}
 	w := c.App.Writer
 	quiet := c.Bool(envQuietFlag.Name)
-	fmt.Fprintf(w, "%s %s variation %d (step limit %d)\nTask: %s\n%s\n", c.Args().First(), task.Name, v, environments.StepLimit(task, envOptions(c)), res.TaskDescription, res.Observation)
+	limit := environments.StepLimit(task, envOptions(c))
+	fmt.Fprintf(w, "%s %s variation %d (step limit %d)\nTask: %s\n%s\n", c.Args().First(), task.Name, v, limit, res.TaskDescription, strings.TrimRight(res.Observation, "\n"))
 	interactive := replay == "" && envIsTerminal(os.Stdin)
+	if interactive {
+		fmt.Fprintln(w, "(type an action; 'valid' lists the valid actions, 'score' shows the score, 'quit' or Ctrl-D ends)")
+	}
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	n := 0
@@ -297,6 +305,9 @@ func envPlay(c *cli.Context) error {
 			fmt.Fprint(w, "> ")
 		}
 		if !sc.Scan() {
+			if interactive { // Ctrl-D: end the prompt line
+				fmt.Fprintln(w)
+			}
 			break
 		}
 		a := strings.TrimSpace(sc.Text())
@@ -305,10 +316,9 @@ func envPlay(c *cli.Context) error {
 		}
 		switch strings.ToLower(a) {
 		case "quit", "exit":
-			done = true
-			continue
+			return envPlayEnd(w, env, n, done, sc.Err())
 		case "score":
-			fmt.Fprintf(w, "score: %s\n", envFmtScore(env.Score()))
+			fmt.Fprintf(w, "score: %s (step %d/%d)\n", envFmtScore(env.Score()), n, limit)
 			continue
 		case "valid", "help":
 			va, err := env.ValidActions(ctx)
@@ -327,14 +337,17 @@ func envPlay(c *cli.Context) error {
 			return fmt.Errorf("action %d %q: %w", n+1, a, err)
 		}
 		n++
-		if interactive {
-			envPrintStep(w, "", r, env.Score(), quiet)
-		} else {
-			envPrintStep(w, a, r, env.Score(), quiet)
+		if interactive { // the terminal already shows what was typed
+			a = ""
 		}
+		envPrintStep(w, a, r, env.Score(), n, limit, quiet)
 		done = r.Done
 	}
-	if err := sc.Err(); err != nil {
+	return envPlayEnd(w, env, n, done, sc.Err())
+}
+
+func envPlayEnd(w io.Writer, env environments.Env, n int, done bool, err error) error {
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "final score: %s after %d actions (done: %v)\n", envFmtScore(env.Score()), n, done)
@@ -347,9 +360,24 @@ func envIsTerminal(f *os.File) bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
+// errHelpShown ends a command quietly after envArgs printed its help.
+var errHelpShown = errors.New("help shown")
+
+// envAction runs an env subcommand, turning errHelpShown into success.
+func envAction(f func(*cli.Context) error) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		if err := f(c); !errors.Is(err, errHelpShown) {
+			return err
+		}
+		return nil
+	}
+}
+
 // envArgs returns the positional arguments of c, applying any flags that
-// follow them: urfave/cli stops parsing flags at the first positional
-// argument, but `empo2 env gold webshop --goal 7` should work.
+// follow them: urfave/cli v2 stops parsing flags at the first positional
+// argument, but `empo2 env gold textlab melt --variation 7` should work.
+// Everything after "--" is positional. A help flag (-h, --help) among them
+// prints the command's help and returns errHelpShown.
 func envArgs(c *cli.Context) ([]string, error) {
 	var pos []string
 	args := c.Args().Slice()
@@ -371,6 +399,10 @@ func envArgs(c *cli.Context) ([]string, error) {
 					flag = f
 				}
 			}
+		}
+		if name == "help" || name == "h" {
+			cli.HelpPrinter(c.App.Writer, cli.CommandHelpTemplate, c.Command)
+			return nil, errHelpShown
 		}
 		if flag == nil {
 			return nil, fmt.Errorf("flag provided but not defined: %s", tok)

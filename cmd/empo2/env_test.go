@@ -130,8 +130,59 @@ func TestEnvPlayReplay(t *testing.T) {
 	if m := finalScore.FindStringSubmatch(o); m == nil || m[1] != "-100" || m[2] != "2" || m[3] != "true" {
 		t.Fatalf("wrong focus should end at -100 after 2 actions:\n%s", o)
 	}
+	// "quit" ends the session without ending the episode; nothing after it is played.
+	cmd = exec.Command(binPath, "env", "play", "textlab", "melt")
+	cmd.Stdin = strings.NewReader("look around\nquit\nopen door to kitchen\n")
+	so.Reset()
+	cmd.Stdout, cmd.Stderr = &so, &se
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("play then quit: %v\n%s", err, se.String())
+	}
+	if m := finalScore.FindStringSubmatch(so.String()); m == nil || m[2] != "1" || m[3] != "false" || strings.Contains(so.String(), "The door is now open.") {
+		t.Fatalf("quit should stop after 1 action, episode not done:\n%s", so.String())
+	}
 	if _, _, err := runCLI(t, "env", "play", "textlab", "melt", "--actions", filepath.Join(dir, "missing.txt")); err == nil {
 		t.Fatal("a missing --actions file was accepted")
+	}
+}
+
+// Flags may follow the positional arguments (urfave/cli v2 alone stops at
+// the first one): envArgs applies them, and "--" ends them.
+func TestEnvFlagsAfterArgs(t *testing.T) {
+	gold := func(args ...string) string {
+		t.Helper()
+		out, stderr, err := runCLI(t, append([]string{"env", "gold", "textlab"}, args...)...)
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, stderr)
+		}
+		return out
+	}
+	// The same variation through every spelling, before and after the task.
+	want := gold("--variation", "11", "-q", "light-bulb")
+	for _, args := range [][]string{
+		{"light-bulb", "--variation", "11", "-q"},
+		{"light-bulb", "--variation=11", "--quiet"},
+		{"light-bulb", "--goal", "11", "-q=true"},
+		{"-q", "light-bulb", "--variation", "11"},
+		{"--variation", "3", "light-bulb", "-q", "--variation", "11"}, // the last one wins
+		{"-q", "--variation", "11", "--", "light-bulb"},
+	} {
+		if got := gold(args...); got != want {
+			t.Errorf("%v printed\n%s\nwant\n%s", args, got, want)
+		}
+	}
+	if !strings.Contains(want, "light-bulb variation 11") || strings.Contains(want, "[reward") {
+		t.Fatalf("--variation 11 -q not applied:\n%s", want)
+	}
+	if out := gold("light-bulb", "--variation", "11", "-q=false"); !strings.Contains(out, "[reward") {
+		t.Fatalf("-q=false after the task should print every step:\n%s", out)
+	}
+	// -h / --help after the arguments prints the help and plays nothing.
+	for _, h := range []string{"--help", "-h"} {
+		out := gold("light-bulb", h)
+		if !strings.Contains(out, "USAGE:") || !strings.Contains(out, "--variation") || strings.Contains(out, "final score:") || strings.Contains(out, "This room") {
+			t.Fatalf("env gold textlab light-bulb %s:\n%s", h, out)
+		}
 	}
 }
 
@@ -147,6 +198,11 @@ func TestEnvErrors(t *testing.T) {
 		{[]string{"env", "gold", "textlab", "melt", "--bogus"}, "not defined"},
 		{[]string{"env", "play", "textlab", "melt", "--simplifications", "flying"}, "simplification"},
 		{[]string{"env", "gold"}, "want ENV"},
+		{[]string{"env", "gold", "textlab", "melt", "--variation"}, "needs an argument"},
+		{[]string{"env", "gold", "textlab", "melt", "--variation", "two"}, "invalid value"},
+		{[]string{"env", "gold", "textlab", "melt", "extra"}, "want ENV [TASK], got 3"},
+		{[]string{"env", "gold", "textlab", "--", "melt", "--variation", "1"}, "want ENV [TASK], got 4"},
+		{[]string{"env", "list", "textlab", "webshop"}, "at most one ENV"},
 		{[]string{"env", "play", "scienceworld", "boil", "--scienceworld-jar", ""}, "SCIENCEWORLD_JAR"},
 	} {
 		cmd := exec.Command(binPath, tc.args...)

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 
 	"github.com/rs/zerolog/log"
@@ -28,7 +29,7 @@ var (
 var (
 	genMaxTokensFlag = &cli.IntFlag{Name: "max-tokens", Usage: "tokens to generate per sequence", Value: 128}
 	genTempFlag      = &cli.Float64Flag{Name: "temperature", Aliases: []string{"t"}, Usage: "sampling temperature (0: greedy)", Value: 0.8}
-	genSeedFlag      = &cli.Uint64Flag{Name: "seed", Usage: "sampling seed (sequence i uses (seed, i))", Value: 0}
+	genSeedFlag      = &cli.Uint64Flag{Name: "seed", Usage: "sampling seed (sequence i uses (seed, i)); unset: a random seed, logged at info level (as llama.cpp's tools do)"}
 	genTopPFlag      = &cli.Float64Flag{Name: "top-p", Usage: "nucleus sampling threshold (1: off)", Value: 1}
 	genTopKFlag      = &cli.IntFlag{Name: "top-k", Usage: "keep the K most likely tokens (0: off)"}
 	genMinPFlag      = &cli.Float64Flag{Name: "min-p", Usage: "keep tokens with p >= min-p * p(top) (0: off)"}
@@ -134,6 +135,11 @@ func generateAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	seed := c.Uint64(genSeedFlag.Name)
+	if !c.IsSet(genSeedFlag.Name) {
+		seed = rand.Uint64()
+		log.Info().Uint64("seed", seed).Msg("sampling with a random seed; pass --seed to reproduce")
+	}
 	seqs, err := s.ctx.Generate(c.Context, prompt, llama.SampleParams{
 		N:           n,
 		MaxTokens:   c.Int(genMaxTokensFlag.Name),
@@ -141,7 +147,7 @@ func generateAction(c *cli.Context) error {
 		TopK:        c.Int(genTopKFlag.Name),
 		TopP:        float32(c.Float64(genTopPFlag.Name)),
 		MinP:        float32(c.Float64(genMinPFlag.Name)),
-		Seed:        c.Uint64(genSeedFlag.Name),
+		Seed:        seed,
 		Stop:        c.StringSlice(genStopFlag.Name),
 		IgnoreEOG:   c.Bool(genIgnoreEOGFlag.Name),
 	})

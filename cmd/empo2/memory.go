@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -115,6 +116,9 @@ func init() {
 // new file (for commands that only read or delete).
 func memOpen(c *cli.Context, mustExist bool, opts ...memstore.Option) (*memstore.Store, error) {
 	path := c.String(memDBFlag.Name)
+	if strings.TrimSpace(path) == "" {
+		return nil, fmt.Errorf("--db is empty: give the memory database file")
+	}
 	if mustExist {
 		if _, err := os.Stat(path); err != nil {
 			return nil, fmt.Errorf("%w: %s", errMemNoSuchFile, path)
@@ -294,6 +298,22 @@ type memSearchReport struct {
 }
 
 func memSearch(c *cli.Context) error {
+	// Check the arguments before touching the database.
+	thr := c.Float64(memThreshFlag.Name)
+	q := memstore.Query{K: c.Int(memKFlag.Name), Threshold: float32(thr)}
+	if q.K <= 0 {
+		return fmt.Errorf("--k %d: want a positive number", q.K)
+	}
+	if !(thr >= -1 && thr <= 1) {
+		return fmt.Errorf("--threshold %v: want a cosine similarity in [-1, 1]", thr)
+	}
+	text := c.String(memQueryFlag.Name)
+	if strings.TrimSpace(text) == "" {
+		return fmt.Errorf("--query is empty: give the text to search for")
+	}
+	if strings.TrimSpace(c.String(memNSReqFlag.Name)) == "" {
+		return fmt.Errorf("--namespace is empty: give a namespace such as boil/3")
+	}
 	s, err := memOpen(c, true)
 	if err != nil {
 		return err
@@ -304,11 +324,6 @@ func memSearch(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	thr := c.Float64(memThreshFlag.Name)
-	q := memstore.Query{K: c.Int(memKFlag.Name), Threshold: float32(thr)}
-	if q.K <= 0 {
-		return fmt.Errorf("--k %d: want a positive number", q.K)
-	}
 	if thr == 0 {
 		q.Threshold = math32SmallestPositive // "> 0" (Threshold 0 would mean the default)
 	}
@@ -316,13 +331,13 @@ func memSearch(c *cli.Context) error {
 		q.Order = memstore.OrderBySimilarity
 	}
 	ns := c.String(memNSReqFlag.Name)
-	res, err := s.RetrieveText(c.Context, ns, c.String(memQueryFlag.Name), q)
+	res, err := s.RetrieveText(c.Context, ns, text, q)
 	if err != nil {
 		return err
 	}
 	w := c.App.Writer
 	if c.Bool(memJSONFlag.Name) {
-		return printJSON(w, memSearchReport{Namespace: ns, Query: c.String(memQueryFlag.Name), Threshold: thr, K: q.K,
+		return printJSON(w, memSearchReport{Namespace: ns, Query: text, Threshold: thr, K: q.K,
 			Count: res.Count, IntrinsicReward: res.IntrinsicReward(), Entries: res.Entries})
 	}
 	fmt.Fprintf(w, "%d entries above %.3g in %s; showing %d; intrinsic reward %.4g\n", res.Count, thr, ns, len(res.Entries), res.IntrinsicReward())
@@ -344,6 +359,15 @@ func memSearch(c *cli.Context) error {
 const math32SmallestPositive = 1.401298464324817070923729583289916131280e-45
 
 func memAdd(c *cli.Context) error {
+	if strings.TrimSpace(c.String(memContentFlag.Name)) == "" {
+		return fmt.Errorf("--content is empty: give the tip text to store")
+	}
+	if strings.TrimSpace(c.String(memNSReqFlag.Name)) == "" {
+		return fmt.Errorf("--namespace is empty: give a namespace such as boil/3")
+	}
+	if score := c.Float64(memScoreFlag.Name); math.IsNaN(score) || math.IsInf(score, 0) {
+		return fmt.Errorf("--score %v: want a finite number", score)
+	}
 	s, err := memOpen(c, false, memCap(c)...)
 	if err != nil {
 		return err

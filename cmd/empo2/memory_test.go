@@ -30,6 +30,72 @@ func memCLIFail(t *testing.T, sub string, args ...string) {
 	require.Error(t, err, "empo2 %s succeeded", strings.Join(args, " "))
 	assert.Contains(t, strings.ToLower(stderr), strings.ToLower(sub), "empo2 %s", strings.Join(args, " "))
 	assert.NotContains(t, stderr, "goroutine", "panic")
+	assert.NotContains(t, stderr, "panic:")
+}
+
+// TestMemoryCLIBadInput: every bad argument exits non-zero with a message
+// naming the problem, never a panic, and read commands create no file.
+func TestMemoryCLIBadInput(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "mem.db")
+	memCLI(t, "memory", "add", "--db", db, "-n", "boil/3", "--content", "heat the pot on the stove", "--score", "80")
+
+	// Without --db (and without EMPO2_MEMORY_DB in the environment).
+	for _, sub := range []string{"stats", "list", "search", "add", "export", "import", "prune", "reset"} {
+		cmd := exec.Command(binPath, "memory", sub)
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "EMPO2_MEMORY_DB=") {
+				cmd.Env = append(cmd.Env, kv)
+			}
+		}
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		require.Error(t, err, "memory %s without --db succeeded", sub)
+		assert.Regexp(t, `Required flags? "db[",]`, stderr.String(), "memory %s", sub)
+		assert.NotContains(t, stderr.String(), "panic:")
+	}
+	memCLIFail(t, "--db is empty", "memory", "search", "--db", "", "-n", "boil/3", "-q", "stove")
+	memCLIFail(t, "--db is empty", "memory", "add", "--db", " ", "-n", "boil/3", "--content", "x")
+
+	search := func(extra ...string) []string {
+		return append([]string{"memory", "search", "--db", db, "-n", "boil/3", "-q", "stove"}, extra...)
+	}
+	memCLIFail(t, "--k 0: want a positive number", search("--k", "0")...)
+	memCLIFail(t, "--k -3: want a positive number", search("--k", "-3")...)
+	memCLIFail(t, `invalid value "abc" for flag -k`, search("--k", "abc")...)
+	memCLIFail(t, "--threshold 1.5", search("--threshold", "1.5")...)
+	memCLIFail(t, "--threshold -2", search("--threshold", "-2")...)
+	memCLIFail(t, "--threshold NaN", search("--threshold", "NaN")...)
+	memCLIFail(t, "--query is empty", "memory", "search", "--db", db, "-n", "boil/3", "-q", "")
+	memCLIFail(t, "--query is empty", "memory", "search", "--db", db, "-n", "boil/3", "-q", "  \t ")
+	memCLIFail(t, "--namespace is empty", "memory", "search", "--db", db, "-n", "", "-q", "stove")
+	memCLIFail(t, "--content is empty", "memory", "add", "--db", db, "-n", "boil/3", "--content", " ")
+	memCLIFail(t, "--namespace is empty", "memory", "add", "--db", db, "-n", "", "--content", "x")
+	memCLIFail(t, "--score NaN", "memory", "add", "--db", db, "-n", "boil/3", "--content", "x", "--score", "NaN")
+	memCLIFail(t, "--keep -1", "memory", "prune", "--db", db, "--keep", "-1")
+	// Bad arguments are refused before a database is created.
+	missing := filepath.Join(dir, "missing.db")
+	memCLIFail(t, "--k 0", "memory", "search", "--db", missing, "-n", "boil/3", "-q", "stove", "--k", "0")
+	memCLIFail(t, "--content is empty", "memory", "add", "--db", missing, "-n", "boil/3", "--content", "")
+	memCLIFail(t, "no such memory database", "memory", "search", "--db", missing, "-n", "boil/3", "-q", "stove")
+	memCLIFail(t, "no such memory database", "memory", "export", "--db", missing)
+	memCLIFail(t, "no such memory database", "memory", "prune", "--db", missing, "--keep", "1")
+	memCLIFail(t, "no such memory database", "memory", "reset", "--db", missing, "--all")
+	_, err := os.Stat(missing)
+	assert.True(t, os.IsNotExist(err), "a refused command created %s", missing)
+	// A directory, a truncated database, an unreadable JSONL file.
+	memCLIFail(t, "not an empo2 memory database", "memory", "stats", "--db", dir)
+	raw, err := os.ReadFile(db)
+	require.NoError(t, err)
+	trunc := filepath.Join(dir, "trunc.db")
+	require.NoError(t, os.WriteFile(trunc, raw[:len(raw)/2+100], 0o644))
+	memCLIFail(t, "corrupt", "memory", "stats", "--db", trunc)
+	memCLIFail(t, "no such file", "memory", "import", "--db", db, filepath.Join(dir, "nope.jsonl"))
+	// The good database is untouched by all of the above.
+	var st memstore.Stats
+	require.NoError(t, json.Unmarshal([]byte(memCLI(t, "memory", "stats", "--db", db, "--json", "--check")), &st))
+	assert.Equal(t, 1, st.Entries)
 }
 
 func TestMemoryCLI(t *testing.T) {
@@ -96,6 +162,9 @@ func TestMemoryCLI(t *testing.T) {
 	db2 := filepath.Join(dir, "copy.db")
 	assert.Contains(t, memCLI(t, "memory", "import", "--db", db2, jl), "added 4")
 	assert.Contains(t, memCLI(t, "memory", "import", "--db", db2, jl), "4 duplicates skipped")
+	// The copy exports to the same bytes: namespaces, contents, scores,
+	// steps, episodes, times, embedder and vectors all survived.
+	assert.Equal(t, string(raw), memCLI(t, "memory", "export", "--db", db2))
 	a := memCLI(t, "memory", "search", "--db", db, "-n", "boil/3", "-q", "kitchen stove", "--json", "--threshold", "-1")
 	b := memCLI(t, "memory", "search", "--db", db2, "-n", "boil/3", "-q", "kitchen stove", "--json", "--threshold", "-1")
 	assert.JSONEq(t, a, b)

@@ -9,7 +9,7 @@
 // hang.
 //
 // The semantics reproduce the official Python wrapper (scienceworld.py):
-// Reset = load (or reset) then "look around"; score = round(100 ×
+// Reset = load then "look around"; score = round(100 ×
 // getScore()); reward = score change; done = completed, score < 0, or moves
 // > step limit. The task table (30 tasks), the train/dev/test split rule and
 // the EMPO² per-task step limits are local, so listing tasks needs no jar.

@@ -23,7 +23,7 @@ const (
 	ExtraHeap           = "xmx"             // JVM heap, e.g. "2g" (default 1g)
 	ExtraTimeout        = "timeout"         // per py4j call, e.g. "30s" (default 120s)
 	ExtraStartupTimeout = "startup_timeout" // JVM start (default 120s)
-	ExtraInfo           = "info"            // "full": add look, inv and valid to StepResult.Info, as the Python wrapper does
+	ExtraInfo           = "info"            // "full": add look, inv, taskDesc and valid to StepResult.Info, as the Python wrapper does
 )
 
 func init() {
@@ -50,8 +50,7 @@ type Env struct {
 	cl   *client
 	pi   Ref
 
-	agentIdx bool   // the jar's methods take an agent index (multi-agent builds)
-	loaded   string // task|variation|simplifications currently loaded without gold
+	agentIdx bool // the jar's methods take an agent index (multi-agent builds)
 	task     taskInfo
 	variant  int
 	limit    int
@@ -217,7 +216,8 @@ func (e *Env) usable() error {
 }
 
 // Reset loads task at variation (the seed is not used: the simulator
-// seeds itself from the variation) and plays "look around".
+// seeds itself from the variation) and plays "look around", as the Python
+// wrapper's load + reset do.
 func (e *Env) Reset(ctx context.Context, task string, variation int, seed int64) (environments.ResetResult, error) {
 	if err := e.usable(); err != nil {
 		return environments.ResetResult{}, err
@@ -233,21 +233,12 @@ func (e *Env) Reset(ctx context.Context, task string, variation int, seed int64)
 		return environments.ResetResult{}, err
 	}
 	e.started, e.done = false, false
-	key := fmt.Sprintf("%s|%d|%s", t.name, variation, e.opts.Simplifications)
-	if key == e.loaded {
-		v, err := e.cl.Call(ctx, e.pi, "reset")
-		if err != nil {
-			return environments.ResetResult{}, err
-		}
-		if v.Type == 's' && v.Str != "" {
-			return environments.ResetResult{}, fmt.Errorf("scienceworld: reset %s variation %d: %s", t.name, variation, v.Str)
-		}
-	} else {
-		e.loaded = ""
-		if err := e.load(ctx, t.name, variation, e.opts.Simplifications, false); err != nil {
-			return environments.ResetResult{}, err
-		}
-		e.loaded = key
+	// Always load (never the simulator's reset()): PythonInterface.reset()
+	// is load() with the same arguments, but it also regenerates the gold
+	// path on every reset once one was asked for (the flag is sticky in the
+	// JVM), which would make every later episode pay for a gold-agent run.
+	if err := e.load(ctx, t.name, variation, e.opts.Simplifications, false); err != nil {
+		return environments.ResetResult{}, err
 	}
 	e.task, e.variant = t, variation
 	e.limit = environments.StepLimit(environments.Task{StepLimit: t.limit}, e.opts)
@@ -327,12 +318,16 @@ func (e *Env) Step(ctx context.Context, action string) (environments.StepResult,
 	info["score"] = score
 	info["completed"] = completed
 	if e.fullInfo {
-		for key, m := range map[string]string{"look": "freeActionLook", "inv": "freeActionInventory"} {
-			v, err := e.call(ctx, m)
+		for _, kv := range [][2]string{{"look", "freeActionLook"}, {"inv", "freeActionInventory"}, {"taskDesc", "freeActionTaskDesc"}} {
+			call := e.call
+			if kv[0] == "taskDesc" { // takes no agent index in any build
+				call = func(ctx context.Context, m string, args ...any) (Value, error) { return e.cl.Call(ctx, e.pi, m, args...) }
+			}
+			v, err := call(ctx, kv[1])
 			if err != nil {
 				return environments.StepResult{}, err
 			}
-			info[key] = v.Str
+			info[kv[0]] = v.Str
 		}
 		valid, err := e.ValidActions(ctx)
 		if err != nil {
@@ -365,7 +360,8 @@ func (e *Env) ValidActions(ctx context.Context) ([]string, error) {
 func (e *Env) Score() float64 { return float64(e.score) }
 
 // GoldActions asks the simulator for its gold action sequence (this loads
-// the task with gold-path generation; the next Reset reloads it plainly).
+// the task with gold-path generation and ends any episode in progress; the
+// next Reset loads the task plainly).
 func (e *Env) GoldActions(ctx context.Context, task string, variation int) ([]string, error) {
 	if err := e.usable(); err != nil {
 		return nil, err
@@ -377,7 +373,7 @@ func (e *Env) GoldActions(ctx context.Context, task string, variation int) ([]st
 	if variation < 0 || variation >= t.variations {
 		return nil, fmt.Errorf("%w: %s has variations 0..%d, got %d", environments.ErrBadVariation, t.name, t.variations-1, variation)
 	}
-	e.loaded, e.started = "", false
+	e.started = false
 	if err := e.load(ctx, t.name, variation, e.opts.Simplifications, true); err != nil {
 		return nil, err
 	}

@@ -29,20 +29,22 @@ type fakeGateway struct {
 	bangless  bool     // answer without the leading "!" (old py4j)
 	spam      int      // bytes of debug text written to stdout per step (subprocess mode)
 	exitOnDie bool     // "die" exits the process (subprocess mode)
+	goldRuns  int      // gold-path generations (load with gold, or reset after one)
 	conns     []net.Conn
 }
 
 type fakeExc struct{ trace string }
 
 type fakeWorld struct {
-	task      string
-	variation int
-	simp      string
-	gold      bool
-	k         int // gold actions done
-	moves     int
-	raw       float64
-	completed bool
+	task       string
+	variation  int
+	simp       string
+	gold       bool
+	goldSticky bool // a gold path was asked for once: reset() regenerates it
+	k          int  // gold actions done
+	moves      int
+	raw        float64
+	completed  bool
 }
 
 // The scripted world: a gold path whose raw scores test Python-style rounding.
@@ -270,10 +272,18 @@ func (g *fakeGateway) world(w *fakeWorld, method string, args []any) (string, st
 		if task != "power-component" {
 			return str("ERROR: Task (" + task + "): unknown task in the fake"), ""
 		}
-		*w = fakeWorld{task: task, variation: args[1].(int), simp: args[2].(string), gold: args[len(args)-1].(bool)}
+		gold := args[len(args)-1].(bool)
+		*w = fakeWorld{task: task, variation: args[1].(int), simp: args[2].(string), gold: gold, goldSticky: w.goldSticky || gold}
+		if gold {
+			g.goldRuns++
+		}
 		return str(""), ""
 	case "reset":
-		*w = fakeWorld{task: w.task, variation: w.variation, simp: w.simp, gold: w.gold}
+		// Like PythonInterface.reset(): load() again with the sticky gold flag.
+		*w = fakeWorld{task: w.task, variation: w.variation, simp: w.simp, gold: w.gold, goldSticky: w.goldSticky}
+		if w.goldSticky {
+			g.goldRuns++
+		}
 		return str(""), ""
 	case "step":
 		if len(args) != 1+agent {
@@ -312,6 +322,11 @@ func (g *fakeGateway) world(w *fakeWorld, method string, args []any) (string, st
 		return str(fakeDesc), ""
 	case "freeActionLook":
 		return str(fakeLook), ""
+	case "freeActionTaskDesc":
+		if len(args) != 0 {
+			return noMethod(method), ""
+		}
+		return str(fakeDesc), ""
 	case "freeActionInventory":
 		return str("In your inventory, you see:\n\tan orange"), ""
 	case "getValidActionObjectCombinations":

@@ -43,7 +43,13 @@ func findJar(opts environments.Options) (string, error) {
 	if st.IsDir() {
 		return "", fmt.Errorf("%w: %s is a directory", ErrNoJar, jar)
 	}
-	return jar, nil
+	// The JVM runs in the jar's folder (as the Python wrapper runs it in the
+	// package folder), so a relative -cp would be resolved from there.
+	abs, err := filepath.Abs(jar)
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrNoJar, err)
+	}
+	return abs, nil
 }
 
 // findJava resolves the java launcher: Extra["java"], $JAVA_HOME/bin/java,

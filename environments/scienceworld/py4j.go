@@ -29,7 +29,8 @@ import (
 // d<double>, b<true|false>, n (null) or r<object id>. Answers start with
 // "!" (older py4j omits it), then "y" and a typed value (v void, n null, s,
 // i, L, d, D, b, j base64 bytes, or an object id for r, l list, a map,
-// h set, t array, g iterator) or "x" and an error.
+// h set, t array, g iterator) or "x" (or "z", fatal) and an error: "s" and
+// the escaped message, or "r" and the id of a Java exception object.
 
 // ErrJava is returned (wrapped, as *JavaError) when the JVM answers a call
 // with an error: a Java exception or a py4j protocol error such as an
@@ -152,7 +153,7 @@ func decode(line, call string) (Value, error) {
 	if line == "" {
 		return Value{}, fmt.Errorf("%w: empty answer to %s", errProtocol, call)
 	}
-	if line[0] == 'x' {
+	if line[0] == 'x' || line[0] == 'z' { // z: a fatal error (the gateway's own failure)
 		je := &JavaError{Call: call}
 		if len(line) > 1 {
 			switch line[1] {

@@ -31,6 +31,12 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, "fake java: unexpected arguments:", args)
 			os.Exit(2)
 		}
+		// Like java, resolve the class path from the working directory.
+		cp := os.Args[slices.Index(os.Args, "-cp")+1]
+		if _, err := os.Stat(cp); err != nil {
+			fmt.Fprintln(os.Stderr, "Error: Could not find or load main class py4j.GatewayServer:", err)
+			os.Exit(1)
+		}
 		g, err := newFakeGateway()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -116,6 +122,16 @@ func TestDecode(t *testing.T) {
 	require.ErrorIs(t, err, ErrJava)
 	require.Equal(t, "java.lang.Exception: no\nmore", je.Msg)
 	require.Contains(t, err.Error(), "pi.step")
+	// A fatal gateway error ("z") and a bare "x" are errors too, not protocol faults.
+	_, err = decode("!zsjava.lang.OutOfMemoryError: Java heap space", "pi.step")
+	require.ErrorAs(t, err, &je)
+	require.Contains(t, je.Msg, "OutOfMemoryError")
+	_, err = decode("!x", "pi.step")
+	require.ErrorIs(t, err, ErrJava)
+	_, err = decode("!xro7", "pi.step")
+	require.ErrorAs(t, err, &je)
+	require.True(t, je.IsRef)
+	require.Equal(t, "o7", je.Msg)
 	for _, bad := range []string{"", "!", "!q", "!yiabc", "!yl", "!yd1.2.3"} {
 		_, err := decode(bad, "x.m")
 		require.Error(t, err, "%q", bad)
@@ -248,14 +264,15 @@ func TestResetLooksAround(t *testing.T) {
 	require.Equal(t, 1, g.callsOf("load"))
 	require.Equal(t, []string{"load", "step", "getScore", "getCompleted", "getNumMoves", "getTaskDescription"}, g.calls[:6])
 
-	// Same task and variation again: reset() instead of a reload.
+	// Same task and variation again: a fresh load, never the simulator's
+	// reset() (which would regenerate a gold path asked for earlier).
 	_, err = e.Reset(bg, "3-1", 0, 0) // the id works too
 	require.NoError(t, err)
-	require.Equal(t, 1, g.callsOf("load"))
-	require.Equal(t, 1, g.callsOf("reset"))
+	require.Equal(t, 2, g.callsOf("load"))
 	_, err = e.Reset(bg, "power-component", 1, 0)
 	require.NoError(t, err)
-	require.Equal(t, 2, g.callsOf("load"))
+	require.Equal(t, 3, g.callsOf("load"))
+	require.Zero(t, g.callsOf("reset"))
 
 	_, err = e.Reset(bg, "no-such-task", 0, 0)
 	require.ErrorIs(t, err, environments.ErrUnknownTask)
@@ -264,7 +281,7 @@ func TestResetLooksAround(t *testing.T) {
 	_, err = e.Reset(bg, "boil", 0, 0) // the fake refuses it with an error string
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "unknown task in the fake")
-	require.Equal(t, 3, g.callsOf("load"), "invalid names never reach the simulator")
+	require.Equal(t, 4, g.callsOf("load"), "invalid names never reach the simulator")
 }
 
 func TestScoreRewardDone(t *testing.T) {
@@ -367,6 +384,7 @@ func TestValidActionsAndGold(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "In your inventory, you see:\n\tan orange", r.Info["inv"])
 	require.Equal(t, fakeLook, r.Info["look"])
+	require.Equal(t, fakeDesc, r.Info["taskDesc"])
 	require.Contains(t, r.Info["valid"], "look around")
 
 	gold, err := e.GoldActions(bg, "power-component", 0)
@@ -374,10 +392,16 @@ func TestValidActionsAndGold(t *testing.T) {
 	require.Equal(t, fakeGold, gold)
 	_, err = e.Step(bg, "look around")
 	require.ErrorIs(t, err, environments.ErrNotReset, "gold generation replaces the episode")
-	loads := g.callsOf("load")
-	_, err = e.Reset(bg, "power-component", 0, 0)
-	require.NoError(t, err)
-	require.Equal(t, loads+1, g.callsOf("load"), "after gold generation Reset reloads without gold")
+	for range 2 {
+		_, err = e.Reset(bg, "power-component", 0, 0)
+		require.NoError(t, err)
+		g.mu.Lock()
+		last := g.args[slices.Index(g.calls, "getGoldActionSequence")+1:]
+		g.mu.Unlock()
+		require.Equal(t, []any{"power-component", 0, "", false}, last[len(last)-6], "after gold generation Reset loads without gold")
+	}
+	require.Equal(t, 1, g.goldRuns, "the gold path is generated once, not again on every reset")
+	require.Zero(t, g.callsOf("reset"))
 	g.mu.Lock()
 	last := g.args[slices.Index(g.calls, "getGoldActionSequence")-1]
 	g.mu.Unlock()
@@ -502,6 +526,22 @@ func TestJVMProcess(t *testing.T) {
 		t.Fatal("the JVM did not exit after Close")
 	}
 	require.NoError(t, e.Close())
+}
+
+func TestRelativeJarPath(t *testing.T) {
+	// The JVM runs in the jar's folder; a relative jar path must still work.
+	opts := fakeJavaOpts(t, "gateway")
+	wd, err := os.Getwd()
+	require.NoError(t, err)
+	rel, err := filepath.Rel(wd, opts.Jar)
+	require.NoError(t, err)
+	require.False(t, filepath.IsAbs(rel))
+	opts.Jar = rel
+	e, err := New(opts)
+	require.NoError(t, err)
+	defer e.Close()
+	_, err = e.Reset(bg, "power-component", 0, 0)
+	require.NoError(t, err)
 }
 
 func TestJVMDies(t *testing.T) {

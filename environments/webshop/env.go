@@ -250,7 +250,7 @@ func (e *Env) Step(ctx context.Context, action string) (environments.StepResult,
 	var stepErr error
 	reward := 0.0
 	corrected := ""
-	if e.correct && e.page != pageSearch && !e.isValidClick(action) && len(e.order) > 0 {
+	if e.correct && e.page != pageSearch && !e.isValidClick(action) && !isSearch(action) && len(e.order) > 0 {
 		// Compare the argument (or the whole text) with the clickables' texts,
 		// so that the brackets do not get in the way of the word overlap.
 		text := action
@@ -266,7 +266,9 @@ func (e *Env) Step(ctx context.Context, action string) (environments.StepResult,
 		name := strings.ToLower(m[1])
 		arg := strings.ToLower(strings.TrimSpace(m[2]))
 		switch {
-		case name == "search" && arg != "" && e.page == pageSearch:
+		case name == "search" && arg != "":
+			// As the original's step(): a search runs from any page, not only
+			// from the one with the search bar.
 			valid = true
 			stepErr = e.search(arg, 1)
 		case name == "click":
@@ -309,6 +311,12 @@ func (e *Env) Step(ctx context.Context, action string) (environments.StepResult,
 	return environments.StepResult{Observation: e.obs, Reward: reward, Done: e.done, Info: info}, nil
 }
 
+// isSearch reports whether action is a search with keywords.
+func isSearch(action string) bool {
+	m := actionRE.FindStringSubmatch(action)
+	return m != nil && strings.ToLower(m[1]) == "search" && strings.TrimSpace(m[2]) != ""
+}
+
 func (e *Env) isValidClick(action string) bool {
 	m := actionRE.FindStringSubmatch(action)
 	if m == nil || strings.ToLower(m[1]) != "click" {
@@ -322,8 +330,10 @@ func (e *Env) pageName() string {
 	return [...]string{"none", "search", "results", "item", "sub", "done"}[e.page]
 }
 
-// ValidActions lists the actions of the current page: "search[<query>]" on
-// the search page (any non-empty query), "click[...]" elsewhere.
+// ValidActions lists the actions the current page offers: "search[<query>]"
+// on the search page (any non-empty query), "click[...]" for the clickables
+// elsewhere. (A search typed on another page runs too, as in the original,
+// but the page does not offer it: its search bar is on the search page.)
 func (e *Env) ValidActions(ctx context.Context) ([]string, error) {
 	if e.closed {
 		return nil, environments.ErrClosed
@@ -412,10 +422,10 @@ func (e *Env) search(keywords string, pageNum int) error {
 		texts = append(texts, btnPrev)
 		clicks = append(clicks, btnPrev, func() { _ = e.search(e.keywords, e.pageNum-1) })
 	}
-	if pageNum*productWindow < len(res) {
-		texts = append(texts, btnNext)
-		clicks = append(clicks, btnNext, func() { _ = e.search(e.keywords, e.pageNum+1) })
-	}
+	// The results template of the original's text-mode era shows "Next >" on
+	// every results page, past the last result too (an empty page follows).
+	texts = append(texts, btnNext)
+	clicks = append(clicks, btnNext, func() { _ = e.search(e.keywords, e.pageNum+1) })
 	lo := (pageNum - 1) * productWindow
 	for i := lo; i < lo+productWindow && i < len(res); i++ {
 		p := res[i]
@@ -469,7 +479,8 @@ func (e *Env) toSub(name string) {
 		texts = append(texts, p.BulletPoints...)
 	case "Reviews":
 		for _, r := range p.Reviews {
-			texts = append(texts, r.Title, r.Score, r.Body)
+			// The template puts the title in double quotes.
+			texts = append(texts, `"`+r.Title+`"`, r.Score, r.Body)
 		}
 	}
 	e.obs = joinTexts(texts...)

@@ -3,6 +3,7 @@ package webshop
 import (
 	"strings"
 	"sync"
+	"unicode"
 
 	"github.com/jdkato/prose/v2"
 	fuzzy "github.com/paul-mannino/go-fuzzywuzzy"
@@ -42,8 +43,37 @@ func normalizeColor(s string) string {
 	return s
 }
 
-// tokenSetRatio is thefuzz's token_set_ratio (0–100).
-func tokenSetRatio(a, b string) int { return fuzzy.TokenSetRatio(a, b, true, true) }
+// fullProcess is thefuzz's full_process(s, force_ascii=True): the code
+// points U+0080–U+00FF are deleted (ascii_only), then rapidfuzz's
+// default_process turns every character that is not a letter or a number
+// into a blank, lower-cases and trims. Code points above U+00FF are kept
+// (a letter) or blanked (anything else): "women’s" gives "women s", where
+// go-fuzzywuzzy's own cleaning would delete the apostrophe ("womens").
+func fullProcess(s string) string {
+	var b strings.Builder
+	b.Grow(len(s))
+	for _, r := range s {
+		switch {
+		case r >= 0x80 && r <= 0xff:
+		case unicode.IsLetter(r) || unicode.IsNumber(r):
+			b.WriteRune(unicode.ToLower(r))
+		default:
+			b.WriteByte(' ')
+		}
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// tokenSetRatio is thefuzz's token_set_ratio (0–100) with its default
+// processing: go-fuzzywuzzy's TokenSetRatio (the same sorted intersection /
+// remainder comparison with the indel ratio as rapidfuzz) on fullProcess'ed
+// strings, 0 when either is empty.
+func tokenSetRatio(a, b string) int {
+	return fuzzy.TokenSetRatio(fullProcess(a), fullProcess(b), false, false)
+}
+
+// nounsOf is the tagger typeReward uses (tests swap in a hand-made one).
+var nounsOf = nouns
 
 var (
 	taggerOnce  sync.Once
@@ -90,7 +120,6 @@ func categorySet(path string) map[string]bool {
 }
 
 func typeReward(p *Product, g *Goal) TypeReward {
-	tr := TypeReward{QueryMatch: p.Query == g.Query}
 	pc, gc := categorySet(p.ProductCategory), categorySet(g.ProductCategory)
 	shared := 0
 	for c := range gc {
@@ -98,27 +127,30 @@ func typeReward(p *Product, g *Goal) TypeReward {
 			shared++
 		}
 	}
-	tr.CategoryMatch = shared >= 2
-	bought := map[string]bool{}
-	for _, n := range nouns(p.Title) {
-		bought[n] = true
+	return typeRewardFrom(p.Query == g.Query, shared >= 2, nounsOf(p.Title), nounsOf(g.Name))
+}
+
+// typeRewardFrom is get_type_reward once the query and category matches and
+// the two noun lists are known: title score = |set(bought) ∩ set(wanted)| /
+// len(wanted) (the goal's list, repeats included), 0.2 without goal nouns;
+// r_type 1, 0.5 when nothing matches (query, category, title score > 0.2),
+// 0.1 when the title score is below 0.1, 0 when it is 0.
+func typeRewardFrom(queryMatch, categoryMatch bool, bought, wanted []string) TypeReward {
+	tr := TypeReward{QueryMatch: queryMatch, CategoryMatch: categoryMatch}
+	have := make(map[string]bool, len(bought))
+	for _, n := range bought {
+		have[n] = true
 	}
-	wanted := map[string]bool{}
-	for _, n := range nouns(g.Name) {
-		wanted[n] = true
-	}
-	inter := 0
-	for n := range wanted {
-		if bought[n] {
-			inter++
+	shared := map[string]bool{}
+	for _, n := range wanted {
+		if have[n] {
+			shared[n] = true
 		}
 	}
-	// The original divides the size of the intersection of the two noun sets
-	// by the length of the (possibly repeating) noun list of the goal.
-	if wantedList := nouns(g.Name); len(wantedList) == 0 {
+	if len(wanted) == 0 {
 		tr.TitleScore = 0.2
 	} else {
-		tr.TitleScore = float64(inter) / float64(len(wantedList))
+		tr.TitleScore = float64(len(shared)) / float64(len(wanted))
 	}
 	tr.RType = 1
 	if !(tr.QueryMatch || tr.CategoryMatch || tr.TitleScore > 0.2) {

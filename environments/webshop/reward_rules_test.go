@@ -1,0 +1,210 @@
+package webshop
+
+import (
+	"strings"
+	"testing"
+)
+
+// The expected values below are worked out by hand from goal.py's rules (and
+// thefuzz's token_set_ratio), not read back from this package.
+
+// TestTypeRewardThresholds checks get_type_reward's title score and its
+// 1.0 / 0.5 / 0.1 / 0 rules on noun lists given directly (no tagger).
+func TestTypeRewardThresholds(t *testing.T) {
+	words := func(s string) []string { return strings.Fields(s) }
+	cases := []struct {
+		name         string
+		query, categ bool
+		bought       string
+		wanted       string
+		title        float64
+		rType        float64
+	}{
+		// 1 shared of 3 goal nouns = 0.333 > 0.2: 1 without query or category match.
+		{"a third", false, false, "chair", "chair office support", 1.0 / 3, 1},
+		// Exactly 0.2 is not > 0.2: 0.5 unless the query or the category matches.
+		{"a fifth, no match", false, false, "lamp", "lamp desk table bulb shade", 0.2, 0.5},
+		{"a fifth, query", true, false, "lamp", "lamp desk table bulb shade", 0.2, 1},
+		{"a fifth, category", false, true, "lamp", "lamp desk table bulb shade", 0.2, 1},
+		// Exactly 0.1 is not < 0.1: still 0.5 / 1.
+		{"a tenth, no match", false, false, "a", "a b c d e f g h i j", 0.1, 0.5},
+		{"a tenth, query", true, false, "a", "a b c d e f g h i j", 0.1, 1},
+		// 1/11 < 0.1: 0.1 even when query and category match.
+		{"an eleventh", true, true, "a", "a b c d e f g h i j k", 1.0 / 11, 0.1},
+		// No shared noun: 0 whatever else matches.
+		{"nothing shared", true, true, "tea", "chair", 0, 0},
+		// No goal noun: title score 0.2, so 0.5 without a match, 1 with one.
+		{"no goal noun", false, false, "chair", "", 0.2, 0.5},
+		{"no goal noun, query", true, false, "chair", "", 0.2, 1},
+		// The denominator is the goal's noun list with repeats, the numerator
+		// the size of the set intersection: 1/4 = 0.25 → 1; 1/6 → 0.5.
+		{"repeats 1/4", false, false, "shoe shoe shoe", "shoe shoe rack organizer", 0.25, 1},
+		{"repeats 1/6", false, false, "shoe", "shoe shoe shoe shoe shoe rack", 1.0 / 6, 0.5},
+		// Two goal nouns of 3 shared.
+		{"two of three", false, false, "office chair black", "office chair support", 2.0 / 3, 1},
+	}
+	for _, c := range cases {
+		tr := typeRewardFrom(c.query, c.categ, words(c.bought), words(c.wanted))
+		if !near(tr.TitleScore, c.title) || tr.RType != c.rType || tr.QueryMatch != c.query || tr.CategoryMatch != c.categ {
+			t.Errorf("%s: %+v, want title score %v, r_type %v", c.name, tr, c.title, c.rType)
+		}
+	}
+}
+
+// withWordNouns makes every lower-cased word of a title a noun for the
+// duration of a test, so that type factors can be worked out by hand.
+func withWordNouns(t *testing.T) {
+	old := nounsOf
+	nounsOf = func(s string) []string { return strings.Fields(strings.ToLower(s)) }
+	t.Cleanup(func() { nounsOf = old })
+}
+
+// TestRewardTotal checks total = (attributes + options + price) /
+// (goal attributes + goal options + 1) × r_type, with r_type below 1.
+func TestRewardTotal(t *testing.T) {
+	withWordNouns(t)
+	target := &Product{Title: "oak desk lamp shade bulb", Query: "desk lamp", ProductCategory: "Home › Lighting › Lamps"}
+	g := &Goal{Name: target.Title, Query: target.Query, ProductCategory: target.ProductCategory,
+		Attributes: []string{"dimmable"}, Options: []string{"white"}, PriceUpper: 40}
+	bought := handText(&Product{
+		Title:           "white lamp", // shares "lamp": 1 of 5 goal nouns = 0.2
+		Description:     "a dimmable light",
+		Query:           "floor lamp",               // no query match
+		ProductCategory: "Home › Furniture › Lamps", // shares 2 levels: "Home", "Lamps"
+		Attributes:      []string{"energy saving"},
+	})
+	// Category match: r_type 1; attribute in the description, option white
+	// equal to the goal's, price 30 ≤ 40: (1 + 1 + 1) / (1 + 1 + 1) = 1.
+	if ri := Reward(bought, g, 30, map[string]string{"color": "white"}); !near(ri.Reward, 1) || ri.Type.RType != 1 || !ri.Type.CategoryMatch {
+		t.Fatalf("category match: %+v", ri)
+	}
+	// One shared level only: no match, title score 0.2 → r_type 0.5;
+	// price 45 > 40: (1 + 1 + 0) / 3 × 0.5 = 1/3.
+	bought.ProductCategory = "Garden › Lamps"
+	if ri := Reward(bought, g, 45, map[string]string{"color": "white"}); !near(ri.Reward, 1.0/3) || ri.Type.RType != 0.5 || ri.PriceOK {
+		t.Fatalf("r_type 0.5: %+v", ri)
+	}
+	// A goal without options: denominator attributes + 1; a chosen option
+	// that matches nothing but occurs in the title still counts, so the
+	// original's total can exceed 1: (1 + 1 + 1) / (1 + 0 + 1) × 0.5 = 0.75.
+	g.Options = nil
+	if ri := Reward(bought, g, 30, map[string]string{"color": "white"}); !near(ri.Reward, 0.75) || ri.OptionMatches != 1 {
+		t.Fatalf("no goal options: %+v", ri)
+	}
+	bought.ProductCategory = target.ProductCategory
+	if ri := Reward(bought, g, 30, map[string]string{"color": "white"}); !near(ri.Reward, 1.5) {
+		t.Fatalf("reward above 1 (as the original): %+v", ri)
+	}
+}
+
+func handText(p *Product) *Product {
+	p.titleLower = strings.ToLower(p.Title)
+	p.bulletsLower = strings.ToLower(strings.Join(p.BulletPoints, " "))
+	p.descLower = strings.ToLower(p.Description)
+	return p
+}
+
+// TestAttributeRewardRules: token_set_ratio > 85 against the product's
+// attributes, else a plain substring of the lower-cased title, bullet
+// points or description (the goal attribute itself is not lower-cased).
+func TestAttributeRewardRules(t *testing.T) {
+	p := handText(&Product{
+		Title:        "Ashwood Bench",
+		BulletPoints: []string{"Seats two", "Oil finish"},
+		Description:  "Easy to assemble, no tools.",
+		Attributes:   []string{"machine wash", "long lasting", "abcdefghijklmnopqxyz"},
+	})
+	for _, c := range []struct {
+		attr string
+		want bool
+	}{
+		// {machine, washable} vs {machine, wash}: indel ratio of "washable" and
+		// "wash" over the lengths of "machine washable" and "machine wash":
+		// 100 × (1 − 4/28) = 85.7 → 86 > 85.
+		{"machine washable", true},
+		{"lasting long", true},          // same token set: 100
+		{"Long Lasting", true},          // the fuzzy match ignores case
+		{"abcdefghijklmnopqrsz", true},  // 2 of 20 letters differ: 100 × (1 − 4/40) = 90
+		{"abcdefghijklmnopqrst", false}, // 3 differ: 100 × (1 − 6/40) = 85, not > 85
+		{"ash", true},                   // substring of the title "ashwood bench"
+		{"oil finish", true},            // in a bullet point
+		{"seats two oil", true},         // bullet points are joined with a blank
+		{"easy to assemble", true},      // in the description
+		{"Easy to assemble", false},     // the fallback compares with the lower-cased texts as is
+		{"easy assemble", false},        // neither fuzzy (vs the attributes) nor a substring
+		{"tools.", true},                // punctuation is part of the substring test
+	} {
+		g := &Goal{Attributes: []string{c.attr}}
+		if got := attributeMatches(p, g) == 1; got != c.want {
+			t.Errorf("attribute %q: matched %v, want %v", c.attr, got, c.want)
+		}
+	}
+}
+
+// TestOptionRewardRules: colours are normalised on both sides, "size" (any
+// case) must be equal, other options need token_set_ratio > 85, and an
+// unmatched value found in the product's text counts; every chosen option
+// can count, whatever the number of goal options.
+func TestOptionRewardRules(t *testing.T) {
+	p := handText(&Product{Title: "Cotton Hoodie", Description: "Soft fleece lining."})
+	goal := []string{"navy blue", "x-large"}
+	for _, c := range []struct {
+		name   string
+		chosen map[string]string
+		want   int
+	}{
+		// "royal blue" and "navy blue" both normalise to "blue" (the first
+		// base colour of the list they contain).
+		{"colour normalised", map[string]string{"color": "royal blue"}, 1},
+		// The list is alphabetical: "light blue" → "blue" (matches), "light
+		// pink" → "light" (matches nothing, and "light" is not in the text).
+		{"light blue is blue", map[string]string{"color": "light blue"}, 1},
+		{"light pink is light", map[string]string{"color": "light pink"}, 0},
+		{"size exact", map[string]string{"size": "x-large"}, 1},
+		{"Size key, any case", map[string]string{"Size": "x-large"}, 1},
+		// Sizes are compared exactly: "x large" is not "x-large" ...
+		{"size not fuzzy", map[string]string{"size": "x large"}, 0},
+		// ... while other option names match fuzzily (both process to "x large").
+		{"style fuzzy", map[string]string{"style": "x large"}, 1},
+		{"size large", map[string]string{"size": "large"}, 0},
+		// Unmatched values found in the title or description count.
+		{"in the description", map[string]string{"material": "fleece"}, 1},
+		{"in the title", map[string]string{"size": "hoodie"}, 1},
+		// Three chosen options may all count against two goal options.
+		{"more than the goal's", map[string]string{"color": "royal blue", "size": "x-large", "material": "cotton"}, 3},
+	} {
+		if got := optionMatches(p, goal, c.chosen); got != c.want {
+			t.Errorf("%s: %d option matches, want %d", c.name, got, c.want)
+		}
+	}
+	// "navy" normalises to itself, misses both goal options and is not in the text.
+	if got := optionMatches(p, goal, map[string]string{"color": "navy"}); got != 0 {
+		t.Errorf("navy vs navy blue: %d", got)
+	}
+}
+
+// TestFullProcess pins thefuzz's default processing (force_ascii): Latin-1
+// code points are deleted, other non-alphanumerics become blanks.
+func TestFullProcess(t *testing.T) {
+	for in, want := range map[string]string{
+		"  Gluten-Free!  ": "gluten free",
+		"women’s":          "women s", // U+2019 is above U+00FF: a blank
+		"crème brûlée":     "crme brle",
+		"DUMMY_ATTR":       "dummy attr",
+		"10″ x 12″":        "10  x 12", // blanks are not collapsed
+		"---":              "",
+	} {
+		if got := fullProcess(in); got != want {
+			t.Errorf("fullProcess(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if got := tokenSetRatio("---", "---"); got != 0 {
+		t.Errorf("empty after processing: %d, want 0", got)
+	}
+	// {gluten, free} vs {free, sugar}: max of the indel ratios
+	// "gluten"/"sugar" over 11 + 10 (100 × (1 − 9/21) = 57.1) and
+	// "free"/"free sugar" (100 × (1 − 6/14) = 57.1) → 57.
+	if got := tokenSetRatio("gluten free", "free sugar"); got != 57 {
+		t.Errorf("tokenSetRatio(gluten free, free sugar) = %d, want 57", got)
+	}
+}
