@@ -5,6 +5,7 @@
 # (see third_party/README.md); nothing third-party is committed here.
 
 GO        ?= go
+SHELL     := bash
 BIN       := bin/empo2
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
@@ -36,15 +37,18 @@ third_party/ollama: go.mod go.sum
 build: deps
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/empo2
 
+# The suite, then the concurrency tests (TestConcurrent*) again under the race
+# detector; the first -race build compiles llama.cpp once more (~3-5 min).
 test: build
 	$(GO) vet ./...
 	$(GO) test -timeout $(TEST_TIMEOUT) $(GOTEST_FLAGS) ./...
+	$(MAKE) --no-print-directory test-race
 
 test-race: deps
-	$(GO) test -race -timeout $(TEST_TIMEOUT) -run 'Concurren|Race|Parallel' ./...
+	$(GO) test -race -timeout $(TEST_TIMEOUT) -run 'Concurren' ./...
 
 bench: build
-	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./... | tee bench.txt
+	set -o pipefail; $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./... 2>&1 | tee bench.txt
 
 # ggml's CUDA backend, built by CMake from the pinned module's own source as a
 # loadable backend library (bin/libggml-cuda.so). Needs nvcc + CMake; it cannot

@@ -131,7 +131,11 @@ type Sequence struct {
 	// OldLogp[t]: log-prob of Tokens[t] under the behaviour policy (read only
 	// where Trained[t]).
 	OldLogp []float32
-	// Advantage[t] (read only where Trained[t]).
+	// Advantage[t] (read only where Trained[t]). EMPO² uses GRPO advantages
+	// (Shao et al. 2024, "DeepSeekMath", §4.1.2): the episode reward
+	// normalised within its group of rollouts, (R − mean)/std, given to
+	// every token of every step of the episode; they are computed by the
+	// caller, not here.
 	Advantage []float32
 	// RefLogp[t]: log-prob under the frozen reference (for the k3 KL
 	// penalty); nil when KLCoef == 0.
@@ -248,4 +252,8 @@ type MemoryStats struct {
 	// Pinned: RMS_NORM_BACK / SOFT_MAX_BACK operands protected from ggml-alloc's
 	// in-place reuse in the last training graph (see docs/training.md).
 	Pinned int
+	// Splits: ggml_backend_sched splits of the last graph; 1 when one
+	// backend computed all of it (always on the CPU), more when ops fell
+	// back from the device to the CPU.
+	Splits int
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/empo2/empo2/llama"
 	"github.com/empo2/empo2/modelgen"
 )
 
@@ -57,9 +58,16 @@ func benchBatch(rng *rand.Rand, V, B, T, respLen int) []Sequence {
 	return batch
 }
 
-// benchTrain measures a training step (ForwardBackward) and a prefill (the
-// same forward graph with logits at every position, LogProbsBatch) on the
-// same model in the same run, and reports tokens/s, FLOP/s and their ratio.
+// benchTrain measures, on the same model in the same run, a training step
+// (ForwardBackward), llama.cpp's own prefill of the same sequences (llama
+// package, Context.Logits: one llama_decode of T tokens per sequence, logits
+// for the last token only, base model without adapter, same thread count)
+// and, for reference, the training graph's own forward (LogProbsBatch,
+// logits at every position). It reports tokens/s, FLOP/s and the ratio of
+// training FLOP/s to llama.cpp prefill FLOP/s (the issue's target ≥ 0.5).
+// FLOPs are the useful matmul FLOPs of forwardFLOPs/trainFLOPs, counted the
+// same way for all three (llama.cpp's attention over KV cells padded to 256
+// is not counted as extra work).
 func benchTrain(b *testing.B, cfg modelgen.Config, opts Options, B, T, respLen, rounds int) {
 	path := tinyModel(b, cfg)
 	lora := LoRAConfig{Rank: 8, Alpha: 16, Seed: 1}
@@ -77,6 +85,26 @@ func benchTrain(b *testing.B, cfg modelgen.Config, opts Options, B, T, respLen, 
 	}
 	obj := DefaultObjective()
 	obj.LowProbThreshold = -100
+	// llama.cpp's prefill of the same sequences on the same model
+	lm, err := llama.LoadModel(path, llama.ModelParams{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer lm.Close()
+	threads := opts.Threads
+	lctx, err := llama.NewContext(lm, llama.ContextParams{NCtx: T, NBatch: T, Threads: threads})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer lctx.Close()
+	llamaPrefill := func() {
+		for _, s := range seqs {
+			if _, err := lctx.Logits(s); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	llamaPrefill()
 	// warm-up (allocates the compute buffers)
 	if _, err := m.ForwardBackward(batch, obj, 0); err != nil {
 		b.Fatal(err)
@@ -86,10 +114,10 @@ func benchTrain(b *testing.B, cfg modelgen.Config, opts Options, B, T, respLen, 
 	}
 	// The machine is shared: each iteration alternates `rounds` train steps
 	// and prefills and keeps the fastest of each (robust to contention).
-	var tTrain, tPrefill time.Duration
+	var tTrain, tPrefill, tLlama time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		bestT, bestP := time.Duration(math.MaxInt64), time.Duration(math.MaxInt64)
+		bestT, bestP, bestL := time.Duration(math.MaxInt64), time.Duration(math.MaxInt64), time.Duration(math.MaxInt64)
 		for r := 0; r < rounds; r++ {
 			t0 := time.Now()
 			if _, err := m.ForwardBackward(batch, obj, 0); err != nil {
@@ -102,6 +130,9 @@ func benchTrain(b *testing.B, cfg modelgen.Config, opts Options, B, T, respLen, 
 				b.Fatal(err)
 			}
 			bestP = min(bestP, time.Since(t0))
+			t0 = time.Now()
+			llamaPrefill()
+			bestL = min(bestL, time.Since(t0))
 			if i == 0 && r == 0 {
 				M := B * respLen
 				b.ReportMetric(float64(mem.ComputeLast)/float64(M), "compute-B/trained-tok")
@@ -112,6 +143,7 @@ func benchTrain(b *testing.B, cfg modelgen.Config, opts Options, B, T, respLen, 
 		}
 		tTrain += bestT
 		tPrefill += bestP
+		tLlama += bestL
 	}
 	b.StopTimer()
 	n := float64(b.N)
@@ -120,33 +152,43 @@ func benchTrain(b *testing.B, cfg modelgen.Config, opts Options, B, T, respLen, 
 	sp := tPrefill.Seconds() / n
 	trainF := trainFLOPs(info, lora.Rank, B, T, M) / st
 	prefF := forwardFLOPs(info, lora.Rank, B, T, B*(T-1)) / sp
+	sl := tLlama.Seconds() / n
+	llamaF := forwardFLOPs(info, 0, B, T, B) / sl // no adapter, logits for the last token
 	b.ReportMetric(float64(B*T)/st, "train-tok/s")
 	b.ReportMetric(float64(M)/st, "trained-tok/s")
-	b.ReportMetric(float64(B*T)/sp, "prefill-tok/s")
+	b.ReportMetric(float64(B*T)/sl, "llama-prefill-tok/s")
+	b.ReportMetric(float64(B*T)/sp, "graph-fwd-tok/s")
 	b.ReportMetric(trainF/1e9, "train-GFLOP/s")
-	b.ReportMetric(prefF/1e9, "prefill-GFLOP/s")
-	b.ReportMetric(trainF/prefF, "train/prefill-FLOPs-ratio")
+	b.ReportMetric(llamaF/1e9, "llama-prefill-GFLOP/s")
+	b.ReportMetric(prefF/1e9, "graph-fwd-GFLOP/s")
+	b.ReportMetric(trainF/llamaF, "train/llama-prefill-FLOPs-ratio")
+	b.ReportMetric(trainF/prefF, "train/graph-fwd-FLOPs-ratio")
 	b.ReportMetric(st*1e3, "ms/train-step")
 }
 
+// The benchmarks use one thread: on a machine whose cores are shared, ggml
+// workers busy-wait at barriers and 2 threads can be far slower than 1; one
+// thread also gives comparable numbers run to run. Training and llama.cpp
+// prefill always run with the same thread count.
+
 func BenchmarkTrainTiny(b *testing.B) {
-	benchTrain(b, tinyCfg(), Options{Threads: 2}, 4, 128, 32, 20)
+	benchTrain(b, tinyCfg(), Options{Threads: 1}, 4, 128, 32, 20)
 }
 
 func BenchmarkTrain100M(b *testing.B) {
-	benchTrain(b, model100M(), Options{Threads: 2}, 2, 256, 64, 3)
+	benchTrain(b, model100M(), Options{Threads: 1}, 2, 256, 64, 3)
 }
 
 // BenchmarkTrain100MAutograd: the same step with ggml autograd's OUT_PROD for
 // dX through frozen linears (the baseline the transposed backward replaces).
 func BenchmarkTrain100MAutograd(b *testing.B) {
-	benchTrain(b, model100M(), Options{Threads: 2, AutogradFrozenBackward: true}, 2, 256, 64, 3)
+	benchTrain(b, model100M(), Options{Threads: 1, AutogradFrozenBackward: true}, 2, 256, 64, 3)
 }
 
 func BenchmarkTrain100MF16(b *testing.B) {
 	c := model100M()
 	c.DType = "f16"
-	benchTrain(b, c, Options{Threads: 2}, 2, 256, 64, 3)
+	benchTrain(b, c, Options{Threads: 1}, 2, 256, 64, 3)
 }
 
 // BenchmarkTrain100MTransposeInGraph: no stored Wᵀ copies (F16 weights);
@@ -154,5 +196,5 @@ func BenchmarkTrain100MF16(b *testing.B) {
 func BenchmarkTrain100MTransposeInGraph(b *testing.B) {
 	c := model100M()
 	c.DType = "f16"
-	benchTrain(b, c, Options{Threads: 2, TransposeInGraph: true}, 2, 256, 64, 3)
+	benchTrain(b, c, Options{Threads: 1, TransposeInGraph: true}, 2, 256, 64, 3)
 }

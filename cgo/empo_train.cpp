@@ -38,9 +38,15 @@
 //   so leafs and use counts are right.
 // ggml-alloc aliasing: RMS_NORM_BACK / SOFT_MAX_BACK must not be computed in
 //   place over their operands (see pin_backward_operands).
-// Execution: one graph per call holding forward and backward; nodes
-//   [0, n_fwd) are computed first (forward), Go computes the objective and
-//   the coefficients, then nodes [n_fwd, n) (backward) on the same allocation.
+// Execution: through ggml_backend_sched over [primary device, CPU] (only
+//   [CPU] when the device is the CPU); weights and LoRA tensors live in
+//   buffers of the primary device, nothing reads host pointers. A training
+//   step is one graph holding forward and backward, computed once: the
+//   scheduler's eval callback stops after node n_fwd-1 (the last forward
+//   node), reads logp/ent, asks the caller (Go) for the coefficients, writes
+//   them into t_clogp/t_cent (a buffer of the primary device, read in place by
+//   the two MUL nodes that are pinned to that device) and lets the scheduler
+//   go on with the backward nodes. No extra forward is computed.
 
 #include "empo_train.h"
 
@@ -49,7 +55,6 @@
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
 #include "gguf.h"
-#include "ggml-impl.h" // ggml_graph_view: compute the forward and backward parts separately
 
 #include <cmath>
 #include <cstdio>
@@ -103,7 +108,8 @@ struct empo_model {
     empo_model_info    info{};
     float              lora_scale = 1.0f;
 
-    ggml_backend_t        backend = nullptr;
+    ggml_backend_t        backend     = nullptr; // primary: the chosen device (GPU or CPU)
+    ggml_backend_t        backend_cpu = nullptr; // CPU fallback; null when backend is the CPU
     ggml_context *        ctx_w   = nullptr; // frozen weights (no_alloc, in buf_w)
     ggml_backend_buffer_t buf_w   = nullptr;
     ggml_context *        ctx_p   = nullptr; // LoRA params + grad accumulators (in buf_p)
@@ -119,7 +125,7 @@ struct empo_model {
     std::vector<ggml_tensor *> grads;   // [same shapes] accumulators
     std::unordered_map<const ggml_tensor *, ggml_tensor *> transposed; // W -> Wᵀ
 
-    ggml_gallocr_t galloc = nullptr;
+    ggml_backend_sched_t sched = nullptr;
     int64_t        compute_peak = 0;
     int64_t        compute_last = 0;
 
@@ -130,13 +136,24 @@ struct empo_model {
     int            M       = 0;
     int            n_rewritten = 0;   // OUT_PROD nodes replaced in the last graph
     int            n_pinned    = 0;   // *_BACK operands pinned against in-place reuse
-    bool           pending = false;   // forward(with_backward) done, backward not yet
+    int            n_splits    = 0;   // scheduler splits of the last graph
     ggml_tensor *  t_logp  = nullptr; // [1, M]
     ggml_tensor *  t_ent   = nullptr; // [1, M]
-    ggml_tensor *  t_clogp = nullptr; // [1, M] input
-    ggml_tensor *  t_cent  = nullptr; // [1, M] input
+    ggml_tensor *  t_clogp = nullptr; // [1, M] in buf_coef (primary device), written by the eval callback
+    ggml_tensor *  t_cent  = nullptr; // [1, M] in buf_coef
     ggml_tensor *  t_lgrad = nullptr; // [1]  d(loss)/d(loss) = 1, input
+    ggml_context *        ctx_coef = nullptr; // per training call: t_clogp, t_cent
+    ggml_backend_buffer_t buf_coef = nullptr;
     graph_inputs   in{};              // token ids, positions, mask, rows, target indices
+
+    // eval-callback state of a training call
+    ggml_tensor *  cb_node   = nullptr; // the last forward node: compute stops here for the coefficients
+    empo_coef_fn   cb_fn     = nullptr;
+    void *         cb_user   = nullptr;
+    int            cb_status = 0;       // return value of cb_fn (nonzero: abort)
+    bool           cb_done   = false;   // the coefficients were written
+    bool           cb_failed = false;   // cb_fn failed or the outputs could not be read
+    std::string    cb_err;
 
     std::string err;
 };
@@ -329,7 +346,24 @@ static void load_model(empo_model & m, const char * path) {
         hp.n_ctx <= 0 || hp.n_embd % hp.n_head != 0 || hp.n_head % hp.n_head_kv != 0) {
         throw empo_error(EMPO_ERR_ARCH, "inconsistent qwen2 hyperparameters");
     }
+    if ((int64_t) hp.n_layer * 9 > gguf_get_n_tensors(g)) { // each block has ≥ 9 tensors; also bounds every size below
+        throw empo_error(EMPO_ERR_ARCH, "block_count " + std::to_string(hp.n_layer) + " does not match the tensors in the file");
+    }
     hp.n_embd_head = hp.n_embd / hp.n_head;
+    if (hp.n_embd_head % 2 != 0) throw empo_error(EMPO_ERR_ARCH, "odd head dim: NeoX RoPE needs an even one");
+    {
+        // RoPE scaling (YaRN, linear, ...) is not built into this graph: refuse
+        // it rather than train a model whose positions differ from llama.cpp's
+        const int64_t sid = gguf_find_key(g, (arch + ".rope.scaling.type").c_str());
+        std::string scaling = "none";
+        if (sid >= 0) {
+            if (gguf_get_kv_type(g, sid) != GGUF_TYPE_STRING) throw empo_error(EMPO_ERR_ARCH, "rope.scaling.type is not a string");
+            scaling = gguf_get_val_str(g, sid);
+        }
+        if (scaling != "none") throw empo_error(EMPO_ERR_ARCH, "RoPE scaling \"" + scaling + "\" is not supported");
+        const float fs = gguf_float(g, arch + ".rope.scale_linear", 1.0f);
+        if (fs != 1.0f && fs != 0.0f) throw empo_error(EMPO_ERR_ARCH, "linear RoPE scaling is not supported");
+    }
     const int64_t key_len = gguf_int(g, arch + ".attention.key_length", hp.n_embd_head, false);
     const int64_t val_len = gguf_int(g, arch + ".attention.value_length", hp.n_embd_head, false);
     if (key_len != hp.n_embd_head || val_len != hp.n_embd_head) {
@@ -416,8 +450,11 @@ static void load_model(empo_model & m, const char * path) {
     if (m.params.empty()) throw empo_error(EMPO_ERR_CONFIG, "no LoRA targets selected");
 
     // ---- allocate on the backend and upload
-    m.buf_w = ggml_backend_alloc_ctx_tensors(m.ctx_w, m.backend);
-    m.buf_p = ggml_backend_alloc_ctx_tensors(m.ctx_p, m.backend);
+    // buffers of the primary device (device memory for a GPU): every read and
+    // write goes through ggml_backend_tensor_get/set
+    ggml_backend_buffer_type_t buft = ggml_backend_get_default_buffer_type(m.backend);
+    m.buf_w = ggml_backend_alloc_ctx_tensors_from_buft(m.ctx_w, buft);
+    m.buf_p = ggml_backend_alloc_ctx_tensors_from_buft(m.ctx_p, buft);
     if (!m.buf_w || !m.buf_p) throw empo_error(EMPO_ERR_BACKEND, "cannot allocate weight buffers");
     ggml_backend_buffer_clear(m.buf_p, 0);
     for (auto & u : wl.uploads) {
@@ -551,7 +588,8 @@ static int rewrite_frozen_backward(empo_model & m, ggml_context * ctx, ggml_cgra
 // dx *= y) is wrong when dx aliases y. We measured the first: gradients
 // through every RMSNorm were garbage. Pin both operands of these nodes with a
 // zero-cost view in an unused src slot: a parent with a live view is never
-// reused in place (ggml_gallocr_allocate_node), and the view dies with the node.
+// reused in place (ggml_gallocr_allocate_node, which ggml_backend_sched uses
+// for its compute buffers too), and the view dies with the node.
 static int pin_backward_operands(ggml_context * ctx, ggml_cgraph * g) {
     int n = 0;
     for (int i = 0; i < ggml_graph_n_nodes(g); ++i) {
@@ -566,22 +604,6 @@ static int pin_backward_operands(ggml_context * ctx, ggml_cgraph * g) {
         }
     }
     return n;
-}
-
-static void drop_graph(empo_model & m) {
-    if (m.ctx_c) ggml_free(m.ctx_c);
-    m.ctx_c = nullptr;
-    m.graph = nullptr;
-    m.pending = false;
-    m.t_logp = m.t_ent = m.t_clogp = m.t_cent = m.t_lgrad = nullptr;
-}
-
-static void compute_range(empo_model & m, int i0, int i1) {
-    if (i1 <= i0) return;
-    ggml_cgraph view = ggml_graph_view(m.graph, i0, i1);
-    if (ggml_backend_graph_compute(m.backend, &view) != GGML_STATUS_SUCCESS) {
-        throw empo_error(EMPO_ERR_BACKEND, "graph compute failed");
-    }
 }
 
 static void set_inputs(empo_model & m, const empo_batch & b) {
@@ -606,8 +628,65 @@ static void set_inputs(empo_model & m, const empo_batch & b) {
     ggml_backend_tensor_set(tidx, ti.data(), 0, M * sizeof(int32_t));
 }
 
-static void forward(empo_model & m, const empo_batch & b, bool with_backward, float * logp, float * ent) {
+// nodes (and leafs) of one graph; the scheduler's hash set is 4× this
+static size_t graph_size(const empo_model & m) {
+    return 4096 + (size_t) m.info.n_layer * 1024;
+}
+
+static void drop_graph(empo_model & m) {
+    if (m.ctx_c) ggml_free(m.ctx_c);
+    m.ctx_c = nullptr;
+    m.graph = nullptr;
+    if (m.buf_coef) ggml_backend_buffer_free(m.buf_coef);
+    m.buf_coef = nullptr;
+    if (m.ctx_coef) ggml_free(m.ctx_coef);
+    m.ctx_coef = nullptr;
+    m.t_logp = m.t_ent = m.t_clogp = m.t_cent = m.t_lgrad = nullptr;
+    m.cb_node = nullptr;
+    m.cb_fn   = nullptr;
+    m.cb_user = nullptr;
+}
+
+// ggml_backend_sched eval callback (user_data = the model). Asks for the
+// last forward node only; when it has been computed (all nodes before it
+// too: splits keep the graph's node order), reads logp/ent, calls the
+// caller's coefficient function and writes c_logp/c_ent into the primary
+// device's buffer before the scheduler computes the backward nodes.
+// Never throws (called from inside ggml).
+static bool sched_eval_cb(ggml_tensor * t, bool ask, void * user_data) {
+    empo_model & m = *(empo_model *) user_data;
+    if (!m.cb_node) return false;          // forward-only graph: nothing to observe
+    if (ask) return t == m.cb_node;
+    if (t != m.cb_node || m.cb_done || m.cb_failed) return true;
+    try {
+        const size_t n = (size_t) m.M;
+        std::vector<float> lp(n), en(n), cl(n, 0.0f), ce(n, 0.0f);
+        ggml_backend_tensor_get(m.t_logp, lp.data(), 0, n * sizeof(float));
+        ggml_backend_tensor_get(m.t_ent,  en.data(), 0, n * sizeof(float));
+        m.cb_status = m.cb_fn(m.cb_user, m.M, lp.data(), en.data(), cl.data(), ce.data());
+        if (m.cb_status != 0) {
+            m.cb_failed = true;
+            m.cb_err = "the coefficient callback returned " + std::to_string(m.cb_status);
+            return true;               // the scheduler goes on; the caller restores the gradients
+        }
+        ggml_backend_tensor_set(m.t_clogp, cl.data(), 0, n * sizeof(float));
+        ggml_backend_tensor_set(m.t_cent,  ce.data(), 0, n * sizeof(float));
+        m.cb_done = true;
+    } catch (const std::exception & e) {
+        m.cb_failed = true;
+        m.cb_err = e.what();
+    } catch (...) {
+        m.cb_failed = true;
+        m.cb_err = "unknown exception in the eval callback";
+    }
+    return true;
+}
+
+// forward (coef == nullptr) or a training step (forward, coefficients from
+// coef, backward into the gradient accumulators) in one scheduler compute
+static void run(empo_model & m, const empo_batch & b, empo_coef_fn coef, void * user, float * logp, float * ent) {
     drop_graph(m);
+    const bool with_backward = coef != nullptr;
     const int B = b.B, T = b.T, M = b.M;
     const int64_t N = (int64_t) B * T, V = m.info.n_vocab;
     // shape validation (the Go side validates too; keep C safe on its own)
@@ -623,7 +702,7 @@ static void forward(empo_model & m, const empo_batch & b, bool with_backward, fl
         if (b.targets[j] < 0 || b.targets[j] >= V) throw empo_error(EMPO_ERR_SHAPE, "target out of range");
     }
 
-    const size_t gsize = 4096 + (size_t) m.info.n_layer * 1024;
+    const size_t gsize = graph_size(m);
     ggml_init_params ip = { ggml_tensor_overhead() * gsize * 2 + ggml_graph_overhead_custom(gsize, true) * 2, nullptr, true };
     m.ctx_c = ggml_init(ip);
     if (!m.ctx_c) throw empo_error(EMPO_ERR_BACKEND, "ggml_init failed");
@@ -646,13 +725,27 @@ static void forward(empo_model & m, const empo_batch & b, bool with_backward, fl
     ggml_build_forward_expand(gb, lp);
     ggml_build_forward_expand(gb, en);
     m.n_fwd = ggml_graph_n_nodes(gb);
+    if (m.n_fwd < 1) throw empo_error(EMPO_ERR_INTERNAL, "empty forward graph");
 
+    ggml_tensor * mul_lp = nullptr, * mul_en = nullptr;
     if (with_backward) {
         // ---- the surrogate L' = Σ_j c_logp[j]·logp[j] + c_ent[j]·H[j]; ∂L'/∂θ = ∂L/∂θ
-        m.t_clogp = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 1, M); ggml_set_input(m.t_clogp);  // [1, M]
-        m.t_cent  = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 1, M); ggml_set_input(m.t_cent);   // [1, M]
-        ggml_tensor * loss = ggml_add(ctx, ggml_sum(ctx, ggml_mul(ctx, lp, m.t_clogp)),         // [1]
-                                           ggml_sum(ctx, ggml_mul(ctx, en, m.t_cent)));
+        // c_logp, c_ent: [1, M] in a buffer of the primary device, written by
+        // the eval callback mid-compute (not graph inputs: the scheduler
+        // copies inputs at the start of a split, before the callback ran)
+        ggml_init_params cp = { ggml_tensor_overhead() * 2, nullptr, true };
+        m.ctx_coef = ggml_init(cp);
+        if (!m.ctx_coef) throw empo_error(EMPO_ERR_BACKEND, "ggml_init failed");
+        m.t_clogp = ggml_new_tensor_2d(m.ctx_coef, GGML_TYPE_F32, 1, M);
+        m.t_cent  = ggml_new_tensor_2d(m.ctx_coef, GGML_TYPE_F32, 1, M);
+        ggml_set_name(m.t_clogp, "coef_logp");
+        ggml_set_name(m.t_cent,  "coef_ent");
+        m.buf_coef = ggml_backend_alloc_ctx_tensors_from_buft(m.ctx_coef, ggml_backend_get_default_buffer_type(m.backend));
+        if (!m.buf_coef) throw empo_error(EMPO_ERR_BACKEND, "cannot allocate the coefficient buffer");
+        ggml_backend_buffer_clear(m.buf_coef, 0);
+        mul_lp = ggml_mul(ctx, lp, m.t_clogp);
+        mul_en = ggml_mul(ctx, en, m.t_cent);
+        ggml_tensor * loss = ggml_add(ctx, ggml_sum(ctx, mul_lp), ggml_sum(ctx, mul_en));   // [1]
         ggml_set_name(loss, "surrogate");
         ggml_set_output(loss);
         ggml_set_loss(loss);
@@ -687,25 +780,62 @@ static void forward(empo_model & m, const empo_batch & b, bool with_backward, fl
         }
     }
     m.graph = gb;
-    if (!ggml_gallocr_alloc_graph(m.galloc, gb)) throw empo_error(EMPO_ERR_BACKEND, "cannot allocate the compute graph");
-    m.compute_last = (int64_t) ggml_gallocr_get_buffer_size(m.galloc, 0);
+
+    ggml_backend_sched_reset(m.sched);
+    if (with_backward) {
+        // the MULs that read the coefficients run on the device that holds them
+        ggml_backend_sched_set_tensor_backend(m.sched, mul_lp, m.backend);
+        ggml_backend_sched_set_tensor_backend(m.sched, mul_en, m.backend);
+    }
+    if (!ggml_backend_sched_alloc_graph(m.sched, gb)) throw empo_error(EMPO_ERR_BACKEND, "cannot allocate the compute graph");
+    m.n_splits = ggml_backend_sched_get_n_splits(m.sched);
+    m.compute_last = (int64_t) ggml_backend_sched_get_buffer_size(m.sched, m.backend);
+    if (m.backend_cpu) m.compute_last += (int64_t) ggml_backend_sched_get_buffer_size(m.sched, m.backend_cpu);
     if (m.compute_last > m.compute_peak) m.compute_peak = m.compute_last;
 
     set_inputs(m, b);
-    compute_range(m, 0, m.n_fwd);
+    std::vector<float> snapshot;       // gradient accumulators before the step, restored on abort
+    if (with_backward) {
+        const float one = 1.0f;
+        ggml_backend_tensor_set(m.t_lgrad, &one, 0, sizeof(float));
+        size_t tot = 0;
+        for (ggml_tensor * g : m.grads) tot += (size_t) ggml_nelements(g);
+        snapshot.resize(tot);
+        size_t off = 0;
+        for (ggml_tensor * g : m.grads) {
+            ggml_backend_tensor_get(g, snapshot.data() + off, 0, ggml_nbytes(g));
+            off += (size_t) ggml_nelements(g);
+        }
+        m.cb_node   = ggml_graph_node(gb, m.n_fwd - 1);
+        m.cb_fn     = coef;
+        m.cb_user   = user;
+        m.cb_status = 0;
+        m.cb_done   = false;
+        m.cb_failed = false;
+        m.cb_err.clear();
+    }
+    auto restore_grads = [&]() {
+        size_t off = 0;
+        for (ggml_tensor * g : m.grads) {
+            ggml_backend_tensor_set(g, snapshot.data() + off, 0, ggml_nbytes(g));
+            off += (size_t) ggml_nelements(g);
+        }
+    };
+    if (ggml_backend_sched_graph_compute(m.sched, gb) != GGML_STATUS_SUCCESS) {
+        if (with_backward) restore_grads(); // a split may have accumulated already
+        throw empo_error(EMPO_ERR_BACKEND, "graph compute failed");
+    }
+    ggml_backend_sched_synchronize(m.sched);
     ggml_backend_tensor_get(lp, logp, 0, M * sizeof(float));
     ggml_backend_tensor_get(en, ent,  0, M * sizeof(float));
-    m.pending = with_backward;
-    if (!with_backward) drop_graph(m);
-}
-
-static void backward(empo_model & m, const float * c_logp, const float * c_ent) {
-    if (!m.pending || !m.graph) throw empo_error(EMPO_ERR_STATE, "backward without a pending forward(with_backward)");
-    const float one = 1.0f;
-    ggml_backend_tensor_set(m.t_clogp, c_logp, 0, m.M * sizeof(float));
-    ggml_backend_tensor_set(m.t_cent,  c_ent,  0, m.M * sizeof(float));
-    ggml_backend_tensor_set(m.t_lgrad, &one,   0, sizeof(float));
-    compute_range(m, m.n_fwd, ggml_graph_n_nodes(m.graph));
+    if (with_backward && !m.cb_done) {
+        // the backward ran with zero coefficients over possibly non-finite
+        // activations (0·inf = NaN): undo its accumulation
+        restore_grads();
+        const std::string why = m.cb_failed ? m.cb_err : std::string("the eval callback was not reached");
+        drop_graph(m);
+        throw empo_error(m.cb_status != 0 ? EMPO_ERR_ABORTED : EMPO_ERR_INTERNAL, why);
+    }
     drop_graph(m);
 }
 
@@ -756,14 +886,31 @@ int empo_model_init(const char * path, struct empo_model_params params, struct e
             m->backend = ggml_backend_init_by_type(GGML_BACKEND_DEVICE_TYPE_GPU, nullptr);
             if (!m->backend && params.device == 1) throw empo_error(EMPO_ERR_BACKEND, "no GPU backend available");
         }
-        if (!m->backend) m->backend = ggml_backend_cpu_init();
-        if (!m->backend) throw empo_error(EMPO_ERR_BACKEND, "cannot init the CPU backend");
-        if (ggml_backend_is_cpu(m->backend)) ggml_backend_cpu_set_n_threads(m->backend, params.n_threads);
+        if (m->backend && ggml_backend_is_cpu(m->backend)) { // a "GPU" that is the CPU backend: use it alone
+            ggml_backend_free(m->backend);
+            m->backend = nullptr;
+        }
+        if (!m->backend) {
+            m->backend = ggml_backend_cpu_init();
+            if (!m->backend) throw empo_error(EMPO_ERR_BACKEND, "cannot init the CPU backend");
+            ggml_backend_cpu_set_n_threads(m->backend, params.n_threads);
+        } else {
+            // the CPU backend runs what the device cannot (the scheduler needs it last)
+            m->backend_cpu = ggml_backend_cpu_init();
+            if (!m->backend_cpu) throw empo_error(EMPO_ERR_BACKEND, "cannot init the CPU backend");
+            ggml_backend_cpu_set_n_threads(m->backend_cpu, params.n_threads);
+        }
         snprintf(m->info.backend, sizeof(m->info.backend), "%s", ggml_backend_name(m->backend));
         load_model(*m, path);
         snprintf(m->info.wtype_name, sizeof(m->info.wtype_name), "%s", ggml_type_name((ggml_type) m->info.wtype));
-        m->galloc = ggml_gallocr_new(ggml_backend_get_default_buffer_type(m->backend));
-        if (!m->galloc) throw empo_error(EMPO_ERR_BACKEND, "cannot create the graph allocator");
+        {
+            ggml_backend_t backends[2] = { m->backend, m->backend_cpu };
+            const int n_backends = m->backend_cpu ? 2 : 1;
+            // graph_size sizes the scheduler's hash set: nodes + leafs + split copies
+            m->sched = ggml_backend_sched_new(backends, nullptr, n_backends, graph_size(*m) * 4, false, false);
+            if (!m->sched) throw empo_error(EMPO_ERR_BACKEND, "cannot create the backend scheduler");
+            ggml_backend_sched_set_eval_callback(m->sched, sched_eval_cb, m);
+        }
         *out = m;
         return EMPO_OK;
     } catch (const empo_error & e) {
@@ -785,12 +932,13 @@ void empo_model_free(struct empo_model * m) {
     if (!m) return;
     try {
         drop_graph(*m);
-        if (m->galloc) ggml_gallocr_free(m->galloc);
+        if (m->sched)  ggml_backend_sched_free(m->sched);
         if (m->buf_w)  ggml_backend_buffer_free(m->buf_w);
         if (m->buf_p)  ggml_backend_buffer_free(m->buf_p);
         if (m->ctx_w)  ggml_free(m->ctx_w);
         if (m->ctx_p)  ggml_free(m->ctx_p);
         if (m->backend) ggml_backend_free(m->backend);
+        if (m->backend_cpu) ggml_backend_free(m->backend_cpu);
     } catch (...) {
     }
     delete m;
@@ -815,6 +963,7 @@ int empo_model_get_mem(const struct empo_model * m, struct empo_model_mem * mem)
     mem->compute_last = m->compute_last;
     mem->n_rewritten  = m->n_rewritten;
     mem->n_pinned     = m->n_pinned;
+    mem->n_splits     = m->n_splits;
     return EMPO_OK;
 }
 
@@ -855,14 +1004,14 @@ int empo_model_grad_zero(struct empo_model * m) {
     })
 }
 
-int empo_model_forward(struct empo_model * m, const struct empo_batch * batch, bool with_backward, float * logp, float * ent) {
+int empo_model_forward(struct empo_model * m, const struct empo_batch * batch, float * logp, float * ent) {
     if (!m) return EMPO_ERR_CONFIG;
     EMPO_TRY(m, {
         if (!batch || !batch->tokens || !batch->pos || !batch->rows || !batch->targets || !logp || !ent) {
             throw empo_error(EMPO_ERR_CONFIG, "null argument");
         }
         try {
-            forward(*m, *batch, with_backward, logp, ent);
+            run(*m, *batch, nullptr, nullptr, logp, ent);
         } catch (...) {
             drop_graph(*m);
             throw;
@@ -870,22 +1019,20 @@ int empo_model_forward(struct empo_model * m, const struct empo_batch * batch, b
     })
 }
 
-int empo_model_backward(struct empo_model * m, const float * c_logp, const float * c_ent) {
+int empo_model_train(struct empo_model * m, const struct empo_batch * batch, empo_coef_fn coef, void * user,
+                     float * logp, float * ent) {
     if (!m) return EMPO_ERR_CONFIG;
     EMPO_TRY(m, {
-        if (!c_logp || !c_ent) throw empo_error(EMPO_ERR_CONFIG, "null argument");
+        if (!batch || !batch->tokens || !batch->pos || !batch->rows || !batch->targets || !logp || !ent || !coef) {
+            throw empo_error(EMPO_ERR_CONFIG, "null argument");
+        }
         try {
-            backward(*m, c_logp, c_ent);
+            run(*m, *batch, coef, user, logp, ent);
         } catch (...) {
             drop_graph(*m);
             throw;
         }
     })
-}
-
-int empo_model_drop_graph(struct empo_model * m) {
-    if (!m) return EMPO_ERR_CONFIG;
-    EMPO_TRY(m, drop_graph(*m))
 }
 
 } // extern "C"

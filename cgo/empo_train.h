@@ -27,8 +27,9 @@ enum empo_status {
     EMPO_ERR_SHAPE    = 3, // bad index, size or batch shape
     EMPO_ERR_CONFIG   = 4, // bad params
     EMPO_ERR_BACKEND  = 5, // backend init / allocation / compute failed
-    EMPO_ERR_STATE    = 6, // call out of order (backward without forward)
+    EMPO_ERR_STATE    = 6, // (unused since the single-call training step; kept for ABI stability)
     EMPO_ERR_INTERNAL = 7, // caught exception
+    EMPO_ERR_ABORTED  = 8, // the coefficient callback of empo_model_train returned nonzero
 };
 
 // LoRA target bits (bit i of empo_model_params.lora_targets)
@@ -48,6 +49,8 @@ struct empo_model_params {
     uint32_t lora_targets;    // bit mask of enum empo_target
 };
 
+// defaults: 1 thread, CPU, transposed-copy backward, r = 8, alpha = 16, all targets.
+// Returned by value; nothing to free.
 struct empo_model_params empo_model_default_params(void);
 
 // hyperparameters read from the GGUF
@@ -69,6 +72,7 @@ struct empo_model_mem {
     int64_t compute_last;    // compute buffer of the last graph
     int32_t n_rewritten;     // OUT_PROD(W, dYᵀ) nodes turned into MUL_MAT(Wᵀ, dY) in the last training graph
     int32_t n_pinned;        // RMS_NORM_BACK / SOFT_MAX_BACK operands pinned against in-place aliasing
+    int32_t n_splits;        // ggml_backend_sched splits of the last graph (1: one backend ran all of it)
 };
 
 struct empo_model;
@@ -80,22 +84,29 @@ int  empo_model_init(const char * path, struct empo_model_params params,
                      struct empo_model ** out, char * err, size_t err_len);
 void empo_model_free(struct empo_model * m); // NULL-safe
 
-const char * empo_model_last_error(const struct empo_model * m); // valid until next call
+// message of the last failed call on m; owned by m, valid until the next call on m
+// (a static string for m == NULL)
+const char * empo_model_last_error(const struct empo_model * m);
 
+// copy the hyperparameters / buffer sizes into caller-owned structs
 int  empo_model_get_info(const struct empo_model * m, struct empo_model_info * info);
 int  empo_model_get_mem (const struct empo_model * m, struct empo_model_mem  * mem);
 
-// trainable tensors, in a fixed order: per layer, per enabled target, a then b
+// number of trainable tensors (0 for NULL), in a fixed order: per layer,
+// per enabled target (q k v o gate up down), lora_a [n_in, r] then lora_b [r, n_out]
 int  empo_model_n_params(const struct empo_model * m);
 // name: "<base>.lora_a|b" (NUL-terminated, truncated to name_len); ne: ggml shape
 int  empo_model_param_info(const struct empo_model * m, int i, char * name, size_t name_len, int64_t ne[2]);
-// n must equal ne[0]*ne[1]; data in ggml layout (F32)
+// copy tensor i (or its gradient accumulator) to/from a caller-owned buffer of
+// n floats; n must equal ne[0]*ne[1]; data in ggml layout (F32, ne0 contiguous)
 int  empo_model_param_get(struct empo_model * m, int i, float * dst, int64_t n);
 int  empo_model_param_set(struct empo_model * m, int i, const float * src, int64_t n);
 int  empo_model_grad_get (struct empo_model * m, int i, float * dst, int64_t n);
+// set every gradient accumulator to 0 (they add across backward calls until then)
 int  empo_model_grad_zero(struct empo_model * m);
 
 // A micro-batch: B sequences right-padded to T (token slot t + T*b).
+// All arrays are caller-owned and only read during empo_model_forward/train.
 struct empo_batch {
     int32_t         B, T;
     const int32_t * tokens;  // [N] token ids, all in [0, V)
@@ -105,20 +116,30 @@ struct empo_batch {
     const int32_t * targets; // [M] the predicted token id tokens[t + T*b]
 };
 
-// Build the graph for batch and compute its forward part.
-// Outputs: logp[M] = log π(target | prefix), ent[M] = entropy of π at that row.
-// with_backward: also build the backward graph; then empo_model_backward
-// must be called next (or the graph is dropped by the next forward).
-int empo_model_forward(struct empo_model * m, const struct empo_batch * batch, bool with_backward,
-                       float * logp, float * ent);
+// Execution: every graph runs through ggml_backend_sched over [device, CPU]
+// (just [CPU] when the device is the CPU); weights, LoRA params and gradient
+// accumulators live in buffers of the device.
 
-// Run the backward part of the last forward(with_backward): adds
-// d/dθ Σ_j (c_logp[j]·logp[j] + c_ent[j]·ent[j]) into the gradient accumulators.
-// c_logp, c_ent: [M] (dL/dlogp and dL/dent from the objective).
-int empo_model_backward(struct empo_model * m, const float * c_logp, const float * c_ent);
+// Forward only. Outputs (caller-owned, M floats each): logp[M] = log π(target | prefix),
+// ent[M] = entropy of π at that row. Gradients untouched.
+int empo_model_forward(struct empo_model * m, const struct empo_batch * batch, float * logp, float * ent);
 
-// Drop a pending forward(with_backward) graph without running its backward.
-int empo_model_drop_graph(struct empo_model * m);
+// Coefficient callback of a training step, called once from inside the graph
+// compute (same thread as empo_model_train), after the forward nodes:
+// logp[M], ent[M] (read-only, owned by the library, valid during the call);
+// c_logp[M], c_ent[M]: to fill with dL/dlogp and dL/dent (zero-initialised).
+// Return 0 to go on with the backward; nonzero aborts the step: the gradient
+// accumulators are left as they were and empo_model_train returns
+// EMPO_ERR_ABORTED. Must not call back into m.
+typedef int (*empo_coef_fn)(void * user, int32_t M, float * logp, float * ent, float * c_logp, float * c_ent);
+
+// One training step in a single graph compute: forward, coef(...), then the
+// backward, which adds d/dθ Σ_j (c_logp[j]·logp[j] + c_ent[j]·ent[j]) into the
+// gradient accumulators (they add across calls until empo_model_grad_zero).
+// logp, ent: as for empo_model_forward (filled also when coef aborts).
+// user: passed to coef as is.
+int empo_model_train(struct empo_model * m, const struct empo_batch * batch, empo_coef_fn coef, void * user,
+                     float * logp, float * ent);
 
 #ifdef __cplusplus
 }

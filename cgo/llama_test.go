@@ -45,13 +45,13 @@ func TestLogProbsMatchLlama(t *testing.T) {
 			t.Fatalf("llama.LoadModel: %v", err)
 		}
 		defer lm.Close()
-		lc, err := llama.NewContext(lm, llama.ContextParams{NCtx: 256, KVType: "f32", Threads: 2, FlashAttn: "off"})
+		lc, err := llama.NewContext(lm, llama.ContextParams{NCtx: 256, KVType: "f32", Threads: 1, FlashAttn: "off"})
 		if err != nil {
 			t.Fatalf("llama.NewContext: %v", err)
 		}
 		defer lc.Close()
 
-		m := loadTiny(t, cfg, LoRAConfig{Rank: 4, Alpha: 8, Seed: 21, RandomB: true}, Options{Threads: 2})
+		m := loadTiny(t, cfg, LoRAConfig{Rank: 4, Alpha: 8, Seed: 21, RandomB: true}, Options{Threads: 1})
 		rng := rand.New(rand.NewPCG(31, uint64(len(path))))
 		seqs := [][]int32{randTokens(rng, 40, cfg.Vocab), randTokens(rng, 17, cfg.Vocab), randTokens(rng, 3, cfg.Vocab)}
 
@@ -89,8 +89,20 @@ func TestLogProbsMatchLlama(t *testing.T) {
 			t.Fatal(err)
 		}
 		compare("no adapter")
+		plain, _ := m.LogProbsBatch(seqs)
 		if err := m.WriteParams(params); err != nil {
 			t.Fatal(err)
+		}
+		// the adapter must matter, or "with adapter" would compare nothing new
+		adapted, _ := m.LogProbsBatch(seqs)
+		moved := 0.0
+		for b := range seqs {
+			for i := range seqs[b] {
+				moved = math.Max(moved, math.Abs(float64(adapted[b][i]-plain[b][i])))
+			}
+		}
+		if moved < 1e-2 {
+			t.Fatalf("the adapter moves log-probs by only %.3g", moved)
 		}
 		ap := filepath.Join(t.TempDir(), "adapter.gguf")
 		writeAdapter(t, m, ap)

@@ -5,6 +5,7 @@ package cgo
 #cgo CPPFLAGS: -I${SRCDIR}/../third_party/ollama/ml/backend/ggml/ggml/include -I${SRCDIR}/../third_party/ollama/ml/backend/ggml/ggml/src
 #include <stdlib.h>
 #include "empo_train.h"
+extern int empoGoCoef(void *, int32_t, float *, float *, float *, float *);
 */
 import "C"
 
@@ -13,6 +14,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"runtime/cgo"
 	"strings"
 	"sync"
 	"unsafe"
@@ -313,7 +315,7 @@ func (M *Model) MemoryBytes() MemoryStats {
 	return MemoryStats{
 		Weights: int64(cm.weights), Transposed: int64(cm.transposed), Params: int64(cm.params),
 		Compute: int64(cm.compute_peak), ComputeLast: int64(cm.compute_last), PaddedTokens: m.last,
-		Rewritten: int(cm.n_rewritten), Pinned: int(cm.n_pinned),
+		Rewritten: int(cm.n_rewritten), Pinned: int(cm.n_pinned), Splits: int(cm.n_splits),
 	}
 }
 
@@ -369,7 +371,11 @@ func (m *model) pack(seqs [][]int32, rowsFor func(b int) []int) (*packed, error)
 	return p, nil
 }
 
-func (m *model) forward(p *packed, withBackward bool) (logp, ent []float32, err error) {
+// forward computes the log-probs and entropies of p's trained rows. With
+// coef non-nil it is a training step: coef gets them mid-compute, fills the
+// coefficients, and the backward adds the gradients into the accumulators
+// (nothing is added when coef or the finiteness check fails).
+func (m *model) forward(p *packed, coef coefFunc) (logp, ent []float32, err error) {
 	M := len(p.rows)
 	logp = make([]float32, M)
 	ent = make([]float32, M)
@@ -384,17 +390,41 @@ func (m *model) forward(p *packed, withBackward bool) (logp, ent []float32, err 
 		tokens: (*C.int32_t)(unsafe.Pointer(&p.tokens[0])), pos: (*C.int32_t)(unsafe.Pointer(&p.pos[0])),
 		M: C.int32_t(M), rows: (*C.int32_t)(unsafe.Pointer(&p.rows[0])), targets: (*C.int32_t)(unsafe.Pointer(&p.targets[0])),
 	}
-	rc := C.empo_model_forward(m.c, &b, C.bool(withBackward), (*C.float)(unsafe.Pointer(&logp[0])), (*C.float)(unsafe.Pointer(&ent[0])))
+	clp, cen := (*C.float)(unsafe.Pointer(&logp[0])), (*C.float)(unsafe.Pointer(&ent[0]))
+	nonFinite := func(lp, en []float32) error {
+		for j := range lp {
+			if !finite32(lp[j]) || !finite32(en[j]) {
+				return fmt.Errorf("%w: the forward pass produced log-prob %v / entropy %v", ErrNonFinite, lp[j], en[j])
+			}
+		}
+		return nil
+	}
+	var rc C.int
+	var call *coefCall
+	if coef == nil {
+		rc = C.empo_model_forward(m.c, &b, clp, cen)
+	} else {
+		call = &coefCall{fn: func(lp, en, cl, ce []float32) error {
+			if err := nonFinite(lp, en); err != nil {
+				return err
+			}
+			return coef(lp, en, cl, ce)
+		}}
+		h := cgo.NewHandle(call)
+		defer h.Delete()
+		pin.Pin(&h)
+		rc = C.empo_model_train(m.c, &b, C.empo_coef_fn(C.empoGoCoef), unsafe.Pointer(&h), clp, cen)
+	}
 	runtime.KeepAlive(p)
 	m.last = p.B * p.T
+	if call != nil && call.err != nil {
+		return nil, nil, call.err
+	}
 	if rc != C.EMPO_OK {
 		return nil, nil, statusErr(rc, C.GoString(C.empo_model_last_error(m.c)))
 	}
-	for j := range logp {
-		if !finite32(logp[j]) || !finite32(ent[j]) {
-			C.empo_model_drop_graph(m.c) // the pending backward is abandoned
-			return nil, nil, fmt.Errorf("%w: the forward pass produced log-prob %v / entropy %v", ErrNonFinite, logp[j], ent[j])
-		}
+	if err := nonFinite(logp, ent); err != nil {
+		return nil, nil, err
 	}
 	return logp, ent, nil
 }
@@ -450,7 +480,7 @@ func (M *Model) LogProbsBatch(seqs [][]int32) ([][]float32, error) {
 		if err != nil {
 			return nil, err
 		}
-		logp, _, err := m.forward(p, false)
+		logp, _, err := m.forward(p, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -592,70 +622,76 @@ func (m *model) objective(batch []Sequence, obj Objective, lossScale float32, wi
 		return st, err
 	}
 	st.PaddedTokens = p.B * p.T
-	logp, ent, err := m.forward(p, withBackward)
+	// ---- objective in float64; coefficients for the backward surrogate.
+	// For a training step this runs inside the graph compute (coefficient
+	// callback), between the forward and the backward nodes.
+	objFn := func(logp, ent, cLogp, cEnt []float32) error {
+		scale := float64(lossScale)
+		if scale == 0 {
+			if obj.Aggregation == AggTokenMean {
+				scale = 1 / float64(st.Tokens)
+			} else {
+				scale = 1 / float64(st.Sequences)
+			}
+		}
+		j := 0
+		var nClip, nDual int
+		for k, i := range kept {
+			s := &batch[i]
+			w := scale
+			if obj.Aggregation == AggSeqMeanTokenMean {
+				w = scale / float64(nTok[k])
+			}
+			for t := 1; t < len(s.Tokens); t++ {
+				if !s.Trained[t] {
+					continue
+				}
+				var ref float64
+				if s.RefLogp != nil {
+					ref = float64(s.RefLogp[t])
+				}
+				tt := tokenObjective(obj, float64(logp[j]), float64(s.OldLogp[t]), float64(s.Advantage[t]), ref, s.RefLogp != nil, float64(ent[j]))
+				st.Loss += w * tt.loss
+				st.PolicyLoss += tt.pg
+				st.ApproxKL += tt.k3
+				st.ApproxKLK1 += tt.k1
+				st.RefKL += tt.refKL
+				st.Entropy += tt.entropy
+				st.LogpMean += tt.logp
+				if tt.clipped {
+					nClip++
+				}
+				if tt.dualClip {
+					nDual++
+				}
+				cLogp[j] = float32(w * tt.dLogp)
+				cEnt[j] = float32(w * tt.dEnt)
+				j++
+			}
+		}
+		n := float64(st.Tokens)
+		st.PolicyLoss /= n
+		st.ApproxKL /= n
+		st.ApproxKLK1 /= n
+		st.RefKL /= n
+		st.Entropy /= n
+		st.LogpMean /= n
+		st.ClipFrac = float64(nClip) / n
+		st.DualClipFrac = float64(nDual) / n
+		return nil
+	}
+	if withBackward {
+		if _, _, err := m.forward(p, objFn); err != nil {
+			return st, err
+		}
+		return st, nil
+	}
+	logp, ent, err := m.forward(p, nil)
 	if err != nil {
 		return st, err
 	}
-	// ---- objective in float64; coefficients for the backward surrogate
-	scale := float64(lossScale)
-	if scale == 0 {
-		if obj.Aggregation == AggTokenMean {
-			scale = 1 / float64(st.Tokens)
-		} else {
-			scale = 1 / float64(st.Sequences)
-		}
-	}
-	cLogp := make([]float32, len(logp))
-	cEnt := make([]float32, len(logp))
-	j := 0
-	var nClip, nDual int
-	for k, i := range kept {
-		s := &batch[i]
-		w := scale
-		if obj.Aggregation == AggSeqMeanTokenMean {
-			w = scale / float64(nTok[k])
-		}
-		for t := 1; t < len(s.Tokens); t++ {
-			if !s.Trained[t] {
-				continue
-			}
-			var ref float64
-			if s.RefLogp != nil {
-				ref = float64(s.RefLogp[t])
-			}
-			tt := tokenObjective(obj, float64(logp[j]), float64(s.OldLogp[t]), float64(s.Advantage[t]), ref, s.RefLogp != nil, float64(ent[j]))
-			st.Loss += w * tt.loss
-			st.PolicyLoss += tt.pg
-			st.ApproxKL += tt.k3
-			st.ApproxKLK1 += tt.k1
-			st.RefKL += tt.refKL
-			st.Entropy += tt.entropy
-			st.LogpMean += tt.logp
-			if tt.clipped {
-				nClip++
-			}
-			if tt.dualClip {
-				nDual++
-			}
-			cLogp[j] = float32(w * tt.dLogp)
-			cEnt[j] = float32(w * tt.dEnt)
-			j++
-		}
-	}
-	n := float64(st.Tokens)
-	st.PolicyLoss /= n
-	st.ApproxKL /= n
-	st.ApproxKLK1 /= n
-	st.RefKL /= n
-	st.Entropy /= n
-	st.LogpMean /= n
-	st.ClipFrac = float64(nClip) / n
-	st.DualClipFrac = float64(nDual) / n
-	if !withBackward {
-		return st, nil
-	}
-	if rc := C.empo_model_backward(m.c, (*C.float)(unsafe.Pointer(&cLogp[0])), (*C.float)(unsafe.Pointer(&cEnt[0]))); rc != C.EMPO_OK {
-		return st, statusErr(rc, C.GoString(C.empo_model_last_error(m.c)))
+	if err := objFn(logp, ent, make([]float32, len(logp)), make([]float32, len(logp))); err != nil {
+		return st, err
 	}
 	return st, nil
 }

@@ -38,7 +38,9 @@ func validateObjective(obj Objective) (Objective, error) {
 func finite32(v float32) bool { return !math.IsNaN(float64(v)) && !math.IsInf(float64(v), 0) }
 
 // seqKept reports the number of trained tokens of s and whether s enters the
-// loss under EMPO²'s sequence-level low-probability masking: a sequence with
+// loss under EMPO²'s sequence-level low-probability masking (EMPO², arXiv
+// 2602.23008, ICLR 2026; its verl recipe masks a response whose minimum
+// per-token old log-prob is below −5): a sequence with
 // LowProbMask set is dropped when any trained token has OldLogp < δ.
 // It assumes s has been validated (or tolerates short slices by ignoring them).
 func seqKept(s *Sequence, obj Objective) (n int, keep bool) {

@@ -115,12 +115,12 @@ func TestQuantizedWeights(t *testing.T) {
 	q8, dq := filepath.Join(dir, "q8.gguf"), filepath.Join(dir, "dq.gguf")
 	writeQ8Model(t, tinyModel(t, tinyCfg()), q8, dq)
 	lora := LoRAConfig{Rank: 4, Alpha: 8, Seed: 3, RandomB: true}
-	m, err := Load(q8, lora, Options{Threads: 2})
+	m, err := Load(q8, lora, Options{Threads: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	ref, err := Load(dq, lora, Options{Threads: 2})
+	ref, err := Load(dq, lora, Options{Threads: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

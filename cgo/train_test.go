@@ -93,11 +93,11 @@ func fdBatch(t *testing.T, m *Model, rng *rand.Rand) []Sequence {
 func TestGradientFiniteDifference(t *testing.T) {
 	objs := map[string]Objective{"ppo-dualclip-token-mean": DefaultObjective()}
 	o := DefaultObjective()
-	o.KLCoef, o.EntropyCoef, o.Aggregation = 0.3, 0.05, AggSeqMeanTokenMean
+	o.KLCoef, o.EntropyCoef, o.Aggregation = 0.3, 0.5, AggSeqMeanTokenMean // large enough that a wrong entropy or KL gradient moves the sampled elements well past 1e-2
 	objs["kl-entropy-seq-mean"] = o
 	for name, obj := range objs {
 		t.Run(name, func(t *testing.T) {
-			m := loadTiny(t, tinyCfg(), LoRAConfig{Rank: 4, Alpha: 8, Seed: 3, RandomB: true}, Options{Threads: 2})
+			m := loadTiny(t, tinyCfg(), LoRAConfig{Rank: 4, Alpha: 8, Seed: 3, RandomB: true}, Options{Threads: 1})
 			rng := rand.New(rand.NewPCG(7, 7))
 			batch := fdBatch(t, m, rng)
 			m.ZeroGrads()
@@ -181,8 +181,8 @@ func TestTransposeInGraph(t *testing.T) {
 	cfg := tinyCfg()
 	cfg.DType = "f16"
 	lora := LoRAConfig{Rank: 4, Alpha: 8, Seed: 5, RandomB: true}
-	stored := loadTiny(t, cfg, lora, Options{Threads: 2})
-	inGraph := loadTiny(t, cfg, lora, Options{Threads: 2, TransposeInGraph: true})
+	stored := loadTiny(t, cfg, lora, Options{Threads: 1})
+	inGraph := loadTiny(t, cfg, lora, Options{Threads: 1, TransposeInGraph: true})
 	if mem := inGraph.MemoryBytes(); mem.Transposed != 0 || stored.MemoryBytes().Transposed == 0 {
 		t.Fatalf("transposed bytes: in-graph %d, stored %d", mem.Transposed, stored.MemoryBytes().Transposed)
 	}
@@ -206,8 +206,8 @@ func TestRewriteMatchesAutograd(t *testing.T) {
 	lora := LoRAConfig{Rank: 4, Alpha: 8, Seed: 5, RandomB: true}
 	cfg := tinyCfg()
 	cfg.TiedEmbeddings = true
-	fast := loadTiny(t, cfg, lora, Options{Threads: 2})
-	slow := loadTiny(t, cfg, lora, Options{Threads: 2, AutogradFrozenBackward: true})
+	fast := loadTiny(t, cfg, lora, Options{Threads: 1})
+	slow := loadTiny(t, cfg, lora, Options{Threads: 1, AutogradFrozenBackward: true})
 	rng := rand.New(rand.NewPCG(1, 2))
 	batch := fdBatch(t, fast, rng)
 	obj := DefaultObjective()
@@ -250,7 +250,7 @@ func TestRewriteMatchesAutograd(t *testing.T) {
 // TestAccumulation: gradients add across calls until ZeroGrads; a loss scale
 // scales them.
 func TestAccumulation(t *testing.T) {
-	m := loadTiny(t, tinyCfg(), LoRAConfig{Rank: 2, Alpha: 4, Seed: 9, RandomB: true}, Options{Threads: 2})
+	m := loadTiny(t, tinyCfg(), LoRAConfig{Rank: 2, Alpha: 4, Seed: 9, RandomB: true}, Options{Threads: 1})
 	rng := rand.New(rand.NewPCG(3, 4))
 	batch := fdBatch(t, m, rng)
 	obj := DefaultObjective()
@@ -316,7 +316,7 @@ func sgdStep(t *testing.T, m *Model, lr float32) {
 // log-prob, a negative one lowers it (fresh adapter, B = 0).
 func TestPolicyDirection(t *testing.T) {
 	for _, adv := range []float32{1, -1} {
-		m := loadTiny(t, tinyCfg(), LoRAConfig{Rank: 4, Alpha: 8, Seed: 1}, Options{Threads: 2})
+		m := loadTiny(t, tinyCfg(), LoRAConfig{Rank: 4, Alpha: 8, Seed: 1}, Options{Threads: 1})
 		rng := rand.New(rand.NewPCG(11, 12))
 		toks := randTokens(rng, 10, m.Info().Vocab)
 		sum := func() float64 {
@@ -356,7 +356,7 @@ func TestPolicyDirection(t *testing.T) {
 func TestF16Trains(t *testing.T) {
 	cfg := tinyCfg()
 	cfg.DType = "f16"
-	m := loadTiny(t, cfg, LoRAConfig{Rank: 4, Alpha: 8, Seed: 1}, Options{Threads: 2})
+	m := loadTiny(t, cfg, LoRAConfig{Rank: 4, Alpha: 8, Seed: 1}, Options{Threads: 1})
 	if m.Info().WeightType != "f16" {
 		t.Fatalf("weights stored as %s, want f16", m.Info().WeightType)
 	}
@@ -407,7 +407,7 @@ func TestF16Trains(t *testing.T) {
 
 // TestErrors: bad inputs give typed errors, never an abort.
 func TestErrors(t *testing.T) {
-	m := loadTiny(t, tinyCfg(), LoRAConfig{Rank: 2, Alpha: 4}, Options{Threads: 2})
+	m := loadTiny(t, tinyCfg(), LoRAConfig{Rank: 2, Alpha: 4}, Options{Threads: 1})
 	V := m.Info().Vocab
 	good := func() Sequence {
 		return Sequence{Tokens: []int32{1, 2, 3, 4}, Trained: []bool{false, false, true, true},
@@ -558,7 +558,7 @@ func TestErrors(t *testing.T) {
 // format; a subset of targets gives only those pairs; a fresh adapter (B = 0)
 // leaves the base model's log-probs unchanged.
 func TestTargetsAndNames(t *testing.T) {
-	m := loadTiny(t, tinyCfg(), LoRAConfig{Rank: 3, Alpha: 6, Targets: []string{TargetQ, TargetDown}}, Options{Threads: 2})
+	m := loadTiny(t, tinyCfg(), LoRAConfig{Rank: 3, Alpha: 6, Targets: []string{TargetQ, TargetDown}}, Options{Threads: 1})
 	ps := m.Params()
 	info := m.Info()
 	if len(ps) != 2*2*info.Layers {
@@ -599,7 +599,7 @@ func TestTargetsAndNames(t *testing.T) {
 			t.Fatalf("%s all zero", p.Name)
 		}
 	}
-	base := loadTiny(t, tinyCfg(), LoRAConfig{Rank: 1, Alpha: 1, Targets: []string{TargetV}}, Options{Threads: 2})
+	base := loadTiny(t, tinyCfg(), LoRAConfig{Rank: 1, Alpha: 1, Targets: []string{TargetV}}, Options{Threads: 1})
 	toks := []int32{3, 1, 4, 1, 5, 9, 2, 6}
 	a, _ := m.LogProbs(toks)
 	b, _ := base.LogProbs(toks)
@@ -677,4 +677,66 @@ func TestConcurrentUse(t *testing.T) {
 		}
 	}
 	m.Close()
+}
+
+// rewriteModel copies the GGUF at src to a new file with the metadata keys in
+// set replaced or added.
+func rewriteModel(t *testing.T, src string, set map[string]any) string {
+	t.Helper()
+	f, err := gguf.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	w := gguf.NewWriter()
+	for _, k := range f.Keys() {
+		v, _ := f.Get(k)
+		w.AddKV(k, v)
+	}
+	for k, v := range set {
+		w.AddKV(k, v)
+	}
+	for _, ti := range f.Tensors {
+		raw, err := f.ReadTensorRaw(ti.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.AddTensorRaw(ti.Name, ti.Shape, ti.Type, raw); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := filepath.Join(t.TempDir(), "rewritten.gguf")
+	if err := w.WriteFile(p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestRefusesUnsupportedVariants: Qwen2 GGUFs whose hyperparameters this
+// graph does not implement (RoPE scaling, odd head dim) or that lie about
+// their size are refused with ErrUnsupportedArch, never loaded wrongly or
+// aborted on; the unmodified copy loads (the rewrite itself is sound).
+func TestRefusesUnsupportedVariants(t *testing.T) {
+	src := tinyModel(t, tinyCfg())
+	lora := LoRAConfig{Rank: 2, Alpha: 4}
+	if m, err := Load(rewriteModel(t, src, nil), lora, Options{Threads: 1}); err != nil {
+		t.Fatalf("unmodified copy: %v", err)
+	} else {
+		m.Close()
+	}
+	for name, set := range map[string]map[string]any{
+		"yarn":          {"qwen2.rope.scaling.type": "yarn", "qwen2.rope.scaling.factor": float32(4)},
+		"linear rope":   {"qwen2.rope.scale_linear": float32(2)},
+		"odd head dim":  {"qwen2.attention.head_count": uint32(64), "qwen2.attention.head_count_kv": uint32(64)},
+		"huge blocks":   {"qwen2.block_count": uint32(1 << 28)},
+		"nan rope base": {"qwen2.rope.freq_base": float32(math.NaN())},
+		"string heads":  {"qwen2.attention.head_count": "four"},
+	} {
+		_, err := Load(rewriteModel(t, src, set), lora, Options{Threads: 1})
+		if !errors.Is(err, ErrUnsupportedArch) {
+			t.Errorf("%s: got %v, want ErrUnsupportedArch", name, err)
+		} else {
+			t.Logf("%s: %v", name, err)
+		}
+	}
 }

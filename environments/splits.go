@@ -74,8 +74,10 @@ func ParseSplit(s string) (Split, error) {
 	return "", fmt.Errorf("%w: unknown split %q (want train, dev or test)", ErrBadVariation, s)
 }
 
-// FindTask returns the task called name from tasks. An empty name selects
-// the only task of a single-task environment.
+// FindTask returns the task called name from tasks, or else the task whose
+// Description starts with name and a colon (a short id, such as
+// ScienceWorld's "3-1: …"). An empty name selects the only task of a
+// single-task environment.
 func FindTask(tasks []Task, name string) (Task, error) {
 	if name == "" {
 		if len(tasks) == 1 {
@@ -85,6 +87,11 @@ func FindTask(tasks []Task, name string) (Task, error) {
 	}
 	for _, t := range tasks {
 		if t.Name == name {
+			return t, nil
+		}
+	}
+	for _, t := range tasks {
+		if strings.HasPrefix(t.Description, name+":") {
 			return t, nil
 		}
 	}

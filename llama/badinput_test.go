@@ -3,13 +3,17 @@ package llama
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 
 	"github.com/empo2/empo2/gguf"
+	"github.com/empo2/empo2/modelgen"
 )
 
 func TestBadModelFiles(t *testing.T) {
@@ -52,6 +56,65 @@ func TestBadModelFiles(t *testing.T) {
 		}, nil),
 		"missing tensor": rewriteModel(t, dir, "notensor.gguf", nil, func(name string) bool { return name != "output_norm.weight" }),
 		"no block count": rewriteModel(t, dir, "nolayers.gguf", func(k string, v any) (any, bool) { return v, k != "qwen2.block_count" }, nil),
+		// llama.cpp reads tokens as C strings: "x\x00y" is "x", a duplicate
+		// (GGML_ASSERT in llama-vocab.cpp; found by corrupting a BERT vocab)
+		"BYTE token in a BERT vocab": func() string {
+			w, err := modelgen.NewBERTWriter(modelgen.DefaultBERTConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			types := make([]int32, 1024)
+			for i := range types {
+				types[i] = 1
+			}
+			types[700] = 6 // llama-vocab.cpp token_to_byte: GGML_ABORT for WPM
+			w.AddKV("tokenizer.ggml.token_type", types)
+			p := filepath.Join(dir, "bertbyte.gguf")
+			if err := w.WriteFile(p); err != nil {
+				t.Fatal(err)
+			}
+			return p
+		}(),
+		"F16 token_types in a BERT": func() string {
+			src := writeBERT(t, modelgen.DefaultBERTConfig())
+			f, err := gguf.Open(src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			w := gguf.NewWriter()
+			for _, k := range f.Keys() {
+				v, _ := f.Get(k)
+				w.AddKV(k, v)
+			}
+			for _, ti := range f.Tensors {
+				data, err := f.ReadTensorF32(ti.Name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ti.Name == "token_types.weight" {
+					err = w.AddTensorF16(ti.Name, ti.Shape, data)
+				} else {
+					err = w.AddTensorF32(ti.Name, ti.Shape, data)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			p := filepath.Join(dir, "bert-f16-types.gguf")
+			if err := w.WriteFile(p); err != nil {
+				t.Fatal(err)
+			}
+			return p
+		}(),
+		"NUL in token": rewriteModel(t, dir, "nul.gguf", func(k string, v any) (any, bool) {
+			if k == "tokenizer.ggml.tokens" {
+				toks := slices.Clone(v.([]string))
+				toks[300] = toks[299] + "\x00tail"
+				return toks, true
+			}
+			return v, true
+		}, nil),
 	}
 	for name, path := range cases {
 		m, err := LoadModel(path, ModelParams{})
@@ -157,6 +220,12 @@ func TestBadRequests(t *testing.T) {
 	expect("logits token", err, ErrBadToken)
 	_, err = m.Detokenize([]int32{1 << 30})
 	expect("detokenize", err, ErrBadToken)
+	nan, inf := float32(math.NaN()), float32(math.Inf(1))
+	for _, sp := range []SampleParams{{Temperature: nan}, {Temperature: inf}, {TopP: nan}, {TopP: -inf}, {MinP: nan}, {MinP: 2}} {
+		sp.MaxTokens = 2
+		_, err = c.Generate(bg, ok, sp)
+		expect(fmt.Sprintf("sampling %+v", sp), err, ErrInvalidArgument)
+	}
 	cancelled, cancel := context.WithCancel(bg)
 	cancel()
 	_, err = c.Generate(cancelled, ok, SampleParams{MaxTokens: 5})
@@ -210,7 +279,7 @@ func TestContextParamsNoAbort(t *testing.T) {
 	m := loadTiny(t)
 	for _, emb := range []bool{false, true} {
 		for _, p := range []ContextParams{{NSeqMax: 3, NBatch: 64, NCtx: 64}, {NSeqMax: 3, NBatch: 64, NCtx: 64, KVUnified: true}, {NSeqMax: 5, NBatch: 7}, {NSeqMax: 4, NBatch: 64}, {NSeqMax: 7, NBatch: 100, NCtx: 100}, {NSeqMax: 3, NBatch: 256, NCtx: 256}} {
-			p.Embeddings = emb
+			p.Embeddings, p.Threads = emb, 1
 			t.Logf("%+v", p)
 			c, err := NewContext(m, p)
 			if err != nil {
@@ -218,5 +287,60 @@ func TestContextParamsNoAbort(t *testing.T) {
 			}
 			c.Close()
 		}
+	}
+}
+
+// TestCorruptedModelsRun corrupts single bytes of the header, metadata and
+// tensor table of a Qwen2 and a BERT model; each file must fail to load
+// with ErrModelLoad, or load and then generate/score/embed without aborting
+// (a flipped hyperparameter can load and only break at decode time).
+func TestCorruptedModelsRun(t *testing.T) {
+	dir := t.TempDir()
+	bert := writeBERT(t, modelgen.DefaultBERTConfig())
+	seed, _ := strconv.ParseUint(os.Getenv("EMPO2_FUZZ_SEED"), 10, 64) // for longer local runs
+	rng := rand.New(rand.NewPCG(7, 7+seed))
+	bg := context.Background()
+	for _, src := range []string{tinyPath, bert} {
+		raw, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		meta, err := gguf.Open(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		end := int(meta.DataOffset)
+		meta.Close()
+		loaded := 0
+		for i := 0; i < fuzzFlips(); i++ {
+			b := slices.Clone(raw)
+			b[4+rng.IntN(end-4)] ^= byte(1 + rng.IntN(255))
+			p := filepath.Join(dir, "flip.gguf")
+			if err := os.WriteFile(p, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			m, err := LoadModel(p, ModelParams{})
+			if err != nil {
+				if !errors.Is(err, ErrModelLoad) {
+					t.Fatalf("flip: %v", err)
+				}
+				continue
+			}
+			loaded++
+			if src == bert {
+				if e, err := NewEmbedderFromModel(m, EmbedderOptions{Threads: 1, MaxTokens: 64}); err == nil {
+					e.Embed(bg, []string{"go to the kitchen and open the door"})
+					e.Close()
+				}
+			} else if c, err := NewContext(m, ContextParams{NCtx: 128, Threads: 1}); err == nil {
+				if toks, err := m.Tokenize("<|im_start|>user hello there<|im_end|>", false, true); err == nil && len(toks) > 3 {
+					c.Generate(bg, toks, SampleParams{MaxTokens: 3, Temperature: 1})
+					c.Score(bg, toks[:3], toks[3:])
+				}
+				c.Close()
+			}
+			m.Close()
+		}
+		t.Logf("%s: %d of %d corrupted files loaded and ran", filepath.Base(src), loaded, fuzzFlips())
 	}
 }

@@ -113,6 +113,14 @@ func NewContext(model *Model, p ContextParams) (*Context, error) {
 		return nil, fmt.Errorf("%w: Threads %d", ErrInvalidArgument, p.Threads)
 	case int64(p.NCtx)*int64(p.NSeqMax) > 1<<26:
 		return nil, fmt.Errorf("%w: NCtx*NSeqMax too large", ErrInvalidArgument)
+	case model.encoder && !p.Embeddings:
+		// llama.cpp would run it and return zero logits (a uniform
+		// distribution) instead of failing
+		return nil, fmt.Errorf("%w: %s is a non-causal encoder (embedding model, architecture %s): it has no language-model head to generate or score with; use it with Embeddings: true or NewEmbedder",
+			ErrInvalidArgument, model.path, model.info.Arch)
+	case model.maxPos > 0 && p.NCtx > model.maxPos:
+		// a position past the model's position table aborts in ggml_get_rows
+		return nil, fmt.Errorf("%w: NCtx %d exceeds the model's %d learned positions", ErrInvalidArgument, p.NCtx, model.maxPos)
 	}
 	// a generation step decodes one token per sequence in one batch
 	p.NBatch = max(p.NBatch, p.NSeqMax)
@@ -172,6 +180,10 @@ func NewContext(model *Model, p ContextParams) (*Context, error) {
 		noCache:  p.NoPrefixCache,
 	}
 	c.nBatch = min(c.nBatch, p.NBatch)
+	if model.maxPos > 0 {
+		// llama.cpp rounds n_ctx_seq up; positions must stay in the table
+		c.nCtxSeq = min(c.nCtxSeq, model.maxPos)
+	}
 	ok = true
 	runtime.SetFinalizer(c, func(c *Context) { c.Close() })
 	return c, nil
@@ -410,6 +422,9 @@ func (c *Context) SetAdapter(a *Adapter, scale float32) error {
 	defer c.mu.Unlock()
 	if a == nil {
 		return fmt.Errorf("%w: nil adapter", ErrInvalidArgument)
+	}
+	if !finite(scale) {
+		return fmt.Errorf("%w: adapter scale %v", ErrInvalidArgument, scale)
 	}
 	if a.model != c.model {
 		return fmt.Errorf("%w: adapter belongs to another model", ErrBadAdapter)

@@ -3,7 +3,10 @@
 // loading GGUF models, tokenization and chat templates, batched sampling of
 // N sequences from one shared prompt with the raw-model log-prob of every
 // sampled token, teacher-forced scoring, LoRA adapters whose weights can be
-// replaced in place after every training step, and mean-pooled embeddings.
+// replaced in place after every training step, and mean-pooled,
+// L2-normalized embeddings ([Embedder]) from a causal model or from a
+// BERT-type encoder GGUF (llama_encode; such a model has no language-model
+// head, so a non-embedding Context on it is refused).
 //
 // Conventions:
 //

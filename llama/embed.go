@@ -19,7 +19,8 @@ import "C"
 type EmbedderOptions struct {
 	Model ModelParams
 	// MaxTokens per text; longer texts are truncated. Default
-	// min(n_ctx_train, 512).
+	// min(n_ctx_train, 512); never more than a model's learned positions
+	// (BERT's position table), to which it is lowered.
 	MaxTokens int
 	// Batch is the number of texts embedded per decode. Default 8.
 	Batch int
@@ -69,6 +70,10 @@ func NewEmbedderFromModel(m *Model, opts EmbedderOptions) (*Embedder, error) {
 	}
 	if opts.Threads == 0 {
 		opts.Threads = runtime.NumCPU()
+	}
+	if m.maxPos > 0 && opts.MaxTokens > m.maxPos {
+		// learned position table (BERT): longer texts are truncated to it
+		opts.MaxTokens = m.maxPos
 	}
 	if opts.MaxTokens < 1 || opts.Batch < 1 || opts.Batch > 256 {
 		return nil, fmt.Errorf("%w: MaxTokens %d, Batch %d", ErrInvalidArgument, opts.MaxTokens, opts.Batch)

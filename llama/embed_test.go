@@ -2,8 +2,14 @@ package llama
 
 import (
 	"context"
+	"errors"
 	"math"
+	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
+
+	"github.com/empo2/empo2/modelgen"
 )
 
 func dot(a, b []float32) float64 {
@@ -66,5 +72,123 @@ func TestEmbedder(t *testing.T) {
 	}
 	if _, err := e.Embed(context.Background(), []string{long, ""}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// writeBERT writes a modelgen BERT embedding model (architecture "bert",
+// WordPiece vocabulary, mean pooling) into the test directory.
+func writeBERT(t testing.TB, cfg modelgen.BERTConfig) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "bert.gguf")
+	if err := modelgen.WriteBERT(p, cfg); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestBERTEmbedder runs the encoder path (llama_encode, non-causal
+// attention, learned positions) on a generated BERT-architecture GGUF.
+func TestBERTEmbedder(t *testing.T) {
+	cfg := modelgen.DefaultBERTConfig()
+	path := writeBERT(t, cfg)
+	m, err := LoadModel(path, ModelParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if info := m.Info(); info.Arch != "bert" || info.NEmbd != cfg.Hidden || info.NVocab != cfg.Vocab || info.NCtxTrain != cfg.Ctx {
+		t.Fatalf("info %+v", info)
+	}
+	// llama.cpp's WPM tokenizer agrees with modelgen's WordPiece encoder:
+	// [CLS] pieces [SEP]
+	wp, err := cfg.Tokenizer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(modelgen.BuiltinCorpus(), "\n")
+	checked := 0
+	for _, line := range append(lines[:min(len(lines), 200)], "Zebra-quux, 42!", "xyzzyqwv") {
+		if strings.TrimSpace(line) == "" || strings.ContainsFunc(line, func(r rune) bool { return r > 0x7f }) {
+			continue // llama.cpp NFD-normalizes non-ASCII first; modelgen's encoder does not
+		}
+		got, err := m.Tokenize(line, true, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := wp.Encode(line); !slices.Equal(got, want) {
+			t.Fatalf("%q: llama.cpp %v, modelgen %v", line, got, want)
+		}
+		checked++
+	}
+	if checked < 50 {
+		t.Fatalf("only %d lines checked", checked)
+	}
+	if sp := m.Special(); sp.BOS != 2 || !sp.AddBOS {
+		t.Fatalf("special %+v: want BOS=[CLS]=2 added", sp)
+	}
+
+	e, err := NewEmbedderFromModel(m, EmbedderOptions{Batch: 3, MaxTokens: 1000, Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if e.Dim() != cfg.Hidden || !strings.HasPrefix(e.ID(), "llama:bert:") {
+		t.Fatalf("dim %d id %q", e.Dim(), e.ID())
+	}
+	texts := []string{"go to the kitchen", "open the door", "go to the kitchen", "the price is 42 dollars", "a", strings.Repeat("long text ", 300)}
+	vs, err := e.Embed(context.Background(), texts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range vs {
+		if len(v) != cfg.Hidden || math.Abs(dot(v, v)-1) > 1e-5 {
+			t.Fatalf("vector %d: len %d norm² %v", i, len(v), dot(v, v))
+		}
+	}
+	if d := maxAbsDiff(vs[0], vs[2]); d > 1e-6 {
+		t.Fatalf("same text, different vectors (%g)", d)
+	}
+	if dot(vs[0], vs[1]) > 0.9999 {
+		t.Fatal("different texts embed identically")
+	}
+	// deterministic across embedders and independent of the batch
+	e2, err := NewEmbedder(path, EmbedderOptions{Batch: 1, Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e2.Close()
+	for i, text := range texts {
+		one, err := e2.Embed(context.Background(), []string{text})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := maxAbsDiff(one[0], vs[i]); d > 1e-5 {
+			t.Fatalf("text %d: batch of 1 in a new embedder differs by %g", i, d)
+		}
+	}
+	// F16 weights (token_types stays F32: an F16 one aborts in ggml_add)
+	cfg16 := cfg
+	cfg16.DType = "f16"
+	e16, err := NewEmbedder(writeBERT(t, cfg16), EmbedderOptions{Batch: 3, Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e16.Close()
+	v16, err := e16.Embed(context.Background(), texts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range texts {
+		if d := maxAbsDiff(v16[i], vs[i]); d > 0.02 || d == 0 {
+			t.Fatalf("text %d: f16 model vs f32 differs by %g", i, d)
+		}
+	}
+	// a context longer than the 128-position table would abort in ggml
+	if _, err := NewContext(m, ContextParams{NCtx: cfg.Ctx + 1, Threads: 1, Embeddings: true}); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("NCtx beyond the position table: %v", err)
+	}
+	// an encoder has no LM head: llama.cpp would return all-zero logits
+	if _, err := NewContext(m, ContextParams{Threads: 1}); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("generation context on an encoder: %v", err)
 	}
 }

@@ -3,6 +3,7 @@ package llama
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 )
 
@@ -72,7 +73,7 @@ func (c *Context) generate(ctx context.Context, prompts [][]int32, p SampleParam
 		return nil, fmt.Errorf("%w: MaxTokens %d", ErrInvalidArgument, p.MaxTokens)
 	case p.TopK < 0 || p.SeqOffset < 0:
 		return nil, fmt.Errorf("%w: negative TopK or SeqOffset", ErrInvalidArgument)
-	case p.TopP < 0 || p.MinP < 0 || p.MinP > 1 || p.Temperature != p.Temperature:
+	case !finite(p.TopP) || !finite(p.MinP) || !finite(p.Temperature) || p.TopP < 0 || p.MinP < 0 || p.MinP > 1:
 		return nil, fmt.Errorf("%w: TopP %v, MinP %v, Temperature %v", ErrInvalidArgument, p.TopP, p.MinP, p.Temperature)
 	}
 	maxTok := make([]int, len(prompts))
@@ -279,3 +280,6 @@ func (c *Context) prefillMany(prompts [][]int32, n int, first [][]float32) error
 	}
 	return flush()
 }
+
+// finite reports whether x is neither NaN nor infinite.
+func finite(x float32) bool { return !math.IsNaN(float64(x)) && !math.IsInf(float64(x), 0) }

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/empo2/empo2/modelgen"
 )
 
 func TestModelInfo(t *testing.T) {
@@ -184,6 +187,9 @@ func TestBatchedEqualsSingle(t *testing.T) {
 			{N: 3, MaxTokens: 16, Temperature: 1.3, TopP: 0.95, Seed: 11, Stop: []string{"e"}},
 		} {
 			c := newCtx(t, m, ContextParams{NCtx: 256, NSeqMax: 4, KVUnified: unified})
+			// the single generations run in their own one-sequence context
+			// without the prefix cache: nothing is shared with the batch
+			one := newCtx(t, m, ContextParams{NCtx: 256, NSeqMax: 1, NoPrefixCache: true})
 			batched, err := c.Generate(context.Background(), prompt, p)
 			if err != nil {
 				t.Fatal(err)
@@ -195,7 +201,7 @@ func TestBatchedEqualsSingle(t *testing.T) {
 			for i := range batched {
 				q := p
 				q.N, q.SeqOffset = 1, i
-				single, err := c.Generate(context.Background(), prompt, q)
+				single, err := one.Generate(context.Background(), prompt, q)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -357,4 +363,49 @@ func TestGenerateMany(t *testing.T) {
 			t.Fatalf("4 prompts x 2 > NSeqMax 6: %v", err)
 		}
 	}
+}
+
+// TestModelgenBPEMatchesLlamaCpp: modelgen's own BPE encoder (the tokenizer
+// it trains and writes) gives llama_tokenize's tokens, on corpus lines,
+// fragments of them, and random Unicode and bytes.
+func TestModelgenBPEMatchesLlamaCpp(t *testing.T) {
+	m := loadTiny(t)
+	tok, err := modelgen.DefaultConfig().Tokenizer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	var texts []string
+	lines := strings.Split(modelgen.BuiltinCorpus(), "\n")
+	for i, l := range lines {
+		if i%2 == 0 {
+			texts = append(texts, l)
+		}
+		if len(l) > 6 {
+			a := rng.IntN(len(l) - 3)
+			texts = append(texts, l[a:a+1+rng.IntN(len(l)-a-1)])
+		}
+	}
+	alphabet := []rune("aé日🎉 \n\t0123'sll.,!?-Ωß\u00a0\u200b\u3000")
+	for i := 0; i < 200; i++ {
+		var b strings.Builder
+		for j := rng.IntN(20); j >= 0; j-- {
+			if rng.IntN(10) == 0 {
+				b.WriteByte(byte(rng.IntN(256))) // stray bytes: invalid UTF-8 too
+			} else {
+				b.WriteRune(alphabet[rng.IntN(len(alphabet))])
+			}
+		}
+		texts = append(texts, b.String())
+	}
+	for _, text := range texts {
+		got, err := m.Tokenize(text, false, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := tok.Encode(text); !slices.Equal(got, want) {
+			t.Fatalf("%q: llama.cpp %v, modelgen %v", text, got, want)
+		}
+	}
+	t.Logf("%d texts agree", len(texts))
 }

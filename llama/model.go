@@ -67,13 +67,16 @@ type Model struct {
 	special SpecialTokens
 	pieces  []string // rendered text of every token (special tokens rendered)
 	eog     []bool   // end-of-generation tokens
+	maxPos  int      // learned absolute positions (BERT); 0 = unbounded
+	encoder bool     // non-causal encoder (BERT): embeddings only, no logits
 }
 
 // LoadModel loads a GGUF model file. Missing, truncated or corrupt files and
 // unknown architectures return an error wrapping ErrModelLoad.
 func LoadModel(path string, p ModelParams) (*Model, error) {
 	initBackend()
-	if err := validateGGUF(path); err != nil {
+	maxPos, encoder, err := validateGGUF(path)
+	if err != nil {
 		return nil, err
 	}
 	mp := C.llama_model_default_params()
@@ -90,7 +93,7 @@ func LoadModel(path string, p ModelParams) (*Model, error) {
 	if cm == nil {
 		return nil, fmt.Errorf("%w: %s: llama.cpp rejected the file (see log)", ErrModelLoad, path)
 	}
-	m := &Model{c: cm, vocab: C.llama_model_get_vocab(cm), path: path}
+	m := &Model{c: cm, vocab: C.llama_model_get_vocab(cm), path: path, maxPos: maxPos, encoder: encoder}
 	m.readInfo()
 	m.readVocab()
 	runtime.SetFinalizer(m, func(m *Model) { m.free() })
@@ -392,13 +395,15 @@ func (m *Model) ApplyChatTemplate(msgs []Message, addAssistant bool) (string, er
 	if tmpl == nil {
 		return "", fmt.Errorf("%w: model has no chat template", ErrChatTemplate)
 	}
-	cmsgs := (*[1 << 20]C.struct_llama_chat_message)(C.malloc(C.size_t(max(1, len(msgs))) * C.size_t(unsafe.Sizeof(C.struct_llama_chat_message{}))))[:max(1, len(msgs)):max(1, len(msgs))]
-	defer C.free(unsafe.Pointer(&cmsgs[0]))
-	total := 0
-	for i, msg := range msgs {
+	for i, msg := range msgs { // checked before any C allocation
 		if strings.IndexByte(msg.Role, 0) >= 0 || strings.IndexByte(msg.Content, 0) >= 0 {
 			return "", fmt.Errorf("%w: message %d contains a NUL byte", ErrInvalidArgument, i)
 		}
+	}
+	cmsgs := unsafe.Slice((*C.struct_llama_chat_message)(C.malloc(C.size_t(max(1, len(msgs)))*C.size_t(unsafe.Sizeof(C.struct_llama_chat_message{})))), max(1, len(msgs)))
+	defer C.free(unsafe.Pointer(&cmsgs[0]))
+	total := 0
+	for i, msg := range msgs {
 		cmsgs[i].role = C.CString(msg.Role)
 		cmsgs[i].content = C.CString(msg.Content)
 		total += len(msg.Role) + len(msg.Content)

@@ -3,6 +3,7 @@ package llama
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/empo2/empo2/gguf"
 )
@@ -13,15 +14,44 @@ import (
 // structure itself, and the tokenizer arrays (a duplicate token string, an
 // array of the wrong element type or a scores/token_type array shorter than
 // the token list would abort or read out of bounds).
-func validateGGUF(path string) error {
+//
+// It also returns the number of learned absolute positions of the model
+// (rows of position_embd.weight, e.g. BERT's 512), 0 when positions are
+// not bounded by a table (RoPE): a position beyond that table fails
+// GGML_ASSERT in ggml_get_rows and aborts.
+//
+// encoder is true for a non-causal encoder (<arch>.attention.causal false,
+// e.g. BERT): such a model has no language-model head, only embeddings.
+func validateGGUF(path string) (maxPos int, encoder bool, err error) {
 	if err := checkGGUFFile(path); err != nil {
-		return err
+		return 0, false, err
 	}
 	f, err := gguf.Open(path)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrModelLoad, err)
+		return 0, false, fmt.Errorf("%w: %v", ErrModelLoad, err)
 	}
 	defer f.Close()
+	if ti, ok := f.Tensor("position_embd.weight"); ok {
+		if len(ti.Shape) != 2 || ti.Shape[1] == 0 || ti.Shape[1] > 1<<24 {
+			return 0, false, fmt.Errorf("%w: %s: position_embd.weight has shape %v", ErrModelLoad, path, ti.Shape)
+		}
+		maxPos = int(ti.Shape[1])
+	}
+	if ti, ok := f.Tensor("token_types.weight"); ok && ti.Type != gguf.TypeF32 {
+		// the BERT graph adds a view of row 0 with ggml_add, which aborts
+		// on the CPU for a non-F32 operand
+		return 0, false, fmt.Errorf("%w: %s: token_types.weight is %s, llama.cpp needs F32", ErrModelLoad, path, ti.Type)
+	}
+	if arch, ok := f.String("general.architecture"); ok {
+		if causal, ok := f.Bool(arch + ".attention.causal"); ok && !causal {
+			encoder = true
+		}
+	}
+	return maxPos, encoder, checkVocab(f, path)
+}
+
+// checkVocab checks the tokenizer arrays of f.
+func checkVocab(f *gguf.File, path string) error {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("%w: %s: "+format, append([]any{ErrModelLoad, path}, a...)...)
 	}
@@ -40,6 +70,10 @@ func validateGGUF(path string) error {
 	}
 	seen := make(map[string]struct{}, len(toks))
 	for i, t := range toks {
+		// llama.cpp reads each token as a C string: it ends at a NUL byte
+		if j := strings.IndexByte(t, 0); j >= 0 {
+			t = t[:j]
+		}
 		if t == "" {
 			t = "[EMPTY_" + strconv.Itoa(i) + "]" // as llama.cpp renames it
 		}
@@ -58,6 +92,23 @@ func validateGGUF(path string) error {
 		s, isI := v.([]int32)
 		if !isI || len(s) < len(toks) {
 			return bad("tokenizer.ggml.token_type is %T of length %d, want []int32 of %d", v, arrLen(v), len(toks))
+		}
+		// a BYTE-type token (6) is rendered with token_to_byte, which
+		// aborts for WPM (bert) vocabularies and, for SPM/UGM ones, throws
+		// through C on a text shorter than "<0xXX>"
+		model, _ := f.String("tokenizer.ggml.model")
+		for i, typ := range s[:len(toks)] {
+			if typ != 6 {
+				continue
+			}
+			switch model {
+			case "bert":
+				return bad("token %d has type BYTE, which a %q vocabulary cannot render", i, model)
+			case "llama", "t5":
+				if tx := toks[i]; len(tx) != 6 || !strings.HasPrefix(tx, "<0x") || tx[5] != '>' {
+					return bad("byte token %d is %q, want <0xXX>", i, tx)
+				}
+			}
 		}
 	}
 	if v, ok := f.Get("tokenizer.ggml.merges"); ok {

@@ -10,4 +10,12 @@
 // control tokens <|endoftext|>, <|im_start|>, <|im_end|>, and Qwen2.5's
 // ChatML chat template. The same Config (seed included) always gives a
 // byte-identical file.
+//
+// WriteBERT writes the other kind of model empo2 needs, a tiny encoder-only
+// embedding model that llama.cpp loads as architecture "bert" (as it loads
+// a converted all-MiniLM-L6-v2): learned positions, token types, post-
+// LayerNorm blocks, non-causal attention, mean pooling, and a WordPiece
+// vocabulary ([PAD] [UNK] [CLS] [SEP] [MASK], "##" continuation pieces)
+// trained by TrainWordPiece and spelled in the GGUF as llama.cpp's
+// converter spells it.
 package modelgen

@@ -152,6 +152,7 @@ const (
 	kindMatrix = iota
 	kindNorm
 	kindBias
+	kindZero // LayerNorm biases
 )
 
 func (c Config) tensors() []tensorSpec {
@@ -217,6 +218,8 @@ func genTensor(w io.Writer, t tensorSpec, seed int64, f16 bool) error {
 			switch t.kind {
 			case kindNorm:
 				x = 1
+			case kindZero:
+				x = 0
 			default:
 				x = float32(rng.NormFloat64() * t.std)
 			}

@@ -362,3 +362,99 @@ func TestUTF8LikeLlama(t *testing.T) {
 		t.Errorf("overlong '<' round trip: %q", got)
 	}
 }
+
+func TestBERT(t *testing.T) {
+	cfg := DefaultBERTConfig()
+	p := filepath.Join(t.TempDir(), "b.gguf")
+	if err := WriteBERT(p, cfg); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := os.ReadFile(p)
+	cfg2 := cfg
+	cfg2.DType = "f16"
+	if err := WriteBERT(p, cfg2); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteBERT(p, cfg); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(p)
+	if !bytes.Equal(a, b) {
+		t.Fatal("same BERT config, different files")
+	}
+	f, err := gguf.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if s, _ := f.String("general.architecture"); s != "bert" {
+		t.Fatalf("arch %q", s)
+	}
+	if s, _ := f.String("tokenizer.ggml.model"); s != "bert" {
+		t.Fatalf("tokenizer %q", s)
+	}
+	if c, ok := f.Bool("bert.attention.causal"); !ok || c {
+		t.Fatal("bert.attention.causal must be false")
+	}
+	if pt, _ := f.Uint32("bert.pooling_type"); pt != 1 {
+		t.Fatalf("pooling %d, want 1 (mean)", pt)
+	}
+	var params uint64
+	for _, ti := range f.Tensors {
+		params += ti.NumElements()
+	}
+	if int64(params) != cfg.ParamCount() {
+		t.Fatalf("tensors hold %d parameters, ParamCount %d", params, cfg.ParamCount())
+	}
+	if ti, ok := f.Tensor("position_embd.weight"); !ok || ti.Shape[1] != uint64(cfg.Ctx) {
+		t.Fatalf("position_embd %+v", ti)
+	}
+	toks, _ := f.Strings("tokenizer.ggml.tokens")
+	if len(toks) != cfg.Vocab || !reflect.DeepEqual(toks[:5], BERTSpecials) {
+		t.Fatalf("%d tokens, first %v", len(toks), toks[:min(5, len(toks))])
+	}
+	seen := map[string]bool{}
+	words, pieces := 0, 0
+	for _, tk := range toks {
+		if seen[tk] {
+			t.Fatalf("duplicate token %q", tk)
+		}
+		seen[tk] = true
+		if strings.HasPrefix(tk, "\u2581") {
+			words++
+		} else if !strings.HasPrefix(tk, "[") {
+			pieces++
+		}
+	}
+	if words < 100 || pieces < 100 {
+		t.Fatalf("%d word-initial and %d continuation pieces", words, pieces)
+	}
+	wp, err := cfg.Tokenizer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(wp.GGUF, toks) {
+		t.Fatal("Tokenizer() differs from the file's vocabulary")
+	}
+	for i, hf := range wp.HF {
+		if want := wordPieceToGGUF(hf); want != toks[i] || (strings.HasPrefix(hf, "##") && toks[i] != hf[2:]) {
+			t.Fatalf("token %d: vocab.txt %q, gguf %q", i, hf, toks[i])
+		}
+	}
+	// a known word is one piece, an unknown one is split into characters,
+	// unknown characters give [UNK]
+	if got := wp.Encode("the"); len(got) != 3 || toks[got[1]] != "\u2581the" {
+		t.Fatalf("Encode(the) = %v", got)
+	}
+	if got := wp.Encode("qzqx"); len(got) < 4 || toks[got[1]] != "\u2581q" {
+		t.Fatalf("Encode(qzqx) = %v", got)
+	}
+	if got := wp.Encode("\u2603"); len(got) != 3 || got[1] != 1 {
+		t.Fatalf("Encode(snowman) = %v, want [CLS] [UNK] [SEP]", got)
+	}
+	for _, bad := range []BERTConfig{{Layers: 1, Hidden: 30, Heads: 4, FFN: 8, Vocab: 100, Ctx: 8}, {Layers: 1, Hidden: 32, Heads: 4, FFN: 8, Vocab: 3, Ctx: 8}, {Layers: 1, Hidden: 32, Heads: 4, FFN: 8, Vocab: 100, Ctx: 0}, {Layers: 1, Hidden: 32, Heads: 4, FFN: 8, Vocab: 100, Ctx: 8, DType: "q8"}} {
+		if err := WriteBERT(filepath.Join(t.TempDir(), "x.gguf"), bad); !errors.Is(err, ErrConfig) {
+			t.Fatalf("%+v: %v", bad, err)
+		}
+	}
+}

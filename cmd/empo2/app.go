@@ -1,9 +1,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -11,6 +13,8 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/rs/zerolog/log"
 	"github.com/urfave/cli/v2"
+
+	"github.com/empo2/empo2/llama"
 )
 
 // Global flags, as package variables (geth style).
@@ -27,6 +31,11 @@ var (
 		Value:   "console",
 		EnvVars: []string{"EMPO2_LOG_FORMAT"},
 	}
+	backendFlag = &cli.StringSliceFlag{
+		Name:    "backend",
+		Usage:   "ggml backend library to load, e.g. bin/libggml-cuda.so from `make cuda` (repeatable; libggml-cuda.so beside the binary is loaded by default)",
+		EnvVars: []string{"EMPO2_BACKEND"},
+	}
 )
 
 // commands is filled by the init functions of the files of this package,
@@ -40,9 +49,9 @@ func newApp() *cli.App {
 	return &cli.App{
 		Name:                 "empo2",
 		Usage:                "train LLM agents with EMPO² on llama.cpp/ggml",
-		Flags:                []cli.Flag{logLevelFlag, logFormatFlag},
+		Flags:                []cli.Flag{logLevelFlag, logFormatFlag, backendFlag},
 		Commands:             commands,
-		Before:               setupLogging,
+		Before:               func(c *cli.Context) error { return errors.Join(setupLogging(c), loadBackends(c)) },
 		EnableBashCompletion: true,
 		ExitErrHandler:       func(*cli.Context, error) {}, // main prints the error once
 	}
@@ -64,5 +73,30 @@ func setupLogging(c *cli.Context) error {
 		return fmt.Errorf("--log-format %q: want console or json", c.String(logFormatFlag.Name))
 	}
 	log.Logger = zerolog.New(w).With().Timestamp().Logger()
+	return nil
+}
+
+// loadBackends loads the ggml backend libraries named by --backend, or else
+// the CUDA backend that `make cuda` puts beside the binary, if it is there.
+// Loading is lazy in effect: the CPU backend is always linked in.
+func loadBackends(c *cli.Context) error {
+	paths := c.StringSlice(backendFlag.Name)
+	if len(paths) == 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil
+		}
+		cand := filepath.Join(filepath.Dir(exe), "libggml-cuda.so")
+		if _, err := os.Stat(cand); err != nil {
+			return nil
+		}
+		paths = []string{cand}
+	}
+	for _, p := range paths {
+		if err := llama.LoadBackend(p); err != nil {
+			return fmt.Errorf("--backend %s: %w", p, err)
+		}
+		log.Info().Str("backend", p).Msg("loaded ggml backend")
+	}
 	return nil
 }

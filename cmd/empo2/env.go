@@ -31,10 +31,11 @@ var (
 	envJSONFlag      = &cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"}
 	envActionsFlag   = &cli.StringFlag{Name: "actions", Usage: "replay actions from `FILE` (one per line; blank lines and # comments skipped) instead of reading stdin"}
 	envQuietFlag     = &cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print the actions and the final score only"}
+	envOptFlag       = &cli.StringSliceFlag{Name: "env-opt", Usage: "environment-specific option `KEY=VALUE` (repeatable), e.g. xmx=2g, java=PATH, timeout=30s, info=full (ScienceWorld)"}
 )
 
 func envOptionFlags() []cli.Flag {
-	return []cli.Flag{envDataFlag, envJarFlag, envSimpFlag, envLimitFlag, envCorrectFlag}
+	return []cli.Flag{envDataFlag, envJarFlag, envSimpFlag, envLimitFlag, envCorrectFlag, envOptFlag}
 }
 
 func init() {
@@ -70,17 +71,25 @@ func init() {
 	})
 }
 
-func envOptions(c *cli.Context) environments.Options {
+func envOptions(c *cli.Context) (environments.Options, error) {
 	o := environments.Options{
 		DataDir:         c.String(envDataFlag.Name),
 		Jar:             c.String(envJarFlag.Name),
 		Simplifications: c.String(envSimpFlag.Name),
 		StepLimit:       c.Int(envLimitFlag.Name),
+		Extra:           map[string]string{},
+	}
+	for _, kv := range c.StringSlice(envOptFlag.Name) {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || strings.TrimSpace(k) == "" {
+			return o, fmt.Errorf("--env-opt %q: want KEY=VALUE", kv)
+		}
+		o.Extra[strings.TrimSpace(k)] = v
 	}
 	if c.Bool(envCorrectFlag.Name) {
-		o.Extra = map[string]string{environments.ExtraCorrectActions: "jaccard"}
+		o.Extra[environments.ExtraCorrectActions] = "jaccard"
 	}
-	return o
+	return o, nil
 }
 
 type envTaskJSON struct {
@@ -116,7 +125,10 @@ func envList(c *cli.Context) error {
 		}
 		names = args
 	}
-	opts := envOptions(c)
+	opts, err := envOptions(c)
+	if err != nil {
+		return err
+	}
 	var all []envJSON
 	for _, n := range names {
 		spec, _ := environments.Lookup(n)
@@ -181,7 +193,10 @@ func envOpen(c *cli.Context) (environments.Env, environments.Task, int, error) {
 	if err != nil {
 		return nil, environments.Task{}, 0, err
 	}
-	opts := envOptions(c)
+	opts, err := envOptions(c)
+	if err != nil {
+		return nil, environments.Task{}, 0, err
+	}
 	tasks, err := spec.Tasks(opts)
 	if err != nil {
 		return nil, environments.Task{}, 0, err
@@ -226,6 +241,8 @@ func envGold(c *cli.Context) error {
 	}
 	w := c.App.Writer
 	quiet := c.Bool(envQuietFlag.Name)
+	opts, _ := envOptions(c) // already checked by envOpen
+	limit := environments.StepLimit(task, opts)
 	fmt.Fprintf(w, "%s %s variation %d: %d gold actions\n", c.Args().First(), task.Name, v, len(gold))
 	if !quiet {
 		fmt.Fprintf(w, "Task: %s\n%s\n", res.TaskDescription, res.Observation)
@@ -238,7 +255,7 @@ func envGold(c *cli.Context) error {
 			return fmt.Errorf("gold action %d %q: %w", n+1, a, err)
 		}
 		n++
-		envPrintStep(w, a, r, env.Score(), n, environments.StepLimit(task, envOptions(c)), quiet)
+		envPrintStep(w, a, r, env.Score(), n, limit, quiet)
 		if r.Done {
 			done = true
 			break
@@ -290,7 +307,8 @@ func envPlay(c *cli.Context) error {
 	}
 	w := c.App.Writer
 	quiet := c.Bool(envQuietFlag.Name)
-	limit := environments.StepLimit(task, envOptions(c))
+	opts, _ := envOptions(c) // already checked by envOpen
+	limit := environments.StepLimit(task, opts)
 	fmt.Fprintf(w, "%s %s variation %d (step limit %d)\nTask: %s\n%s\n", c.Args().First(), task.Name, v, limit, res.TaskDescription, strings.TrimRight(res.Observation, "\n"))
 	interactive := replay == "" && envIsTerminal(os.Stdin)
 	if interactive {

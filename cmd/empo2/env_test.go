@@ -203,6 +203,10 @@ func TestEnvErrors(t *testing.T) {
 		{[]string{"env", "gold", "textlab", "melt", "extra"}, "want ENV [TASK], got 3"},
 		{[]string{"env", "gold", "textlab", "--", "melt", "--variation", "1"}, "want ENV [TASK], got 4"},
 		{[]string{"env", "list", "textlab", "webshop"}, "at most one ENV"},
+		{[]string{"env", "gold", "textlab", "melt", "--env-opt", "xmx"}, "want KEY=VALUE"},
+		// A JVM that cannot start is an error, never a hang.
+		{[]string{"env", "gold", "scienceworld", "3-1", "--scienceworld-jar", "/dev/null/none.jar"}, "simulator jar not found"},
+		{[]string{"env", "gold", "scienceworld", "3-1", "--scienceworld-jar", binPath, "--env-opt", "java=/nonexistent/java"}, "/nonexistent/java"},
 		{[]string{"env", "play", "scienceworld", "boil", "--scienceworld-jar", ""}, "SCIENCEWORLD_JAR"},
 	} {
 		cmd := exec.Command(binPath, tc.args...)
@@ -220,5 +224,54 @@ func TestEnvErrors(t *testing.T) {
 		if !strings.Contains(se.String(), tc.want) {
 			t.Errorf("%v: stderr %q lacks %q", tc.args, se.String(), tc.want)
 		}
+	}
+}
+
+// TestEnvScienceWorldFakeJVM drives `env gold` and `env play` for
+// scienceworld end to end, with the scienceworld package's test binary as
+// the "java" launcher: it checks the JVM command line, prints a port, serves
+// a fake py4j gateway with a scripted power-component world and floods its
+// stdout on every step (see environments/scienceworld). The real jar is
+// covered by that package's TestRealSimulator when SCIENCEWORLD_JAR is set.
+func TestEnvScienceWorldFakeJVM(t *testing.T) {
+	dir := t.TempDir()
+	fakeJava := filepath.Join(dir, "fake-java")
+	build := exec.Command("go", "test", "-c", "-o", fakeJava, "../../environments/scienceworld")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the fake java: %v\n%s", err, out)
+	}
+	jar := filepath.Join(dir, "scienceworld.jar")
+	if err := os.WriteFile(jar, []byte("not really a jar"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func(stdin string, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(binPath, args...)
+		cmd.Env = append(os.Environ(), "FAKE_SCIENCEWORLD_JVM=gateway", "SCIENCEWORLD_JAR="+jar)
+		cmd.Stdin = strings.NewReader(stdin)
+		var so, se bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &so, &se
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("%v: %v\n%s\n%s", args, err, so.String(), se.String())
+		}
+		return so.String()
+	}
+	// The task by id, the jar from $SCIENCEWORLD_JAR, the launcher by --env-opt.
+	out := run("", "env", "gold", "scienceworld", "3-1", "--env-opt", "java="+fakeJava, "--env-opt", "xmx=256m")
+	m := finalScore.FindStringSubmatch(out)
+	if m == nil || m[1] != "100" || m[2] != "4" || m[3] != "true" {
+		t.Fatalf("env gold scienceworld 3-1:\n%s", out)
+	}
+	if !strings.Contains(out, "power-component variation 0: 4 gold actions") || !strings.Contains(out, "step 4/30") {
+		t.Fatalf("env gold scienceworld output:\n%s", out)
+	}
+	// Play from stdin: an unknown action, then the gold path.
+	out = run("dance\nopen door to workshop\ngo to workshop\nscore\nfocus on red light bulb\nconnect battery to red light bulb\n",
+		"env", "play", "scienceworld", "power-component", "--env-opt", "java="+fakeJava, "--variation", "3")
+	if m := finalScore.FindStringSubmatch(out); m == nil || m[1] != "100" || m[2] != "5" || m[3] != "true" {
+		t.Fatalf("env play scienceworld:\n%s", out)
+	}
+	if !strings.Contains(out, "No known action matches that input.") || !strings.Contains(out, "score: 38") || !strings.Contains(out, "Your task is to turn on the red light bulb") {
+		t.Fatalf("env play scienceworld output:\n%s", out)
 	}
 }

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -19,7 +21,7 @@ func requireEnvCommand(t *testing.T) {
 	}
 }
 
-func TestEnvListShowsWebShop(t *testing.T) {
+func TestEnvListShowsWebshop(t *testing.T) {
 	requireEnvCommand(t)
 	out, stderr, err := runCLI(t, "env", "list")
 	if err != nil {
@@ -34,7 +36,7 @@ func TestEnvListShowsWebShop(t *testing.T) {
 // on the 0–100 scale).
 var rewardOne = regexp.MustCompile(`(?m)^final score: 100 after \d+ actions \(done: true\)$`)
 
-func TestEnvGoldWebShop(t *testing.T) {
+func TestEnvGoldWebshop(t *testing.T) {
 	requireEnvCommand(t)
 	for _, goal := range []string{"0", "7", "499"} {
 		out, stderr, err := runCLI(t, "env", "gold", "webshop", "--goal", goal)
@@ -50,10 +52,10 @@ func TestEnvGoldWebShop(t *testing.T) {
 	}
 }
 
-// TestEnvGoldWebShopData runs the gold path on data files given with --data
-// (the real attributes file beside a product file with its ASINs when the
-// shared copy is there, else a hand-made shop).
-func TestEnvGoldWebShopData(t *testing.T) {
+// TestEnvGoldWebshopData runs the gold path on a hand-made shop given with
+// --data, and checks the errors for a malformed products file and for a
+// directory with the attributes file only (as ../shared/webshop).
+func TestEnvGoldWebshopData(t *testing.T) {
 	requireEnvCommand(t)
 	dir := t.TempDir()
 	products := `[{"asin": "B000000001", "name": "Acme Red Lipstick", "full_description": "A long lasting lipstick.",
@@ -75,13 +77,19 @@ func TestEnvGoldWebShopData(t *testing.T) {
 	}
 	bad := t.TempDir()
 	os.WriteFile(filepath.Join(bad, "items_shuffle_t.json"), []byte(`[{"asin": `), 0o644)
-	if _, stderr, err := runCLI(t, "env", "gold", "webshop", "--data", bad); err == nil || !strings.Contains(stderr, "malformed") {
+	if _, stderr, err := runCLI(t, "env", "gold", "webshop", "--data", bad); err == nil || !strings.Contains(stderr, "malformed") ||
+		!strings.Contains(stderr, "items_shuffle_t.json") {
 		t.Fatalf("malformed data: err %v, stderr %s", err, stderr)
+	}
+	attrsOnly := t.TempDir()
+	os.WriteFile(filepath.Join(attrsOnly, "items_ins_v2_1000.json"), []byte(attrs), 0o644)
+	if _, stderr, err := runCLI(t, "env", "gold", "webshop", "--data", attrsOnly); err == nil || !strings.Contains(stderr, "no items_shuffle*.json in") {
+		t.Fatalf("attributes file only: err %v, stderr %s", err, stderr)
 	}
 }
 
-// TestEnvPlayWebShop replays the gold actions through `env play --actions`.
-func TestEnvPlayWebShop(t *testing.T) {
+// TestEnvPlayWebshop replays the gold actions through `env play --actions`.
+func TestEnvPlayWebshop(t *testing.T) {
 	requireEnvCommand(t)
 	out, stderr, err := runCLI(t, "env", "gold", "webshop", "--goal", "3", "--quiet")
 	if err != nil {
@@ -106,5 +114,32 @@ func TestEnvPlayWebShop(t *testing.T) {
 	if !strings.Contains(out, "WebShop [SEP] Instruction: [SEP] ") || !strings.Contains(out, "Page 1 (Total results: ") ||
 		!regexp.MustCompile(`(?m)^final score: 100 after \d+ actions \(done: true\)$`).MatchString(out) {
 		t.Fatalf("env play output:\n%s", out)
+	}
+}
+
+// TestEnvPlayWebshopStdin plays from stdin as a user would: a search, an
+// invalid click (same observation, reward 0), the page's valid actions.
+func TestEnvPlayWebshopStdin(t *testing.T) {
+	requireEnvCommand(t)
+	cmd := exec.Command(binPath, "env", "play", "webshop", "--goal", "3")
+	cmd.Stdin = strings.NewReader("search[lipstick]\nclick[not there]\nvalid\nquit\n")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("env play: %v\n%s", err, errb.String())
+	}
+	var obs []string
+	lines := strings.Split(out.String(), "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(l, "> ") && i+1 < len(lines) {
+			obs = append(obs, lines[i+1])
+		}
+	}
+	if len(obs) != 2 || !regexp.MustCompile(`Page 1 \(Total results: \d+\) \[SEP\] Next > \[SEP\] `).MatchString(obs[0]) || obs[1] != obs[0] {
+		t.Fatalf("observations %q from:\n%s", obs, out.String())
+	}
+	if !strings.Contains(out.String(), "click[back to search]\nclick[next >]\nclick[b0") ||
+		!regexp.MustCompile(`(?m)^final score: 0 after 2 actions \(done: false\)$`).MatchString(out.String()) {
+		t.Fatalf("env play output:\n%s", out.String())
 	}
 }

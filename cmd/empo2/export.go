@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/rs/zerolog/log"
@@ -85,13 +86,28 @@ func readAdapterOrState(path string) (*lora.Adapter, error) {
 	return a, nil
 }
 
+// sameFile reports whether out names the same file as in: equal strings, or
+// both exist and os.SameFile says so (catches "./x" vs "x", symlinks, hard
+// links), so that no command overwrites its own input.
+func sameFile(out, in string) bool {
+	if out == in {
+		return true
+	}
+	so, err := os.Stat(out)
+	if err != nil {
+		return false
+	}
+	si, err := os.Stat(in)
+	return err == nil && os.SameFile(so, si)
+}
+
 func exportAction(c *cli.Context) error {
 	typ, err := parseTensorType(c.String(exportTypeFlag.Name))
 	if err != nil {
 		return err
 	}
 	modelPath, loraPath, out := c.String(exportModelFlag.Name), c.String(exportLoraFlag.Name), c.String(exportOutFlag.Name)
-	if out == modelPath || out == loraPath {
+	if sameFile(out, modelPath) || sameFile(out, loraPath) {
 		return fmt.Errorf("--out %s would overwrite an input", out)
 	}
 	base, err := gguf.Open(modelPath)

@@ -163,6 +163,11 @@ func TestExportErrors(t *testing.T) {
 	loraWantFail(t, []string{"does not exist in the base model"}, "export", "--model", deep, "--lora", adapter, "--out", out)
 	loraWantFail(t, []string{"--type"}, "export", "--model", model, "--lora", adapter, "--out", out, "--type", "bf16")
 	loraWantFail(t, []string{"overwrite"}, "export", "--model", model, "--lora", adapter, "--out", adapter)
+	before, _ := os.ReadFile(model)
+	loraWantFail(t, []string{"overwrite"}, "export", "--model", model, "--lora", adapter, "--out", dir+"/./base.gguf", "--merged")
+	if after, _ := os.ReadFile(model); string(after) != string(before) {
+		t.Fatal("export overwrote its base model")
+	}
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
 		t.Errorf("failed exports left %s behind", out)
 	}

@@ -141,6 +141,10 @@ func TestGenerateCLILora(t *testing.T) {
 
 func TestGenerateCLIErrors(t *testing.T) {
 	model := llmTestModel(t)
+	bertModel := filepath.Join(t.TempDir(), "bert.gguf") // an embedding model: no LM head
+	if err := modelgen.WriteBERT(bertModel, modelgen.DefaultBERTConfig()); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -150,10 +154,46 @@ func TestGenerateCLIErrors(t *testing.T) {
 		{[]string{"generate", "--model", model, "--prompt", "x", "--n", "0"}, "--n"},
 		{[]string{"generate", "--model", model, "--prompt", "x", "--lora", model}, "bad adapter"},
 		{[]string{"generate", "--model", model}, "prompt"},
+		{[]string{"generate", "--model", model, "--prompt", "x", "--temperature", "NaN"}, "invalid argument"},
+		{[]string{"generate", "--model", model, "--prompt", "x", "--top-p", "Inf"}, "invalid argument"},
+		{[]string{"generate", "--model", model, "--prompt", "x", "--top-k", "-1"}, "invalid argument"},
+		{[]string{"generate", "--model", model, "--prompt", "x", "--ctx", "-1"}, "invalid argument"},
+		{[]string{"generate", "--model", model, "--prompt", "x", "--max-tokens", "100000"}, "context full"},
+		{[]string{"generate", "--model", bertModel, "--prompt", "x"}, "non-causal encoder"},
+		{[]string{"score", "--model", bertModel, "--prompt", "x", "--continuation", "y"}, "non-causal encoder"},
 	} {
 		_, stderr, err := runCLI(t, tc.args...)
 		if err == nil || !strings.Contains(strings.ToLower(stderr), strings.ToLower(tc.want)) {
 			t.Errorf("%v: err %v, stderr %q lacks %q", tc.args[:3], err, stderr, tc.want)
 		}
+	}
+}
+
+// TestGenerateCLILogsAndRandomSeed: llama.cpp's loader output is hidden at
+// the default log level and shown with --log-level debug; without --seed
+// each run samples with a fresh seed (logged) and still prints text.
+func TestGenerateCLILogsAndRandomSeed(t *testing.T) {
+	model := llmTestModel(t)
+	args := []string{"generate", "--threads", "1", "--model", model, "--prompt", "hi", "--max-tokens", "16", "--temperature", "1", "--ignore-eog"}
+	out1, stderr1, err := runCLI(t, args...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr1)
+	}
+	out2, _, err := runCLI(t, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(out1) == "" || out1 == out2 {
+		t.Fatalf("two unseeded runs printed %q and %q", out1, out2)
+	}
+	if !strings.Contains(stderr1, "random seed") || strings.Contains(stderr1, "llama_model_loader") {
+		t.Fatalf("default-level stderr:\n%s", stderr1)
+	}
+	_, stderr, err := runCLI(t, append([]string{"--log-level", "debug"}, args...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stderr, "llama_model_loader") || !strings.Contains(stderr, "llama.cpp") {
+		t.Fatalf("--log-level debug does not show llama.cpp's loader:\n%.2000s", stderr)
 	}
 }

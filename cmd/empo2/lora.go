@@ -103,16 +103,29 @@ func loraInit(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	if c.IsSet(loraTargetsFlag.Name) && strings.TrimSpace(c.String(loraTargetsFlag.Name)) == "" {
+		return fmt.Errorf("--targets is empty: name some of q,k,v,o,gate,up,down (or leave the flag out for all)")
+	}
 	targets, err := lora.ParseTargets(c.String(loraTargetsFlag.Name))
 	if err != nil {
 		return err
 	}
-	modelPath := c.String(loraModelFlag.Name)
+	modelPath, out := c.String(loraModelFlag.Name), c.String(loraOutFlag.Name)
+	if sameFile(out, modelPath) {
+		return fmt.Errorf("--out %s would overwrite the base model", out)
+	}
 	base, err := gguf.Open(modelPath)
 	if err != nil {
 		return fmt.Errorf("reading base model: %w", err)
 	}
 	defer base.Close()
+	// The training graph (package cgo) and its parameter layout are Qwen2
+	// only; an adapter for another architecture could never be trained.
+	if gt, _ := base.String(lora.KeyGeneralType); gt != "adapter" {
+		if arch, _ := base.String(lora.KeyArchitecture); arch != "qwen2" {
+			return fmt.Errorf("%s: architecture %q is not supported (empo2 trains qwen2 models only)", modelPath, arch)
+		}
+	}
 	a, err := lora.Init(base, lora.InitConfig{
 		Rank:    c.Int(loraRankFlag.Name),
 		Alpha:   float32(c.Float64(loraAlphaFlag.Name)),
@@ -123,7 +136,6 @@ func loraInit(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", modelPath, err)
 	}
-	out := c.String(loraOutFlag.Name)
 	if err := a.Write(out, typ); err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/empo2/empo2/gguf"
 	"github.com/empo2/empo2/lora"
 	"github.com/empo2/empo2/modelgen"
 )
@@ -102,6 +103,30 @@ func TestLoraInitCLIErrors(t *testing.T) {
 	loraWantFail(t, []string{"unknown target", "lm_head"}, "lora", "init", "--model", model, "--targets", "q,lm_head", "--out", out)
 	loraWantFail(t, []string{"--type"}, "lora", "init", "--model", model, "--type", "q4_0", "--out", out)
 	loraWantFail(t, []string{"out"}, "lora", "init", "--model", model)
+	loraWantFail(t, []string{"--targets is empty"}, "lora", "init", "--model", model, "--targets", " ", "--out", out)
+	loraWantFail(t, []string{"alpha"}, "lora", "init", "--model", model, "--alpha", "NaN", "--out", out)
+	loraWantFail(t, []string{"alpha"}, "lora", "init", "--model", model, "--alpha", "1e39", "--out", out)
+	loraWantFail(t, []string{"alpha"}, "lora", "init", "--model", model, "--alpha", "-1", "--out", out)
+	loraWantFail(t, []string{"rank"}, "lora", "init", "--model", model, "--rank", "100000000", "--out", out)
+	loraWantFail(t, []string{"rank 65 exceeds"}, "lora", "init", "--model", model, "--rank", "65", "--out", out)
+	// the output must not be the base model, however it is spelt
+	before, _ := os.ReadFile(model)
+	loraWantFail(t, []string{"overwrite"}, "lora", "init", "--model", model, "--out", dir+"/./base.gguf")
+	if after, _ := os.ReadFile(model); string(after) != string(before) {
+		t.Fatal("lora init overwrote its base model")
+	}
+	// another architecture (a llama-arch file with a q projection) is refused by name
+	w := gguf.NewWriter()
+	w.AddKV("general.architecture", "llama")
+	w.AddKV("general.type", "model")
+	if err := w.AddTensorF32("blk.0.attn_q.weight", []uint64{8, 8}, make([]float32, 64)); err != nil {
+		t.Fatal(err)
+	}
+	llamaArch := filepath.Join(dir, "llama-arch.gguf")
+	if err := w.WriteFile(llamaArch); err != nil {
+		t.Fatal(err)
+	}
+	loraWantFail(t, []string{"architecture", "llama", "qwen2"}, "lora", "init", "--model", llamaArch, "--targets", "q", "--out", out)
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
 		t.Errorf("a failed init left %s behind", out)
 	}

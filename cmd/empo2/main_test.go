@@ -57,3 +57,13 @@ func TestBadGlobalFlags(t *testing.T) {
 		t.Fatalf("a bad --log-level was accepted; stderr: %s", stderr)
 	}
 }
+
+func TestBadBackend(t *testing.T) {
+	_, stderr, err := runCLI(t, "--backend", filepath.Join(t.TempDir(), "libggml-missing.so"), "version")
+	if err == nil {
+		t.Fatal("a missing --backend library was accepted")
+	}
+	if !bytes.Contains([]byte(stderr), []byte("--backend")) {
+		t.Fatalf("error does not name the flag: %s", stderr)
+	}
+}

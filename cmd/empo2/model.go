@@ -35,7 +35,8 @@ var (
 	modelInitTiedFlag    = &cli.BoolFlag{Name: "tied", Usage: "tie the output projection to the token embeddings (no output.weight)"}
 	modelInitStdFlag     = &cli.Float64Flag{Name: "init-std", Usage: "weight std; 0 = 1/sqrt(fan-in) per matrix"}
 	modelInitRopeFlag    = &cli.Float64Flag{Name: "rope-base", Usage: "RoPE frequency base", Value: float64(modelDefaults.RopeBase)}
-	modelInitNameFlag    = &cli.StringFlag{Name: "name", Usage: "general.name (default empo2-tiny-qwen2)"}
+	modelInitNameFlag    = &cli.StringFlag{Name: "name", Usage: "general.name (default empo2-tiny-qwen2, or empo2-tiny-bert)"}
+	modelInitArchFlag    = &cli.StringFlag{Name: "arch", Usage: "qwen2 (causal LM), or bert (encoder-only embedding model, WordPiece vocabulary, mean pooling; --kv-heads, --tied, --init-std and --rope-base do not apply, --vocab and --ctx default to 1024 and 128)", Value: "qwen2"}
 
 	modelInfoJSONFlag     = &cli.BoolFlag{Name: "json", Usage: "print JSON"}
 	modelInfoTensorsFlag  = &cli.BoolFlag{Name: "tensors", Usage: "list every tensor (name, type, shape)"}
@@ -45,18 +46,19 @@ var (
 func init() {
 	register(&cli.Command{
 		Name:  "model",
-		Usage: "generate tiny Qwen2 GGUF models and inspect GGUF files",
+		Usage: "generate tiny Qwen2 (or BERT) GGUF models and inspect GGUF files",
 		Subcommands: []*cli.Command{
 			{
 				Name:  "init",
-				Usage: "write a random-weight Qwen2 GGUF with a self-trained byte-level BPE tokenizer",
+				Usage: "write a random-weight Qwen2 GGUF with a self-trained byte-level BPE tokenizer (or, with --arch bert, a BERT embedding model)",
 				Description: "Examples:\n" +
 					"   empo2 model init --out tiny.gguf\n" +
 					"   empo2 model init --out m100.gguf --layers 12 --hidden 768 --heads 12 --kv-heads 2 --ffn 2048 --vocab 8192 --dtype f16\n" +
-					"   empo2 model init --out custom.gguf --corpus my-text.txt --vocab 1024 --tied --seed 7",
+					"   empo2 model init --out custom.gguf --corpus my-text.txt --vocab 1024 --tied --seed 7\n" +
+					"   empo2 model init --arch bert --out embed.gguf   # a tiny BERT embedding model",
 				Flags: []cli.Flag{modelInitOutFlag, modelInitLayersFlag, modelInitHiddenFlag, modelInitHeadsFlag, modelInitKVHeadsFlag,
 					modelInitFFNFlag, modelInitVocabFlag, modelInitCtxFlag, modelInitSeedFlag, modelInitDTypeFlag, modelInitCorpusFlag,
-					modelInitTiedFlag, modelInitStdFlag, modelInitRopeFlag, modelInitNameFlag},
+					modelInitTiedFlag, modelInitStdFlag, modelInitRopeFlag, modelInitNameFlag, modelInitArchFlag},
 				Action: modelInit,
 			},
 			{
@@ -103,6 +105,13 @@ func modelInit(c *cli.Context) error {
 		}
 		cfg.Corpus = string(b)
 	}
+	switch arch := c.String(modelInitArchFlag.Name); arch {
+	case "qwen2":
+	case "bert":
+		return modelInitBERT(c, cfg)
+	default:
+		return fmt.Errorf("model init: --arch %q: want qwen2 or bert", arch)
+	}
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("model init: %w", err)
 	}
@@ -143,6 +152,39 @@ func modelInit(c *cli.Context) error {
 	return nil
 }
 
+// modelInitBERT writes a BERT embedding model with the Qwen2 flags that
+// apply to it; flags that do not apply are refused when set.
+func modelInitBERT(c *cli.Context, q modelgen.Config) error {
+	for _, f := range []string{modelInitKVHeadsFlag.Name, modelInitTiedFlag.Name, modelInitStdFlag.Name, modelInitRopeFlag.Name} {
+		if c.IsSet(f) {
+			return fmt.Errorf("model init: --%s does not apply to --arch bert", f)
+		}
+	}
+	cfg := modelgen.DefaultBERTConfig()
+	cfg.Layers, cfg.Hidden, cfg.Heads, cfg.FFN = q.Layers, q.Hidden, q.Heads, q.FFN
+	if c.IsSet(modelInitVocabFlag.Name) {
+		cfg.Vocab = q.Vocab
+	}
+	if c.IsSet(modelInitCtxFlag.Name) {
+		cfg.Ctx = q.Ctx
+	}
+	cfg.Seed, cfg.DType, cfg.Corpus, cfg.Name = q.Seed, q.DType, q.Corpus, q.Name
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("model init: %w", err)
+	}
+	out := c.String(modelInitOutFlag.Name)
+	if err := modelgen.WriteBERT(out, cfg); err != nil {
+		return fmt.Errorf("model init: %w", err)
+	}
+	st, err := os.Stat(out)
+	if err != nil {
+		return fmt.Errorf("model init: %w", err)
+	}
+	fmt.Fprintf(c.App.Writer, "%s: bert, %d layers, hidden %d, %d heads, ffn %d, vocab %d, ctx %d, %s, %s parameters, %d bytes\n",
+		out, cfg.Layers, cfg.Hidden, cfg.Heads, cfg.FFN, cfg.Vocab, cfg.Ctx, cfg.DType, groupDigits(cfg.ParamCount()), st.Size())
+	return nil
+}
+
 // modelInfoReport is what `model info` prints (and --json encodes).
 type modelInfoReport struct {
 	File         string            `json:"file"`
@@ -174,6 +216,9 @@ type modelHyper struct {
 	Context   uint64  `json:"context,omitempty"`
 	RopeBase  float32 `json:"rope_base,omitempty"`
 	RMSNormEp float32 `json:"rms_norm_eps,omitempty"`
+	NormEps   float32 `json:"layer_norm_eps,omitempty"` // LayerNorm models (bert)
+	Causal    *bool   `json:"causal,omitempty"`         // <arch>.attention.causal, when present
+	Pooling   string  `json:"pooling,omitempty"`        // <arch>.pooling_type, when present
 }
 
 type modelTokenizer struct {
@@ -236,8 +281,21 @@ func buildModelInfo(f *gguf.File, path string, tensors bool) *modelInfoReport {
 			Layers: u("block_count"), Hidden: u("embedding_length"), FFN: u("feed_forward_length"),
 			Heads: u("attention.head_count"), KVHeads: u("attention.head_count_kv"), Context: u("context_length"),
 		}
+		if h.KVHeads == 0 {
+			h.KVHeads = h.Heads // llama.cpp's default when head_count_kv is absent
+		}
 		if h.Heads > 0 {
 			h.HeadDim = h.Hidden / h.Heads
+		}
+		h.NormEps, _ = f.Float32(a + ".attention.layer_norm_epsilon")
+		if b, ok := f.Bool(a + ".attention.causal"); ok {
+			h.Causal = &b
+		}
+		if pt, ok := f.Uint64(a + ".pooling_type"); ok {
+			h.Pooling = map[uint64]string{0: "none", 1: "mean", 2: "cls", 3: "last", 4: "rank"}[pt]
+			if h.Pooling == "" {
+				h.Pooling = fmt.Sprint(pt)
+			}
 		}
 		h.RopeBase, _ = f.Float32(a + ".rope.freq_base")
 		h.RMSNormEp, _ = f.Float32(a + ".attention.layer_norm_rms_epsilon")
@@ -322,6 +380,15 @@ func printModelInfo(w io.Writer, r *modelInfoReport, fullTemplate bool) {
 		}
 		if h.RMSNormEp != 0 {
 			p("rms norm eps", "%g", h.RMSNormEp)
+		}
+		if h.NormEps != 0 {
+			p("norm eps", "%g", h.NormEps)
+		}
+		if h.Causal != nil {
+			p("causal", "%v", *h.Causal)
+		}
+		if h.Pooling != "" {
+			p("pooling", "%s", h.Pooling)
 		}
 	}
 	if len(r.Adapter) > 0 {

@@ -122,3 +122,35 @@ func TestModelErrors(t *testing.T) {
 		t.Error("a failed init left a file")
 	}
 }
+
+func TestModelInitBERT(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "bert.gguf")
+	stdout, stderr, err := runCLI(t, "model", "init", "--arch", "bert", "--out", out, "--layers", "1", "--vocab", "600", "--ctx", "64")
+	if err != nil {
+		t.Fatalf("init: %v\n%s", err, stderr)
+	}
+	if !strings.Contains(stdout, "bert, 1 layers") {
+		t.Fatalf("init output %q", stdout)
+	}
+	stdout, stderr, err = runCLI(t, "model", "info", out)
+	if err != nil {
+		t.Fatalf("info: %v\n%s", err, stderr)
+	}
+	for _, want := range []string{"architecture:   bert", "layers:         1", "heads:          4 (kv 4, head dim 16)", "context:        64",
+		"causal:         false", "pooling:        mean", "norm eps:       1e-12", "bert, 600 tokens", "[CLS]", "chat template:  none"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("info output lacks %q:\n%s", want, stdout)
+		}
+	}
+	for _, args := range [][]string{{"--tied"}, {"--kv-heads", "1"}, {"--arch", "gpt9"}, {"--hidden", "30"}} {
+		if _, stderr, err := runCLI(t, append([]string{"model", "init", "--arch", "bert", "--out", filepath.Join(dir, "x.gguf")}, args...)...); err == nil {
+			t.Errorf("%v accepted", args)
+		} else if !strings.Contains(stderr, "model init") {
+			t.Errorf("%v: stderr %q", args, stderr)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "x.gguf")); err == nil {
+		t.Error("a refused init wrote a file")
+	}
+}

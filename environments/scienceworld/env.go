@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -24,6 +26,7 @@ const (
 	ExtraTimeout        = "timeout"         // per py4j call, e.g. "30s" (default 120s)
 	ExtraStartupTimeout = "startup_timeout" // JVM start (default 120s)
 	ExtraInfo           = "info"            // "full": add look, inv, taskDesc and valid to StepResult.Info, as the Python wrapper does
+	ExtraClasspath      = "classpath"       // more class path entries after the jar (e.g. a py4j jar, for a simulator jar without py4j)
 )
 
 func init() {
@@ -102,7 +105,11 @@ func New(opts environments.Options) (*Env, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), startup)
 	defer cancel()
-	proc, err := startJVM(ctx, java, jar, heap, startup)
+	cp := jar
+	if extra := opts.Extra[ExtraClasspath]; extra != "" {
+		cp += string(os.PathListSeparator) + extra
+	}
+	proc, err := startJVM(ctx, java, cp, filepath.Dir(jar), heap, startup)
 	if err != nil {
 		return nil, err
 	}
@@ -321,7 +328,9 @@ func (e *Env) Step(ctx context.Context, action string) (environments.StepResult,
 		for _, kv := range [][2]string{{"look", "freeActionLook"}, {"inv", "freeActionInventory"}, {"taskDesc", "freeActionTaskDesc"}} {
 			call := e.call
 			if kv[0] == "taskDesc" { // takes no agent index in any build
-				call = func(ctx context.Context, m string, args ...any) (Value, error) { return e.cl.Call(ctx, e.pi, m, args...) }
+				call = func(ctx context.Context, m string, args ...any) (Value, error) {
+					return e.cl.Call(ctx, e.pi, m, args...)
+				}
 			}
 			v, err := call(ctx, kv[1])
 			if err != nil {

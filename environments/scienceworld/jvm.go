@@ -93,14 +93,14 @@ const (
 )
 
 // startJVM launches the gateway and waits for it to print its port.
-func startJVM(ctx context.Context, java, jar string, heap string, startup time.Duration) (*jvm, error) {
+func startJVM(ctx context.Context, java, classpath, dir string, heap string, startup time.Duration) (*jvm, error) {
 	args := []string{}
 	if heap != "" {
 		args = append(args, "-Xmx"+heap)
 	}
-	args = append(args, "-cp", jar, "py4j.GatewayServer", "--die-on-broken-pipe", "0")
+	args = append(args, "-cp", classpath, "py4j.GatewayServer", "--die-on-broken-pipe", "0")
 	cmd := exec.Command(java, args...)
-	cmd.Dir = filepath.Dir(jar)
+	cmd.Dir = dir
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
@@ -117,11 +117,16 @@ func startJVM(ctx context.Context, java, jar string, heap string, startup time.D
 		return nil, fmt.Errorf("scienceworld: starting %s: %w", java, err)
 	}
 	j := &jvm{cmd: cmd, stdin: stdin, exited: make(chan struct{})}
-	go j.drainStderr(stderr)
-
 	portc := make(chan string, 1)
-	go j.drainStdout(stdout, portc)
+	// os/exec: Wait closes the pipes, so it must follow the last read. The
+	// drains end at EOF, when the process has exited; only then is its exit
+	// status taken, so that an error message sees all of its stderr.
+	var drains sync.WaitGroup
+	drains.Add(2)
+	go func() { defer drains.Done(); j.drainStderr(stderr) }()
+	go func() { defer drains.Done(); j.drainStdout(stdout, portc) }()
 	go func() {
+		drains.Wait()
 		j.err = cmd.Wait()
 		close(j.exited)
 	}()
@@ -138,7 +143,11 @@ func startJVM(ctx context.Context, java, jar string, heap string, startup time.D
 		j.port = port
 		return j, nil
 	case <-j.exited:
-		return nil, fmt.Errorf("%w: the JVM exited while starting (%v)%s", environments.ErrSimulatorDied, j.err, j.stderrTail())
+		hint := ""
+		if strings.Contains(j.stderrTail(), "py4j.GatewayServer") {
+			hint = " (a simulator jar without py4j: add a py4j jar with the classpath option)"
+		}
+		return nil, fmt.Errorf("%w: the JVM exited while starting (%v)%s%s", environments.ErrSimulatorDied, j.err, j.stderrTail(), hint)
 	case <-timer.C:
 		j.kill()
 		return nil, fmt.Errorf("%w: the JVM printed no port within %s%s", environments.ErrSimulatorDied, startup, j.stderrTail())
@@ -190,6 +199,7 @@ func (j *jvm) drainStderr(r io.Reader) {
 		j.mu.Unlock()
 		log.Debug().Str("jvm", "stderr").Msg(sc.Text())
 	}
+	_, _ = io.Copy(io.Discard, r) // after an over-long line: keep draining
 }
 
 func (j *jvm) stderrTail() string {
@@ -229,7 +239,12 @@ func (j *jvm) kill() {
 	if j.cmd.Process != nil {
 		_ = j.cmd.Process.Kill()
 	}
-	<-j.exited
+	// exited waits for the end of its output: bounded, in case something
+	// else (a child of the JVM) still holds the pipes open.
+	select {
+	case <-j.exited:
+	case <-time.After(5 * time.Second):
+	}
 }
 
 // stop closes stdin (the gateway then exits by itself) and kills the

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"strconv"
 	"strings"
@@ -140,7 +141,13 @@ func encodeArg(a any) (string, error) {
 	case int64:
 		return "L" + strconv.FormatInt(v, 10), nil
 	case float64:
-		return "d" + strconv.FormatFloat(v, 'g', -1, 64), nil
+		switch {
+		case math.IsInf(v, 1): // Java's spelling, as py4j's encode_float writes it
+			return "dInfinity", nil
+		case math.IsInf(v, -1):
+			return "d-Infinity", nil
+		}
+		return "d" + strconv.FormatFloat(v, 'g', -1, 64), nil // NaN is "NaN" in both
 	case Ref:
 		return "r" + string(v), nil
 	}
@@ -225,6 +232,9 @@ func (c *client) roundTrip(ctx context.Context, call string, lines ...string) (V
 	defer c.mu.Unlock()
 	if c.broken != nil {
 		return Value{}, c.broken
+	}
+	if err := ctx.Err(); err != nil { // nothing sent yet: the stream stays usable
+		return Value{}, err
 	}
 	deadline := time.Now().Add(c.timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -32,10 +33,11 @@ func TestMain(m *testing.M) {
 			os.Exit(2)
 		}
 		// Like java, resolve the class path from the working directory.
-		cp := os.Args[slices.Index(os.Args, "-cp")+1]
-		if _, err := os.Stat(cp); err != nil {
-			fmt.Fprintln(os.Stderr, "Error: Could not find or load main class py4j.GatewayServer:", err)
-			os.Exit(1)
+		for _, cp := range filepath.SplitList(os.Args[slices.Index(os.Args, "-cp")+1]) {
+			if _, err := os.Stat(cp); err != nil {
+				fmt.Fprintln(os.Stderr, "Error: Could not find or load main class py4j.GatewayServer:", err)
+				os.Exit(1)
+			}
 		}
 		g, err := newFakeGateway()
 		if err != nil {
@@ -104,6 +106,8 @@ func TestDecode(t *testing.T) {
 		{"!yi-42", Value{Type: 'i', Int: -42, Num: -42}},
 		{"!yL12345678901", Value{Type: 'L', Int: 12345678901, Num: 12345678901}},
 		{"!yd0.125", Value{Type: 'd', Num: 0.125}},
+		{"!yd1.0E-4", Value{Type: 'd', Num: 1e-4}}, // Java's Double.toString
+		{"!yd-Infinity", Value{Type: 'd', Num: math.Inf(-1)}},
 		{"!ybtrue", Value{Type: 'b', Bool: true}},
 		{"!ybfalse", Value{Type: 'b'}},
 		{"!yjaGk=", Value{Type: 'j', Str: "hi"}},
@@ -137,13 +141,20 @@ func TestDecode(t *testing.T) {
 		require.Error(t, err, "%q", bad)
 		require.ErrorIs(t, err, errProtocol, "%q", bad)
 	}
-	for _, a := range []any{"a\nb", 3, int64(4), 0.5, true, nil, Ref("o1"), 1 << 40} {
-		s, err := encodeArg(a)
+	// Arguments as py4j's get_command_part writes them (Java parses booleans
+	// case-insensitively, so "btrue" = Python's "bTrue").
+	for _, c := range []struct {
+		a    any
+		want string
+	}{
+		{"a\nb\\", `sa\nb\\`}, {"", "s"}, {3, "i3"}, {-2147483648, "i-2147483648"}, {2147483648, "L2147483648"},
+		{1 << 40, "L1099511627776"}, {int32(-5), "i-5"}, {int64(4), "L4"}, {0.5, "d0.5"}, {1e-7, "d1e-07"}, {math.Inf(1), "dInfinity"}, {math.Inf(-1), "d-Infinity"}, {math.NaN(), "dNaN"},
+		{true, "btrue"}, {false, "bfalse"}, {nil, "n"}, {Ref("o1"), "ro1"},
+	} {
+		s, err := encodeArg(c.a)
 		require.NoError(t, err)
-		require.Equal(t, a == nil || a == true || s[0] != 'n', true)
+		require.Equal(t, c.want, s, "%#v", c.a)
 	}
-	s, _ := encodeArg(1 << 40)
-	require.Equal(t, "L1099511627776", s)
 	_, err = encodeArg(struct{}{})
 	require.Error(t, err)
 }
@@ -485,6 +496,19 @@ func TestHungGatewayTimesOut(t *testing.T) {
 	_, err = e2.Step(ctx, "hang")
 	require.ErrorIs(t, err, environments.ErrSimulatorDied)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
+
+	// A context that is already over sends nothing and breaks nothing.
+	e3 := dialFake(t, g, environments.Options{})
+	_, err = e3.Reset(bg, "power-component", 0, 0)
+	require.NoError(t, err)
+	done, cancel3 := context.WithCancel(bg)
+	cancel3()
+	_, err = e3.Step(done, fakeGold[0])
+	require.ErrorIs(t, err, context.Canceled)
+	require.NotErrorIs(t, err, environments.ErrSimulatorDied)
+	r, err := e3.Step(bg, fakeGold[0])
+	require.NoError(t, err)
+	require.Equal(t, 12.0, r.Reward, "the cancelled step was not played")
 	_, err = durationExtra(environments.Options{Extra: map[string]string{ExtraTimeout: "soon"}}, ExtraTimeout, time.Second)
 	require.Error(t, err)
 }
@@ -561,6 +585,20 @@ func TestJVMStartFailures(t *testing.T) {
 	_, err := New(fakeJavaOpts(t, "crash"))
 	require.ErrorIs(t, err, environments.ErrSimulatorDied)
 	require.Contains(t, err.Error(), "Could not find or load main class", "stderr is reported")
+	require.Contains(t, err.Error(), "classpath option", "a jar without py4j gets a hint")
+
+	// Extra class path entries are passed on (the fake java checks each exists).
+	o := fakeJavaOpts(t, "gateway")
+	o.Extra[ExtraClasspath] = filepath.Join(t.TempDir(), "missing-py4j.jar")
+	_, err = New(o)
+	require.ErrorIs(t, err, environments.ErrSimulatorDied)
+	require.Contains(t, err.Error(), "missing-py4j.jar")
+	py4jJar := filepath.Join(t.TempDir(), "py4j0.10.9.9.jar")
+	require.NoError(t, os.WriteFile(py4jJar, nil, 0o644))
+	o.Extra[ExtraClasspath] = py4jJar
+	e, err := New(o)
+	require.NoError(t, err)
+	require.NoError(t, e.Close())
 
 	_, err = New(fakeJavaOpts(t, "noport"))
 	require.ErrorIs(t, err, environments.ErrSimulatorDied)
@@ -580,7 +618,7 @@ func TestJVMStartFailures(t *testing.T) {
 	require.ErrorIs(t, err, ErrNoJar)
 	_, err = New(environments.Options{Jar: t.TempDir()})
 	require.ErrorIs(t, err, ErrNoJar)
-	o := fakeJavaOpts(t, "gateway")
+	o = fakeJavaOpts(t, "gateway")
 	o.Extra[ExtraJava] = filepath.Join(t.TempDir(), "no-java-here")
 	_, err = New(o)
 	require.Error(t, err)

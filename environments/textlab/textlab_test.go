@@ -394,3 +394,57 @@ func TestRegistered(t *testing.T) {
 	_, ok := env.(environments.GoldProvider)
 	require.True(t, ok)
 }
+
+// TestPoolParallelGold plays gold paths on a Pool of textlab instances from
+// many goroutines at once: under -race this catches any state shared
+// between instances (task tables, templates); the results must match a
+// sequential run.
+func TestPoolParallelGold(t *testing.T) {
+	p, err := environments.NewPool(Name, environments.Options{}, 4)
+	require.NoError(t, err)
+	defer p.Close()
+	const jobs = 24
+	got := make([]string, jobs)
+	err = p.Map(ctx, jobs, func(ctx context.Context, i int, env environments.Env) error {
+		task := allTasks[i%len(allTasks)]
+		v := (i * 7) % task.variations
+		gold, err := env.(environments.GoldProvider).GoldActions(ctx, task.name, v)
+		if err != nil {
+			return err
+		}
+		res, err := env.Reset(ctx, task.name, v, int64(i))
+		if err != nil {
+			return err
+		}
+		out := res.Observation
+		for _, a := range gold {
+			r, err := env.Step(ctx, a)
+			if err != nil {
+				return err
+			}
+			out += r.Observation
+		}
+		if env.Score() != 100 {
+			return fmt.Errorf("%s/%d ended at %v", task.name, v, env.Score())
+		}
+		got[i] = out
+		return nil
+	})
+	require.NoError(t, err)
+	seq := newEnv(t, environments.Options{})
+	for i := range jobs {
+		task := allTasks[i%len(allTasks)]
+		v := (i * 7) % task.variations
+		gold, err := seq.GoldActions(ctx, task.name, v)
+		require.NoError(t, err)
+		res, err := seq.Reset(ctx, task.name, v, 0)
+		require.NoError(t, err)
+		out := res.Observation
+		for _, a := range gold {
+			r, err := seq.Step(ctx, a)
+			require.NoError(t, err)
+			out += r.Observation
+		}
+		require.Equal(t, out, got[i], "job %d: parallel and sequential transcripts differ", i)
+	}
+}

@@ -1,6 +1,10 @@
 package webshop
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -147,4 +151,69 @@ func BenchmarkReward(b *testing.B) {
 		took += time.Since(start)
 	}
 	b.ReportMetric(float64(took.Microseconds())/float64(n), "µs/reward")
+}
+
+// realSizedShop writes a 1000-product catalogue with the sizes of the
+// original's 1k files: products padded with the extra keys of the scraped
+// entries to ~4.5 MB (items_shuffle_1000.json is 4,467,013 bytes) and a
+// human-instructions file of ~5 MB with 12,000 instructions, most of them
+// for products outside the catalogue (items_human_ins.json, 5,137,548 bytes,
+// covers the full catalogue).
+func realSizedShop(b *testing.B) (string, int64) {
+	dir := b.TempDir()
+	sf := generateSynthetic(1000, 1)
+	pad := strings.Repeat("Lorem ipsum dolor sit amet, consectetur adipiscing elit. ", 40)
+	for i, p := range sf.products {
+		p["full_description"] = p["full_description"].(string) + " " + pad[:1200+i%400]
+		p["product_information"] = map[string]any{"Item Weight": "1.2 pounds", "ASIN": p["asin"], "Manufacturer": "Acme", "Notes": pad[:900]}
+		p["images"] = []string{"https://m.media-amazon.com/images/I/a.jpg", "https://m.media-amazon.com/images/I/b.jpg"}
+		p["small_description_old"] = pad[:700]
+		p["seller_name"], p["brand"], p["list_price"], p["availability_status"] = "Acme Store", "Acme", "$19.99", "In Stock."
+	}
+	human := map[string][]map[string]any{}
+	for k, v := range sf.human {
+		human[k] = v
+	}
+	for i := 0; len(human) < 12000; i++ {
+		human[fmt.Sprintf("B9%08d", i)] = []map[string]any{{
+			"asin": fmt.Sprintf("B9%08d", i), "instruction": "i am looking for a long lasting lipstick that is cruelty free, in the color ruby red, and price lower than 40.00 dollars",
+			"instruction_attributes": []string{"long lasting", "cruelty free"}, "instruction_options": []string{"ruby red"},
+			"assignment_id": "3ABCDEFGHIJKLMNOPQRSTUVWXYZ0123", "worker_id": "A1B2C3D4E5F6G7",
+		}}
+	}
+	files := map[string]any{"items_shuffle_1000.json": sf.products, "items_ins_v2_1000.json": sf.attrs,
+		"items_human_ins.json": human, "reviews_1000.json": sf.reviews}
+	var total int64
+	for name, v := range files {
+		writeJSON(b, filepath.Join(dir, name), v)
+		st, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			b.Fatal(err)
+		}
+		total += st.Size()
+	}
+	return dir, total
+}
+
+// BenchmarkLoadRealSized1k loads 1000 products from files of the original's
+// 1k sizes (see realSizedShop): the stand-in for the real
+// items_shuffle_1000.json and items_human_ins.json, which are not available
+// here.
+func BenchmarkLoadRealSized1k(b *testing.B) {
+	dir, size := realSizedShop(b)
+	b.ResetTimer()
+	var took time.Duration
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		cat, err := LoadDir(dir, LoadOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		took += time.Since(start)
+		if len(cat.Products) != 1000 {
+			b.Fatalf("%d products", len(cat.Products))
+		}
+	}
+	b.ReportMetric(float64(size)/1e6, "MB")
+	b.ReportMetric(float64(took.Milliseconds())/float64(b.N), "ms/load")
 }

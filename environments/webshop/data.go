@@ -333,6 +333,11 @@ type Files struct {
 // FindFiles looks for the data files in dir. When several files match a
 // pattern the smallest one wins (the 1000-product subset beside the full one).
 func FindFiles(dir string) (Files, error) {
+	if st, err := os.Stat(dir); err != nil {
+		return Files{}, fmt.Errorf("%w: data directory: %v", ErrNoData, err)
+	} else if !st.IsDir() {
+		return Files{}, fmt.Errorf("%w: data directory %s is not a directory", ErrNoData, dir)
+	}
 	pick := func(pattern string) string {
 		m, _ := filepath.Glob(filepath.Join(dir, pattern))
 		best, bestSize := "", int64(math.MaxInt64)

@@ -103,9 +103,18 @@ func TestLoaderErrors(t *testing.T) {
 	if _, err := LoadDir(dir, LoadOptions{}); !errors.Is(err, ErrNoData) {
 		t.Fatalf("empty dir: %v", err)
 	}
-	if _, err := LoadDir(filepath.Join(dir, "missing"), LoadOptions{}); !errors.Is(err, ErrNoData) {
+	if _, err := LoadDir(filepath.Join(dir, "missing"), LoadOptions{}); !errors.Is(err, ErrNoData) || !strings.Contains(err.Error(), "data directory") {
 		t.Fatalf("missing dir: %v", err)
 	}
+	file := filepath.Join(dir, "items_shuffle_1.json")
+	os.WriteFile(file, []byte(`[]`), 0o644)
+	if _, err := LoadDir(file, LoadOptions{}); !errors.Is(err, ErrNoData) || !strings.Contains(err.Error(), "not a directory") {
+		t.Fatalf("a file as the data directory: %v", err)
+	}
+	if _, err := LoadDir(dir, LoadOptions{}); !errors.Is(err, ErrBadData) {
+		t.Fatalf("an empty product list: %v", err)
+	}
+	os.Remove(file)
 	for name, content := range map[string]string{
 		"not json":            `[{"asin": "B01", `,
 		"not a list":          `{"asin": "B01"}`,

@@ -12,8 +12,11 @@
 // (the default, and what the tests use). Search is BM25 (k1 0.9, b 0.4, as
 // the original's Pyserini/Lucene index) computed from the term statistics of
 // an in-memory SQLite FTS4 index with the porter tokenizer; no build tag is
-// needed. Pages are rendered as the original's "simple" text observations,
-// with " [SEP] " between the visible texts.
+// needed. Pages are rendered as the original's "simple" text observations
+// of its text-mode-era templates, with " [SEP] " between the visible texts.
+// As in the original's step, search[...] runs from any page, click[...]
+// needs a clickable of the page, and anything else earns 0 and leaves the
+// page as it is.
 //
 // It registers itself under the name "webshop" in the environments registry:
 // import it for its side effect. One task, "webshop"; a variation is a goal

@@ -229,10 +229,28 @@ func (e *Env) Reset(ctx context.Context, task string, variation int, seed int64)
 	}, nil
 }
 
-var actionRE = regexp.MustCompile(`^\s*([A-Za-z_]+)\s*\[(.*)\]\s*$`)
+// parseAction splits an action as the original's parse_action does with
+// re.match(r'(.+)\[(.+)\]', action): on the first line, the argument ends at
+// the last ']' and starts after the last '[' before it that leaves it
+// non-empty; the name is everything before that '[' (non-empty); text after
+// the ']' is ignored. Unlike the original, the name is lower-cased and both
+// parts are trimmed (the argument is lower-cased as in the original).
+func parseAction(action string) (name, arg string, ok bool) {
+	line, _, _ := strings.Cut(action, "\n")
+	j := strings.LastIndexByte(line, ']')
+	if j < 2 {
+		return "", "", false
+	}
+	i := strings.LastIndexByte(line[:j-1], '[')
+	if i < 1 {
+		return "", "", false
+	}
+	return strings.ToLower(strings.TrimSpace(line[:i])), strings.ToLower(strings.TrimSpace(line[i+1 : j])), true
+}
 
-// Step applies "search[keywords]" or "click[text]". An action the page does
-// not offer changes nothing and earns 0.
+// Step applies "search[keywords]" (from any page, as the original's step)
+// or "click[text]" (a clickable of the current page). Any other action
+// changes nothing, earns 0 and counts as a step.
 func (e *Env) Step(ctx context.Context, action string) (environments.StepResult, error) {
 	switch {
 	case e.closed:
@@ -254,17 +272,15 @@ func (e *Env) Step(ctx context.Context, action string) (environments.StepResult,
 		// Compare the argument (or the whole text) with the clickables' texts,
 		// so that the brackets do not get in the way of the word overlap.
 		text := action
-		if m := actionRE.FindStringSubmatch(action); m != nil {
-			text = m[2]
+		if _, arg, ok := parseAction(action); ok {
+			text = arg
 		}
 		fixed, _ := environments.CorrectAction(text, e.order)
 		if next := "click[" + fixed + "]"; next != action {
 			corrected, action = action, next
 		}
 	}
-	if m := actionRE.FindStringSubmatch(action); m != nil {
-		name := strings.ToLower(m[1])
-		arg := strings.ToLower(strings.TrimSpace(m[2]))
+	if name, arg, ok := parseAction(action); ok {
 		switch {
 		case name == "search" && arg != "":
 			// As the original's step(): a search runs from any page, not only
@@ -313,16 +329,16 @@ func (e *Env) Step(ctx context.Context, action string) (environments.StepResult,
 
 // isSearch reports whether action is a search with keywords.
 func isSearch(action string) bool {
-	m := actionRE.FindStringSubmatch(action)
-	return m != nil && strings.ToLower(m[1]) == "search" && strings.TrimSpace(m[2]) != ""
+	name, arg, ok := parseAction(action)
+	return ok && name == "search" && arg != ""
 }
 
 func (e *Env) isValidClick(action string) bool {
-	m := actionRE.FindStringSubmatch(action)
-	if m == nil || strings.ToLower(m[1]) != "click" {
+	name, arg, ok := parseAction(action)
+	if !ok || name != "click" {
 		return false
 	}
-	_, ok := e.clickable[strings.ToLower(strings.TrimSpace(m[2]))]
+	_, ok = e.clickable[arg]
 	return ok
 }
 

@@ -41,7 +41,7 @@ func TestObservationSnapshots(t *testing.T) {
 	item := head + "< Prev [SEP] color [SEP] ruby | red [SEP] nude [SEP] size [SEP] small [SEP] large [SEP] Acme Red Lipstick [SEP] Price: $12.5 [SEP] Rating: 4.5 [SEP] Description [SEP] Features [SEP] Reviews [SEP] Buy Now"
 	steps := []struct{ action, obs string }{
 		{"search[Red Lipstick]", head + "Page 1 (Total results: 13) [SEP] Next > [SEP] B000000001 [SEP] Acme Red Lipstick [SEP] $12.5 [SEP] " + fillers(0, 9)},
-		{"click[next >]", head + "Page 2 (Total results: 13) [SEP] < Prev [SEP] " + fillers(9, 12)},
+		{"click[next >]", head + "Page 2 (Total results: 13) [SEP] < Prev [SEP] Next > [SEP] " + fillers(9, 12)},
 		{"click[< prev]", head + "Page 1 (Total results: 13) [SEP] Next > [SEP] B000000001 [SEP] Acme Red Lipstick [SEP] $12.5 [SEP] " + fillers(0, 9)},
 		{"click[B000000001]", item},
 		{"click[nude]", item},
@@ -50,7 +50,7 @@ func TestObservationSnapshots(t *testing.T) {
 		{"click[< prev]", item},
 		{"click[features]", head + "< Prev [SEP] Long lasting color [SEP] Cruelty free formula"},
 		{"click[< prev]", item},
-		{"click[reviews]", head + "< Prev [SEP] Nice [SEP] 5 [SEP] Great color"},
+		{"click[reviews]", head + `< Prev [SEP] "Nice" [SEP] 5 [SEP] Great color`},
 		{"click[< prev]", item},
 		{"click[buy now]", `Thank you for shopping with us! [SEP] Your score (min 0.0, max 1.0) [SEP] 1.0 [SEP] Purchased [SEP] asin [SEP] B000000001 [SEP] options [SEP] {"color":"nude","size":"large"}`},
 	}
@@ -107,7 +107,7 @@ func TestValidActionsPerPage(t *testing.T) {
 	}
 	check("search[<query>]")
 	mustStep(t, e, "search[shampoo]")
-	check("click[back to search]", "click[b000000002]")
+	check("click[back to search]", "click[next >]", "click[b000000002]")
 	mustStep(t, e, "click[b000000002]")
 	check("click[back to search]", "click[< prev]", "click[description]", "click[features]", "click[reviews]", "click[buy now]")
 	mustStep(t, e, "click[reviews]")
@@ -138,7 +138,7 @@ func TestInvalidActions(t *testing.T) {
 		}
 	}
 	obs = mustStep(t, e, "search[lipstick]").Observation
-	for _, a := range []string{"search[shampoo]", "click[< prev]", "click[b000000002]", "click[buy now]", "click[search]", "click[nude]"} {
+	for _, a := range []string{"click[< prev]", "click[b000000002]", "click[buy now]", "click[search]", "click[nude]", "click[description]", "click[]", "click[next]"} {
 		r := mustStep(t, e, a)
 		if r.Observation != obs || r.Reward != 0 || r.Done || r.Info["valid"] != false {
 			t.Fatalf("invalid action %q on the results page: %+v", a, r)
@@ -148,8 +148,23 @@ func TestInvalidActions(t *testing.T) {
 	if r := mustStep(t, e, "  click[ NEXT > ] "); r.Info["valid"] != true || !strings.Contains(r.Observation, "Page 2 (Total results: 13)") {
 		t.Fatalf("click[ NEXT > ]: %+v", r)
 	}
-	if e.steps != 16 {
-		t.Fatalf("steps = %d, want 16 (invalid actions count as steps)", e.steps)
+	if e.steps != 18 {
+		t.Fatalf("steps = %d, want 18 (invalid actions count as steps)", e.steps)
+	}
+	// A search runs from any page, as in the original's step(): here from an
+	// item page; the chosen options are forgotten.
+	mustStep(t, e, "click[< prev]")
+	mustStep(t, e, "click[b000000001]")
+	mustStep(t, e, "click[nude]")
+	r := mustStep(t, e, "search[shampoo]")
+	if r.Info["valid"] != true || !strings.Contains(r.Observation, "Page 1 (Total results: 1) [SEP] Next > [SEP] B000000002 [SEP] Acme Blue Shampoo") || len(e.options) != 0 {
+		t.Fatalf("search from an item page: %+v (options %v)", r, e.options)
+	}
+	// A search with action correction on is never turned into a click.
+	e.correct = true
+	mustStep(t, e, "click[b000000002]")
+	if r := mustStep(t, e, "search[lipstick]"); r.Info["valid"] != true || r.Info["corrected_from"] != nil || !strings.Contains(r.Observation, "Total results: 13") {
+		t.Fatalf("search with correction: %+v", r)
 	}
 }
 
@@ -209,8 +224,8 @@ func TestPaging(t *testing.T) {
 		if !strings.Contains(r.Observation, "Page "+itoa(p)+" (Total results: 50) [SEP] < Prev") {
 			t.Fatalf("page %d: %s", p, r.Observation)
 		}
-		if (p < 5) != strings.Contains(r.Observation, "Next >") {
-			t.Fatalf("page %d: Next > shown wrongly: %s", p, r.Observation)
+		if !strings.Contains(r.Observation, "< Prev [SEP] Next > [SEP] ") {
+			t.Fatalf("page %d: no Next > (the original shows it on every results page): %s", p, r.Observation)
 		}
 		acts, _ := e.ValidActions(bg)
 		n := 0
@@ -227,9 +242,12 @@ func TestPaging(t *testing.T) {
 			t.Fatalf("page %d lists %d products", p, n)
 		}
 	}
-	if r := mustStep(t, e, "click[next >]"); r.Info["valid"] != false {
-		t.Fatal("next > accepted on the last page")
+	// Past the last result: an empty page 6 with < Prev and Next >, as the original.
+	if r := mustStep(t, e, "click[next >]"); r.Info["valid"] != true ||
+		!strings.HasSuffix(r.Observation, "Back to Search [SEP] Page 6 (Total results: 50) [SEP] < Prev [SEP] Next >") {
+		t.Fatalf("page 6: %+v", r)
 	}
+	mustStep(t, e, "click[< prev]")
 	// An item opened from page 5 goes back to page 5.
 	acts, _ := e.ValidActions(bg)
 	mustStep(t, e, acts[len(acts)-1])
@@ -367,5 +385,33 @@ func TestPartialPurchase(t *testing.T) {
 	}
 	if !r.Done || r.Reward != 25 || r.Info["r_type"] != 1.0 || !near(r.Info["title_score"].(float64), 1.0/3) || r.Info["won"] != false {
 		t.Fatalf("shampoo for a lipstick goal: %+v", r.Info)
+	}
+}
+
+// TestParseAction: the split of re.match(r'(.+)\[(.+)\]', action), worked
+// out by hand, plus this package's lower-casing and trimming.
+func TestParseAction(t *testing.T) {
+	for _, c := range []struct {
+		in, name, arg string
+		ok            bool
+	}{
+		{"click[buy now]", "click", "buy now", true},
+		{"search[Red Shoes]", "search", "red shoes", true},
+		{"click[buy now].", "click", "buy now", true},                // text after the last ']' is ignored
+		{"click[buy now] because it fits", "click", "buy now", true}, // likewise
+		{"search[a [b] c]", "search[a", "b] c", true},                // greedy name: the last '[' before the last ']'
+		{"click[[x]]", "click[", "x]", true},
+		{"click[x]\nclick[y]", "click", "x", true}, // '.' stops at the first line break
+		{"  Click [ Next > ] ", "click", "next >", true},
+		{"click[]", "", "", false}, // the argument needs a character
+		{"[x]", "", "", false},     // so does the name
+		{"click", "", "", false},
+		{"", "", "", false},
+		{"\nclick[x]", "", "", false},
+	} {
+		name, arg, ok := parseAction(c.in)
+		if name != c.name || arg != c.arg || ok != c.ok {
+			t.Errorf("parseAction(%q) = %q, %q, %v; want %q, %q, %v", c.in, name, arg, ok, c.name, c.arg, c.ok)
+		}
 	}
 }

@@ -82,8 +82,8 @@ var (
 )
 
 // nouns lists the lower-cased tokens of s that the part-of-speech tagger
-// marks as nouns or proper nouns (Penn tags NN, NNS, NNP, NNPS), the
-// stand-in for spaCy's NOUN/PROPN of the original.
+// marks as nouns or proper nouns (Penn tags NN, NNS, NNP, NNPS) and that
+// hold a letter, the stand-in for spaCy's NOUN/PROPN of the original.
 func nouns(s string) []string {
 	if v, ok := nounCache.Load(s); ok {
 		return v.([]string)
@@ -94,7 +94,9 @@ func nouns(s string) []string {
 		prose.WithSegmentation(false), prose.WithExtraction(false))
 	if err == nil {
 		for _, t := range doc.Tokens() {
-			if strings.HasPrefix(t.Tag, "NN") {
+			// prose tags numbers in title-case text ("0.5 Ounce") as nouns
+			// where spaCy says NUM: a token needs a letter to count.
+			if strings.HasPrefix(t.Tag, "NN") && strings.IndexFunc(t.Text, unicode.IsLetter) >= 0 {
 				out = append(out, strings.ToLower(t.Text))
 			}
 		}

@@ -208,3 +208,60 @@ func TestFullProcess(t *testing.T) {
 		t.Errorf("tokenSetRatio(gluten free, free sugar) = %d, want 57", got)
 	}
 }
+
+// TestNounsTagger: the stand-in tagger finds the nouns of plain phrases and
+// never counts a token without a letter (spaCy tags those NUM).
+func TestNounsTagger(t *testing.T) {
+	if got := nouns("a red lamp"); len(got) != 1 || got[0] != "lamp" {
+		t.Fatalf("nouns(a red lamp) = %v", got)
+	}
+	got := nouns("COVERGIRL Lipstick Cream, Ruby Red, 0.123 Ounce, Pack of 2")
+	has := map[string]bool{}
+	for _, n := range got {
+		has[n] = true
+		if strings.IndexFunc(n, func(r rune) bool { return r >= 'a' && r <= 'z' }) < 0 {
+			t.Errorf("token %q without a letter counted as a noun (%v)", n, got)
+		}
+	}
+	if !has["lipstick"] || !has["ounce"] {
+		t.Errorf("nouns = %v, want lipstick and ounce among them", got)
+	}
+}
+
+// TestGoalWithoutOptions plays a goal whose product has no options: one goal
+// (itertools.product of nothing is one empty combination), no option clause
+// in the instruction, reward (attributes + price) / (attributes + 1), and no
+// r_option in the purchase info (the original's get_option_reward gives None).
+func TestGoalWithoutOptions(t *testing.T) {
+	dir := t.TempDir()
+	writeJSON(t, dir+"/items_shuffle_x.json", []any{map[string]any{
+		"asin": "B0NOOPT001", "name": "Plain Steel Water Bottle", "full_description": "Keeps drinks cold.",
+		"small_description": []string{"BPA free"}, "pricing": "$15.00", "customization_options": nil,
+		"product_category": "Sports › Water Bottles", "query": "water bottle", "category": "sports",
+	}})
+	writeJSON(t, dir+"/items_ins_v2_x.json", map[string]any{"B0NOOPT001": map[string]any{
+		"attributes": []string{"bpa free"}, "instruction": "Find me bpa free, dishwasher safe water bottle",
+		"instruction_attributes": []string{"bpa free", "dishwasher safe"}}})
+	e, err := New(envOpts(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(e.goals) != 1 || len(e.goals[0].Options) != 0 || !strings.HasPrefix(e.goals[0].Instruction, "Find me bpa free, dishwasher safe water bottle, and price lower than ") {
+		t.Fatalf("goals %+v", e.goals)
+	}
+	if _, err := e.Reset(bg, "webshop", 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	r := mustStep(t, e, "search[water bottle]")
+	for _, a := range []string{"click[b0noopt001]", "click[buy now]"} {
+		r = mustStep(t, e, a)
+	}
+	// "bpa free" matches, "dishwasher safe" does not; the price is under any
+	// bound: (1 + 0 + 1) / (2 + 0 + 1) = 2/3.
+	if !r.Done || !near(r.Info["raw_reward"].(float64), 2.0/3) || r.Info["r_att"] != 0.5 || r.Info["r_price"] != true {
+		t.Fatalf("purchase: %+v", r)
+	}
+	if _, ok := r.Info["r_option"]; ok {
+		t.Fatalf("r_option reported for a goal without options: %v", r.Info)
+	}
+}

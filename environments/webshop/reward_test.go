@@ -118,10 +118,15 @@ func TestTypeReward(t *testing.T) {
 	if tr.RType != want {
 		t.Fatalf("r_type %v, want %v (%+v)", tr.RType, want, tr)
 	}
-	// The same weak title match with the query matching: back to 1.
+	// The same weak title match with the query matching: back to 1 (unless
+	// the title score is below 0.1, which wins over any match).
 	prod.Query = "lamp"
-	if tr := typeReward(prod, goal); tr.RType != 1 && tr.TitleScore >= 0.1 {
-		t.Fatalf("query match: %+v", tr)
+	want = 1
+	if tr.TitleScore < 0.1 {
+		want = 0.1
+	}
+	if tr := typeReward(prod, goal); tr.RType != want || !tr.QueryMatch {
+		t.Fatalf("query match: %+v, want r_type %v", tr, want)
 	}
 	// Category match needs two shared levels.
 	prod.Query = "x"

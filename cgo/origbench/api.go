@@ -1,0 +1,255 @@
+package origbench
+
+import (
+	"errors"
+)
+
+// Sentinel errors. Every error returned by this package wraps one of them
+// (test with errors.Is).
+var (
+	// ErrUnsupportedArch: the GGUF is not a Qwen2-family model
+	// (general.architecture != "qwen2") or has a tensor layout we do not handle.
+	ErrUnsupportedArch = errors.New("cgo: unsupported model architecture")
+	// ErrShape: a slice has the wrong length, a token id is out of range, a
+	// batch is empty or too long, or a parameter buffer has the wrong size.
+	ErrShape = errors.New("cgo: shape mismatch")
+	// ErrNonFinite: an input (old log-prob, advantage, reference log-prob,
+	// parameter value, loss scale) is NaN or ±Inf.
+	ErrNonFinite = errors.New("cgo: non-finite value")
+	// ErrConfig: an invalid LoRAConfig, Options or Objective.
+	ErrConfig = errors.New("cgo: invalid configuration")
+	// ErrIO: the model file cannot be opened or read.
+	ErrIO = errors.New("cgo: model file")
+	// ErrBackend: ggml failed (backend init, allocation, compute).
+	ErrBackend = errors.New("cgo: ggml backend failure")
+	// ErrClosed: the Model was closed.
+	ErrClosed = errors.New("cgo: model is closed")
+)
+
+// LoRA target short names and the GGUF tensor each one adapts
+// (blk.<i>.<tensor>.weight).
+const (
+	TargetQ    = "q"    // attn_q
+	TargetK    = "k"    // attn_k
+	TargetV    = "v"    // attn_v
+	TargetO    = "o"    // attn_output
+	TargetGate = "gate" // ffn_gate
+	TargetUp   = "up"   // ffn_up
+	TargetDown = "down" // ffn_down
+)
+
+// AllTargets is the default LoRA target set, in the order parameters are
+// laid out per layer.
+var AllTargets = []string{TargetQ, TargetK, TargetV, TargetO, TargetGate, TargetUp, TargetDown}
+
+// LoRAConfig selects the trainable low-rank adapters.
+//
+// For a frozen linear y = W·x (W: ggml ne=[n_in, n_out]) the adapted layer is
+// y = W·x + (Alpha/Rank)·B·(A·x), exactly as llama.cpp applies an adapter
+// (llama-graph.cpp build_lora_mm, scale = alpha/rank when alpha != 0).
+type LoRAConfig struct {
+	Rank    int      // r ≥ 1
+	Alpha   float32  // scale = Alpha/Rank; 0 means scale 1 (llama.cpp convention)
+	Targets []string // subset of AllTargets; nil or empty = AllTargets
+	Seed    int64    // seeds A's Kaiming-uniform init (and B's when RandomB)
+	// RandomB initialises B like A (U(-1/sqrt(r), 1/sqrt(r))) instead of zero.
+	// For tests only: a fresh adapter must start as the identity (B = 0).
+	RandomB bool
+}
+
+// DefaultLoRAConfig: rank 8, alpha 16, all targets, seed 0, B = 0.
+func DefaultLoRAConfig() LoRAConfig {
+	return LoRAConfig{Rank: 8, Alpha: 16, Targets: append([]string(nil), AllTargets...), Seed: 0}
+}
+
+// Options control execution.
+type Options struct {
+	// Threads for the CPU backend; ≤ 0 means runtime.NumCPU().
+	Threads int
+	// Device: "cpu" (default), "gpu" (first GPU backend that ggml can load;
+	// error if none), "auto" (GPU if one is available, else CPU).
+	Device string
+	// MaxTokens caps the padded tokens (batch × longest sequence) of one call;
+	// 0 means the model's context length × 8.
+	MaxTokens int
+	// AutogradFrozenBackward disables the transposed-weight backward: dX
+	// through frozen linears then uses ggml autograd's OUT_PROD (≈9× slower on
+	// CPU; F16/BF16/quantized weights are converted to F32 at load because the
+	// CPU OUT_PROD aborts on them). For measurement and cross-checking only.
+	AutogradFrozenBackward bool
+	// TransposeInGraph: do not keep transposed copies of the frozen
+	// matrices (which double weight memory); each training graph makes Wᵀ
+	// with a copy just before its use and frees it after. Saves the copies'
+	// memory at the cost of one memory-bound transpose per matrix and step.
+	// Quantized matrices still get a stored F16 copy (their blocks cannot be
+	// transposed in the graph).
+	TransposeInGraph bool
+}
+
+// DefaultOptions: CPU, all cores, transposed-weight backward on.
+func DefaultOptions() Options { return Options{Device: "cpu"} }
+
+// ModelInfo holds the hyperparameters read from the GGUF.
+type ModelInfo struct {
+	Arch           string // "qwen2"
+	Layers         int
+	Hidden         int // C
+	Heads          int // H
+	KVHeads        int // Hkv
+	HeadDim        int // D = C/H
+	FFN            int
+	Vocab          int // V
+	Ctx            int // training context length (qwen2.context_length)
+	RopeBase       float32
+	NormEps        float32
+	TiedEmbeddings bool   // no output.weight: logits use token_embd.weight
+	WeightType     string // storage type of the frozen matrices ("f32", "f16", "q8_0", ...)
+	Backend        string // ggml backend name
+}
+
+// ParamInfo describes one trainable tensor, in the order used by every
+// [][]float32 exchanged with the Model.
+type ParamInfo struct {
+	// Name follows llama.cpp's adapter format: "<base tensor>.lora_a" or
+	// "<base tensor>.lora_b", e.g. "blk.0.attn_q.weight.lora_a".
+	Name string
+	// Shape is ggml's ne: lora_a [n_in, r], lora_b [r, n_out]. Data is
+	// row-major over ne[0] (element (i0, i1) at i1*Shape[0]+i0), i.e. exactly
+	// the bytes a GGUF F32 tensor of this shape holds.
+	Shape  [2]int
+	Base   string // base tensor name, e.g. "blk.0.attn_q.weight"
+	Target string // one of AllTargets
+	Layer  int
+	IsB    bool // lora_b (else lora_a)
+}
+
+// Sequence is one sample of a micro-batch. All per-token slices are aligned
+// with Tokens: index t describes token Tokens[t], predicted from Tokens[:t].
+type Sequence struct {
+	Tokens  []int32
+	Trained []bool // trained action/response tokens; Trained[0] must be false
+	// OldLogp[t]: log-prob of Tokens[t] under the behaviour policy (read only
+	// where Trained[t]).
+	OldLogp []float32
+	// Advantage[t] (read only where Trained[t]). EMPO² uses GRPO advantages
+	// (Shao et al. 2024, "DeepSeekMath", §4.1.2): the episode reward
+	// normalised within its group of rollouts, (R − mean)/std, given to
+	// every token of every step of the episode; they are computed by the
+	// caller, not here.
+	Advantage []float32
+	// RefLogp[t]: log-prob under the frozen reference (for the k3 KL
+	// penalty); nil when KLCoef == 0.
+	RefLogp []float32
+	// LowProbMask enables sequence-level low-probability masking for this
+	// sample (EMPO²): if any trained token has OldLogp < LowProbThreshold the
+	// whole sequence is dropped from the loss.
+	LowProbMask bool
+}
+
+// Aggregation modes of Objective.Aggregation.
+const (
+	AggTokenMean        = "token-mean"          // Σ_tokens ℓ · scale, scale defaults to 1/#tokens
+	AggSeqMeanTokenMean = "seq-mean-token-mean" // Σ_seq (1/|seq|) Σ_t ℓ · scale, scale defaults to 1/#seqs
+)
+
+// Objective configures the clipped policy-gradient loss (see docs/training.md).
+type Objective struct {
+	ClipLow          float32 // ε_low, ratio lower bound 1−ε_low (PPO, Schulman et al. 2017)
+	ClipHigh         float32 // ε_high, ratio upper bound 1+ε_high (decoupled clip)
+	DualClip         float32 // c > 1: dual-clip bound −c·A for A < 0 (Ye et al. 2020); 0 disables
+	LowProbThreshold float32 // δ for low-probability masking (EMPO²)
+	KLCoef           float32 // β of the k3 KL to the reference (needs RefLogp); 0 = off
+	EntropyCoef      float32 // entropy bonus coefficient; 0 = off
+	Aggregation      string  // AggTokenMean (default when empty) or AggSeqMeanTokenMean
+}
+
+// DefaultObjective: ε 0.2/0.3, dual-clip 10, δ = −5, no KL, no entropy,
+// token-mean.
+func DefaultObjective() Objective {
+	return Objective{ClipLow: 0.2, ClipHigh: 0.3, DualClip: 10, LowProbThreshold: -5, Aggregation: AggTokenMean}
+}
+
+// Stats reports one ForwardBackward call. Means are over the trained tokens
+// that entered the loss (Tokens); all are computed in float64 from the
+// graph's per-token log-probs.
+type Stats struct {
+	// Loss is the value whose gradient was accumulated: the true clipped
+	// objective (+β·KL − coef·H) aggregated and multiplied by the loss scale.
+	Loss            float64
+	PolicyLoss      float64 // token-mean of the clipped surrogate (unscaled)
+	ClipFrac        float64 // fraction of tokens where the ε clip is active
+	DualClipFrac    float64 // fraction of tokens where the dual clip is active
+	ApproxKL        float64 // k3 estimate of KL(π_old‖π): mean((r−1) − log r)
+	ApproxKLK1      float64 // k1 estimate: mean(logp_old − logp)
+	RefKL           float64 // mean k3 KL to the reference (0 when KLCoef == 0)
+	Entropy         float64 // mean per-token entropy of π (nats), always computed
+	LogpMean        float64 // mean current log-prob of trained tokens
+	Tokens          int     // trained tokens in the loss
+	Sequences       int     // sequences in the loss
+	MaskedSequences int     // sequences dropped by low-probability masking
+	MaskedTokens    int     // their trained tokens
+	PaddedTokens    int     // batch × longest sequence (graph size)
+}
+
+// CountTrained returns how many trained tokens and sequences of batch enter
+// the loss under obj (after low-probability masking). A trainer that splits a
+// mini-batch into micro-batches passes lossScale = 1/tokens (token-mean) or
+// 1/seqs (seq-mean-token-mean) of the whole mini-batch to every
+// ForwardBackward call, so the accumulated gradient is that of the
+// mini-batch mean.
+func CountTrained(batch []Sequence, obj Objective) (tokens, seqs int) {
+	for i := range batch {
+		n, keep := seqKept(&batch[i], obj)
+		if keep && n > 0 {
+			tokens += n
+			seqs++
+		}
+	}
+	return tokens, seqs
+}
+
+// Model is a frozen Qwen2 policy with trainable LoRA parameters and their
+// gradient accumulators, living in ggml backend buffers. Methods may be
+// called from several goroutines; they are serialised by an internal mutex.
+//
+// Methods (implemented in model.go):
+//
+//	Load(path string, lora LoRAConfig, opts Options) (*Model, error)
+//	(*Model).Info() ModelInfo
+//	(*Model).LoRA() LoRAConfig
+//	(*Model).Params() []ParamInfo
+//	(*Model).ReadParams() [][]float32          // copies; nil after Close
+//	(*Model).WriteParams([][]float32) error    // same layout as ReadParams
+//	(*Model).Grads() [][]float32               // copies of the accumulated gradients
+//	(*Model).ZeroGrads()
+//	(*Model).ForwardBackward(batch []Sequence, obj Objective, lossScale float32) (Stats, error)
+//	(*Model).Evaluate(batch []Sequence, obj Objective, lossScale float32) (Stats, error) // no backward
+//	(*Model).LogProbs(tokens []int32) ([]float32, error)
+//	(*Model).LogProbsBatch(seqs [][]int32) ([][]float32, error)
+//	(*Model).MemoryBytes() MemoryStats
+//	(*Model).LoRAScale() float32
+//	(*Model).Close() error
+//
+// ForwardBackward adds d(lossScale·L)/dθ into the gradient accumulators
+// (they add until ZeroGrads); lossScale 0 means "this call is the whole
+// mini-batch" (1/Tokens or 1/Sequences). LogProbs returns, for every index
+// t ≥ 1, log π(tokens[t] | tokens[:t]); element 0 is 0.
+type Model struct {
+	m *model
+}
+
+// MemoryStats are ggml buffer sizes in bytes.
+type MemoryStats struct {
+	Weights      int64 // frozen weights (incl. transposed copies)
+	Transposed   int64 // part of Weights used by the transposed copies
+	Params       int64 // LoRA params + gradient accumulators
+	Compute      int64 // compute buffer of the largest graph so far
+	ComputeLast  int64 // compute buffer needed by the last graph
+	PaddedTokens int   // tokens of the last graph (batch × T)
+	// Rewritten: OUT_PROD(W, dYᵀ) nodes of the last training graph computed
+	// as MUL_MAT(Wᵀ, dY) instead (0 with AutogradFrozenBackward).
+	Rewritten int
+	// Pinned: RMS_NORM_BACK / SOFT_MAX_BACK operands protected from ggml-alloc's
+	// in-place reuse in the last training graph (see docs/training.md).
+	Pinned int
+}

@@ -1,0 +1,908 @@
+// empo_train.cpp — the ggml training graph of empo2: a frozen Qwen2 policy
+// with trainable LoRA pairs, the per-token log-probs of the trained tokens,
+// and the exact backward of a policy-gradient objective.
+//
+// Shape legend (ggml ne order, ne0 contiguous):
+//   B    sequences in the micro-batch       T    padded length (longest sequence)
+//   N    = T*B token slots (slot t + T*b)   M    trained positions (rows that get logits)
+//   C    hidden size (n_embd)               F    FFN size
+//   H    query heads                        Hkv  key/value heads (GQA), G = H/Hkv
+//   D    head dim = C/H                     V    vocabulary
+//   r    LoRA rank                          s    LoRA scale = alpha/r
+//
+// Forward (per layer, as llama.cpp models/qwen2.cpp):
+//   h   = RMSNorm(x)·w_attn_norm                         [C, N]
+//   q,k,v = Wq·h+bq, Wk·h+bk, Wv·h+bv (+ s·B·A·h each)    [C|D*Hkv, N]
+//   q,k = RoPE_NeoX(q,k; pos, base)                       [D, H|Hkv, N]
+//   att = softmax(Kᵀ·Q/√D + causal) ; o = V·att            [T, T, H*B], [D, T, H*B]
+//   x  += Wo·o ; x += Wdown·(silu(Wgate·h2) ⊙ Wup·h2)     (h2 = RMSNorm(x)·w_ffn_norm)
+// Head: gather the M predicting rows BEFORE the output projection
+//   hs = RMSNorm(get_rows(x, rows))·w_out_norm  [C, M];  z = Wout·hs  [V, M]
+// Log-probs without underflow (no log of a softmax probability):
+//   p = softmax(z); m = Σ_v p·z (= E_p[z]);  S = Σ_v exp(z − m);  lse = m + log S
+//   logp = z[target] − lse ;  entropy H = lse − E_p[z] = log S.
+//   Because m ≤ max z and max z − m ≤ H ≤ log V, S ∈ [1, V·e^{log V}]: exp never
+//   overflows and S never underflows. The gradient through m cancels exactly
+//   (∂lse/∂m = 1 − Σ exp(z−m)/S = 0), so any m is exact; E_p[z] is the cheap safe one.
+// Objective: computed in float64 by the Go caller from logp/H (PPO, Schulman et
+//   al. 2017; dual-clip, Ye et al. 2020; EMPO² low-prob masking; k3 KL), which
+//   passes back c_logp[j] = ∂L/∂logp_j and c_ent[j] = ∂L/∂H_j. Backward then
+//   differentiates the surrogate  L' = Σ_j c_logp[j]·logp_j + c_ent[j]·H_j,
+//   whose gradient equals ∂L/∂θ exactly (chain rule; the coefficients are
+//   constants evaluated at the current θ). Clipped tokens have c = 0.
+// Backward of frozen linears: y = W·x has ∂L/∂x = Wᵀ·∂L/∂y. ggml autograd emits
+//   OUT_PROD(W, (∂L/∂y)ᵀ) (slow on CPU, aborts for F16 W); we rewrite each of
+//   those nodes into MUL_MAT(Wᵀ, ∂L/∂y) with Wᵀ a contiguous transposed copy
+//   made at load (same type as W) — or, with transpose_in_graph, by a CONT of
+//   transpose(W) inside the graph just before its use — then rebuild the graph
+//   so leafs and use counts are right.
+// ggml-alloc aliasing: RMS_NORM_BACK / SOFT_MAX_BACK must not be computed in
+//   place over their operands (see pin_backward_operands).
+// Execution: one graph per call holding forward and backward; nodes
+//   [0, n_fwd) are computed first (forward), Go computes the objective and
+//   the coefficients, then nodes [n_fwd, n) (backward) on the same allocation.
+
+#include "empo_train.h"
+
+#include "ggml.h"
+#include "ggml-alloc.h"
+#include "ggml-backend.h"
+#include "ggml-cpu.h"
+#include "gguf.h"
+#include "ggml-impl.h" // ggml_graph_view: compute the forward and backward parts separately
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace {
+
+struct empo_error : std::runtime_error {
+    int code;
+    empo_error(int code, const std::string & msg) : std::runtime_error(msg), code(code) {}
+};
+
+static const char * k_target_tensor[EMPO_TARGET_COUNT] = {
+    "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down",
+};
+
+// a frozen linear y = W·x (+ s·B·(A·x))
+struct empo_linear {
+    ggml_tensor * w  = nullptr; // [n_in, n_out] frozen
+    ggml_tensor * wt = nullptr; // [n_out, n_in] frozen transposed copy (null in autograd mode)
+    ggml_tensor * a  = nullptr; // [n_in, r]  trainable (lora_a), null if not targeted
+    ggml_tensor * b  = nullptr; // [r, n_out] trainable (lora_b)
+};
+
+struct graph_inputs {
+    ggml_tensor * tokens;  // [N] I32
+    ggml_tensor * pos;     // [N] I32
+    ggml_tensor * mask;    // [T, T] F32 causal (0 / -inf)
+    ggml_tensor * rows;    // [M] I32
+    ggml_tensor * tidx;    // [M] I32, j*V + target_j into z viewed as [1, V*M]
+};
+
+struct empo_layer {
+    ggml_tensor * attn_norm = nullptr; // [C]
+    ggml_tensor * bq = nullptr;        // [C]
+    ggml_tensor * bk = nullptr;        // [D*Hkv]
+    ggml_tensor * bv = nullptr;        // [D*Hkv]
+    ggml_tensor * ffn_norm  = nullptr; // [C]
+    empo_linear   lin[EMPO_TARGET_COUNT]; // q, k, v, o, gate, up, down
+};
+
+} // namespace
+
+struct empo_model {
+    empo_model_params  cfg{};
+    empo_model_info    info{};
+    float              lora_scale = 1.0f;
+
+    ggml_backend_t        backend = nullptr;
+    ggml_context *        ctx_w   = nullptr; // frozen weights (no_alloc, in buf_w)
+    ggml_backend_buffer_t buf_w   = nullptr;
+    ggml_context *        ctx_p   = nullptr; // LoRA params + grad accumulators (in buf_p)
+    ggml_backend_buffer_t buf_p   = nullptr;
+    int64_t               bytes_transposed = 0;
+
+    ggml_tensor *           tok_embd = nullptr; // [C, V]
+    ggml_tensor *           out_norm = nullptr; // [C]
+    empo_linear             output;             // w: [C, V] (token_embd when tied)
+    std::vector<empo_layer> layers;
+
+    std::vector<ggml_tensor *> params;  // trainable, fixed order
+    std::vector<ggml_tensor *> grads;   // [same shapes] accumulators
+    std::unordered_map<const ggml_tensor *, ggml_tensor *> transposed; // W -> Wᵀ
+
+    ggml_gallocr_t galloc = nullptr;
+    int64_t        compute_peak = 0;
+    int64_t        compute_last = 0;
+
+    // per-call graph state
+    ggml_context * ctx_c   = nullptr;
+    ggml_cgraph *  graph   = nullptr;
+    int            n_fwd   = 0;       // nodes [0, n_fwd) compute logp and ent
+    int            M       = 0;
+    int            n_rewritten = 0;   // OUT_PROD nodes replaced in the last graph
+    int            n_pinned    = 0;   // *_BACK operands pinned against in-place reuse
+    bool           pending = false;   // forward(with_backward) done, backward not yet
+    ggml_tensor *  t_logp  = nullptr; // [1, M]
+    ggml_tensor *  t_ent   = nullptr; // [1, M]
+    ggml_tensor *  t_clogp = nullptr; // [1, M] input
+    ggml_tensor *  t_cent  = nullptr; // [1, M] input
+    ggml_tensor *  t_lgrad = nullptr; // [1]  d(loss)/d(loss) = 1, input
+    graph_inputs   in{};              // token ids, positions, mask, rows, target indices
+
+    std::string err;
+};
+
+namespace {
+
+// ---------------------------------------------------------------- GGUF loading
+
+static int64_t gguf_int(const gguf_context * g, const std::string & key, int64_t def, bool required) {
+    const int64_t id = gguf_find_key(g, key.c_str());
+    if (id < 0) {
+        if (required) throw empo_error(EMPO_ERR_ARCH, "missing GGUF key " + key);
+        return def;
+    }
+    switch (gguf_get_kv_type(g, id)) {
+        case GGUF_TYPE_UINT8:  return gguf_get_val_u8 (g, id);
+        case GGUF_TYPE_INT8:   return gguf_get_val_i8 (g, id);
+        case GGUF_TYPE_UINT16: return gguf_get_val_u16(g, id);
+        case GGUF_TYPE_INT16:  return gguf_get_val_i16(g, id);
+        case GGUF_TYPE_UINT32: return gguf_get_val_u32(g, id);
+        case GGUF_TYPE_INT32:  return gguf_get_val_i32(g, id);
+        case GGUF_TYPE_UINT64: return (int64_t) gguf_get_val_u64(g, id);
+        case GGUF_TYPE_INT64:  return gguf_get_val_i64(g, id);
+        default: throw empo_error(EMPO_ERR_ARCH, "GGUF key " + key + " is not an integer");
+    }
+}
+
+static float gguf_float(const gguf_context * g, const std::string & key, float def) {
+    const int64_t id = gguf_find_key(g, key.c_str());
+    if (id < 0) return def;
+    switch (gguf_get_kv_type(g, id)) {
+        case GGUF_TYPE_FLOAT32: return gguf_get_val_f32(g, id);
+        case GGUF_TYPE_FLOAT64: return (float) gguf_get_val_f64(g, id);
+        default: return (float) gguf_int(g, key, 0, true);
+    }
+}
+
+struct gguf_source {
+    gguf_context * g = nullptr;
+    FILE *         f = nullptr;
+    ~gguf_source() { if (g) gguf_free(g); if (f) fclose(f); }
+
+    int64_t find(const std::string & name) const { return gguf_find_tensor(g, name.c_str()); }
+
+    // raw bytes of tensor `id` (its GGUF type and layout)
+    std::vector<uint8_t> read(int64_t id) const {
+        const size_t off  = gguf_get_data_offset(g) + gguf_get_tensor_offset(g, id);
+        const size_t size = gguf_get_tensor_size(g, id);
+        std::vector<uint8_t> buf(size);
+        if (fseeko(f, (off_t) off, SEEK_SET) != 0 || fread(buf.data(), 1, size, f) != size) {
+            throw empo_error(EMPO_ERR_IO, std::string("short read of tensor ") + gguf_get_tensor_name(g, id));
+        }
+        return buf;
+    }
+};
+
+// convert n elements of type `type` to F32
+static std::vector<float> to_f32(const std::vector<uint8_t> & src, ggml_type type, int64_t n) {
+    std::vector<float> out(n);
+    if (type == GGML_TYPE_F32) {
+        memcpy(out.data(), src.data(), n * sizeof(float));
+        return out;
+    }
+    const auto * tr = ggml_get_type_traits(type);
+    if (!tr || !tr->to_float) throw empo_error(EMPO_ERR_ARCH, std::string("cannot convert tensor type ") + ggml_type_name(type));
+    tr->to_float(src.data(), out.data(), n);
+    return out;
+}
+
+// transpose a [n0, n1] matrix of `esize`-byte elements into [n1, n0]
+static std::vector<uint8_t> transpose_bytes(const std::vector<uint8_t> & src, int64_t n0, int64_t n1, size_t esize) {
+    std::vector<uint8_t> dst(src.size());
+    for (int64_t i1 = 0; i1 < n1; ++i1) {
+        for (int64_t i0 = 0; i0 < n0; ++i0) {
+            memcpy(&dst[(i0 * n1 + i1) * esize], &src[(i1 * n0 + i0) * esize], esize);
+        }
+    }
+    return dst;
+}
+
+struct pending_upload {
+    ggml_tensor *        t;
+    std::vector<uint8_t> data;
+};
+
+struct weight_loader {
+    empo_model &  m;
+    gguf_source & src;
+    std::vector<pending_upload> uploads;
+
+    // 1-D tensor (norm weight or bias) stored as F32 [n]
+    ggml_tensor * vec(const std::string & name, int64_t n, bool required = true) {
+        const int64_t id = src.find(name);
+        if (id < 0) {
+            if (required) throw empo_error(EMPO_ERR_ARCH, "missing tensor " + name);
+            return nullptr;
+        }
+        const ggml_type type = gguf_get_tensor_type(src.g, id);
+        if ((int64_t) (gguf_get_tensor_size(src.g, id) / ggml_type_size(type) * ggml_blck_size(type)) != n) {
+            throw empo_error(EMPO_ERR_ARCH, "tensor " + name + " has an unexpected size");
+        }
+        ggml_tensor * t = ggml_new_tensor_1d(m.ctx_w, GGML_TYPE_F32, n);
+        ggml_set_name(t, name.c_str());
+        std::vector<float> f = to_f32(src.read(id), type, n);
+        std::vector<uint8_t> bytes(n * sizeof(float));
+        memcpy(bytes.data(), f.data(), bytes.size());
+        uploads.push_back({t, std::move(bytes)});
+        return t;
+    }
+
+    // 2-D matrix [n0, n1]. Storage: F32/F16/BF16 and quantized types with a
+    // CPU dot product are kept as they are (mul_mat reads them); force_f32
+    // (autograd mode, whose OUT_PROD handles F32 only) converts to F32.
+    // want_t adds Wᵀ [n1, n0]: same type for F32/F16/BF16, F16 for quantized
+    // types (their blocks run along rows, so they cannot be transposed as is).
+    ggml_tensor * mat(const std::string & name, int64_t n0, int64_t n1, bool force_f32, bool want_t) {
+        const int64_t id = src.find(name);
+        if (id < 0) throw empo_error(EMPO_ERR_ARCH, "missing tensor " + name);
+        const ggml_type type = gguf_get_tensor_type(src.g, id);
+        const size_t want = ggml_row_size(type, n0) * n1;
+        if (n0 % ggml_blck_size(type) != 0 || gguf_get_tensor_size(src.g, id) != want) {
+            throw empo_error(EMPO_ERR_ARCH, "tensor " + name + " has an unexpected shape (want ne=[" +
+                             std::to_string(n0) + "," + std::to_string(n1) + "])");
+        }
+        const bool plain = type == GGML_TYPE_F32 || type == GGML_TYPE_F16 || type == GGML_TYPE_BF16;
+        const auto * tr  = ggml_get_type_traits(type);
+        const bool quant = !plain && ggml_is_quantized(type) && tr && tr->to_float && ggml_get_type_traits_cpu(type)->vec_dot;
+        ggml_type st = type;
+        if (force_f32 || (!plain && !quant)) st = GGML_TYPE_F32;
+        ggml_tensor * t = ggml_new_tensor_2d(m.ctx_w, st, n0, n1);
+        ggml_set_name(t, name.c_str());
+        std::vector<uint8_t> raw = src.read(id);
+        if (st != type) {
+            std::vector<float> f = to_f32(raw, type, n0 * n1);
+            raw.assign((const uint8_t *) f.data(), (const uint8_t *) (f.data() + f.size()));
+        }
+        const bool quantized = ggml_is_quantized(st);
+        if (want_t && m.cfg.transpose_in_graph && !quantized) {
+            m.transposed[t] = nullptr; // frozen; Wᵀ is made inside each training graph
+        } else if (want_t) {
+            const ggml_type tt_type = quantized ? GGML_TYPE_F16 : st;
+            ggml_tensor * tt = ggml_new_tensor_2d(m.ctx_w, tt_type, n1, n0);
+            ggml_set_name(tt, (name + ".T").c_str());
+            if (quantized) {
+                std::vector<float> f  = to_f32(raw, st, n0 * n1);
+                std::vector<uint8_t> ft = transpose_bytes(
+                    std::vector<uint8_t>((const uint8_t *) f.data(), (const uint8_t *) (f.data() + f.size())), n0, n1, sizeof(float));
+                std::vector<uint8_t> h(ggml_nbytes(tt));
+                ggml_fp32_to_fp16_row((const float *) ft.data(), (ggml_fp16_t *) h.data(), n0 * n1);
+                uploads.push_back({tt, std::move(h)});
+            } else {
+                uploads.push_back({tt, transpose_bytes(raw, n0, n1, ggml_type_size(st))});
+            }
+            m.transposed[t] = tt;
+            m.bytes_transposed += (int64_t) ggml_nbytes(tt);
+        }
+        uploads.push_back({t, std::move(raw)});
+        if (m.info.wtype < 0 || st != GGML_TYPE_F32) m.info.wtype = st;
+        return t;
+    }
+};
+
+static void load_model(empo_model & m, const char * path) {
+    gguf_source src;
+    {
+        gguf_init_params gp = { /*no_alloc =*/ true, /*ctx =*/ nullptr };
+        src.f = fopen(path, "rb");
+        if (!src.f) throw empo_error(EMPO_ERR_IO, std::string("cannot open ") + path);
+        src.g = gguf_init_from_file(path, gp);
+        if (!src.g) throw empo_error(EMPO_ERR_IO, std::string("not a readable GGUF file: ") + path);
+    }
+    const gguf_context * g = src.g;
+
+    // ---- hyperparameters
+    const int64_t kid = gguf_find_key(g, "general.architecture");
+    if (kid < 0 || gguf_get_kv_type(g, kid) != GGUF_TYPE_STRING) throw empo_error(EMPO_ERR_ARCH, "GGUF has no general.architecture");
+    const std::string arch = gguf_get_val_str(g, kid);
+    if (arch != "qwen2") throw empo_error(EMPO_ERR_ARCH, "architecture \"" + arch + "\" is not supported (only qwen2)");
+
+    empo_model_info & hp = m.info;
+    hp.n_layer   = (int) gguf_int(g, arch + ".block_count", 0, true);
+    hp.n_embd    = (int) gguf_int(g, arch + ".embedding_length", 0, true);
+    hp.n_ff      = (int) gguf_int(g, arch + ".feed_forward_length", 0, true);
+    hp.n_head    = (int) gguf_int(g, arch + ".attention.head_count", 0, true);
+    hp.n_head_kv = (int) gguf_int(g, arch + ".attention.head_count_kv", hp.n_head, false);
+    hp.n_ctx     = (int) gguf_int(g, arch + ".context_length", 0, true);
+    hp.rope_base = gguf_float(g, arch + ".rope.freq_base", 10000.0f);
+    hp.norm_eps  = gguf_float(g, arch + ".attention.layer_norm_rms_epsilon", 1e-6f);
+    if (hp.n_layer <= 0 || hp.n_embd <= 0 || hp.n_ff <= 0 || hp.n_head <= 0 || hp.n_head_kv <= 0 ||
+        hp.n_ctx <= 0 || hp.n_embd % hp.n_head != 0 || hp.n_head % hp.n_head_kv != 0) {
+        throw empo_error(EMPO_ERR_ARCH, "inconsistent qwen2 hyperparameters");
+    }
+    if ((int64_t) hp.n_layer * 9 > gguf_get_n_tensors(g)) { // each block has ≥ 9 tensors; also bounds every size below
+        throw empo_error(EMPO_ERR_ARCH, "block_count " + std::to_string(hp.n_layer) + " does not match the tensors in the file");
+    }
+    hp.n_embd_head = hp.n_embd / hp.n_head;
+    if (hp.n_embd_head % 2 != 0) throw empo_error(EMPO_ERR_ARCH, "odd head dim: NeoX RoPE needs an even one");
+    {
+        // RoPE scaling (YaRN, linear, ...) is not built into this graph: refuse
+        // it rather than train a model whose positions differ from llama.cpp's
+        const int64_t sid = gguf_find_key(g, (arch + ".rope.scaling.type").c_str());
+        std::string scaling = "none";
+        if (sid >= 0) {
+            if (gguf_get_kv_type(g, sid) != GGUF_TYPE_STRING) throw empo_error(EMPO_ERR_ARCH, "rope.scaling.type is not a string");
+            scaling = gguf_get_val_str(g, sid);
+        }
+        if (scaling != "none") throw empo_error(EMPO_ERR_ARCH, "RoPE scaling \"" + scaling + "\" is not supported");
+        const float fs = gguf_float(g, arch + ".rope.scale_linear", 1.0f);
+        if (fs != 1.0f && fs != 0.0f) throw empo_error(EMPO_ERR_ARCH, "linear RoPE scaling is not supported");
+    }
+    const int64_t key_len = gguf_int(g, arch + ".attention.key_length", hp.n_embd_head, false);
+    const int64_t val_len = gguf_int(g, arch + ".attention.value_length", hp.n_embd_head, false);
+    if (key_len != hp.n_embd_head || val_len != hp.n_embd_head) {
+        throw empo_error(EMPO_ERR_ARCH, "head dim != n_embd/n_head is not supported");
+    }
+    if (!(std::isfinite(hp.rope_base) && hp.rope_base > 0 && std::isfinite(hp.norm_eps) && hp.norm_eps > 0)) {
+        throw empo_error(EMPO_ERR_ARCH, "bad rope base or norm eps");
+    }
+    {
+        const int64_t id = src.find("token_embd.weight");
+        if (id < 0) throw empo_error(EMPO_ERR_ARCH, "missing tensor token_embd.weight");
+        const ggml_type t = gguf_get_tensor_type(g, id);
+        const size_t row = ggml_row_size(t, hp.n_embd);
+        if (row == 0 || gguf_get_tensor_size(g, id) % row != 0) throw empo_error(EMPO_ERR_ARCH, "bad token_embd.weight");
+        hp.n_vocab = (int) (gguf_get_tensor_size(g, id) / row);
+    }
+    hp.tied  = src.find("output.weight") < 0 ? 1 : 0;
+    hp.wtype = -1;
+
+    const int64_t C = hp.n_embd, F = hp.n_ff, V = hp.n_vocab;
+    const int64_t Dkv = (int64_t) hp.n_embd_head * hp.n_head_kv;
+    const bool    ag  = m.cfg.autograd_frozen;
+    const int     r   = m.cfg.lora_rank;
+    m.lora_scale = m.cfg.lora_alpha != 0.0f ? m.cfg.lora_alpha / (float) r : 1.0f;
+
+    // ---- tensors (metadata only; data uploaded after allocation)
+    const int n_tensors = 8 + hp.n_layer * (12 + EMPO_TARGET_COUNT);
+    {
+        ggml_init_params ip = { ggml_tensor_overhead() * (size_t) n_tensors, nullptr, true };
+        m.ctx_w = ggml_init(ip);
+        const int n_p = 2 * 2 * EMPO_TARGET_COUNT * hp.n_layer + 4;
+        ggml_init_params pp = { ggml_tensor_overhead() * (size_t) n_p, nullptr, true };
+        m.ctx_p = ggml_init(pp);
+        if (!m.ctx_w || !m.ctx_p) throw empo_error(EMPO_ERR_BACKEND, "ggml_init failed");
+    }
+    weight_loader wl{m, src, {}};
+    {
+        // the token embedding: get_rows reads any type
+        const bool tied_t = hp.tied && !ag;
+        m.tok_embd = wl.mat("token_embd.weight", C, V, ag && hp.tied, tied_t);
+        m.out_norm = wl.vec("output_norm.weight", C);
+        if (hp.tied) {
+            m.output.w  = m.tok_embd;
+            m.output.wt = tied_t ? m.transposed[m.tok_embd] : nullptr;
+        } else {
+            m.output.w  = wl.mat("output.weight", C, V, ag, !ag);
+            m.output.wt = ag ? nullptr : m.transposed[m.output.w];
+        }
+    }
+    const int64_t n_in [EMPO_TARGET_COUNT] = { C, C,   C,   C, C, C, F };
+    const int64_t n_out[EMPO_TARGET_COUNT] = { C, Dkv, Dkv, C, F, F, C };
+    m.layers.resize(hp.n_layer);
+    for (int il = 0; il < hp.n_layer; ++il) {
+        empo_layer & L = m.layers[il];
+        const std::string p = "blk." + std::to_string(il) + ".";
+        L.attn_norm = wl.vec(p + "attn_norm.weight", C);
+        L.ffn_norm  = wl.vec(p + "ffn_norm.weight", C);
+        L.bq = wl.vec(p + "attn_q.bias", C,   false);
+        L.bk = wl.vec(p + "attn_k.bias", Dkv, false);
+        L.bv = wl.vec(p + "attn_v.bias", Dkv, false);
+        if (src.find(p + "attn_output.bias") >= 0) throw empo_error(EMPO_ERR_ARCH, "attn_output.bias is not a qwen2 tensor");
+        for (int k = 0; k < EMPO_TARGET_COUNT; ++k) {
+            const std::string base = p + k_target_tensor[k] + ".weight";
+            empo_linear & lin = L.lin[k];
+            lin.w  = wl.mat(base, n_in[k], n_out[k], ag, !ag);
+            lin.wt = ag ? nullptr : m.transposed[lin.w];
+            if (m.cfg.lora_targets & (1u << k)) {
+                lin.a = ggml_new_tensor_2d(m.ctx_p, GGML_TYPE_F32, n_in[k], r);
+                lin.b = ggml_new_tensor_2d(m.ctx_p, GGML_TYPE_F32, r, n_out[k]);
+                ggml_set_name(lin.a, (base + ".lora_a").c_str());
+                ggml_set_name(lin.b, (base + ".lora_b").c_str());
+                ggml_set_param(lin.a);
+                ggml_set_param(lin.b);
+                m.params.push_back(lin.a);
+                m.params.push_back(lin.b);
+            }
+        }
+    }
+    for (ggml_tensor * t : m.params) {
+        ggml_tensor * gacc = ggml_dup_tensor(m.ctx_p, t);
+        ggml_format_name(gacc, "grad_acc.%s", t->name);
+        m.grads.push_back(gacc);
+    }
+    if (m.params.empty()) throw empo_error(EMPO_ERR_CONFIG, "no LoRA targets selected");
+
+    // ---- allocate on the backend and upload
+    m.buf_w = ggml_backend_alloc_ctx_tensors(m.ctx_w, m.backend);
+    m.buf_p = ggml_backend_alloc_ctx_tensors(m.ctx_p, m.backend);
+    if (!m.buf_w || !m.buf_p) throw empo_error(EMPO_ERR_BACKEND, "cannot allocate weight buffers");
+    ggml_backend_buffer_clear(m.buf_p, 0);
+    for (auto & u : wl.uploads) {
+        ggml_backend_tensor_set(u.t, u.data.data(), 0, u.data.size());
+        std::vector<uint8_t>().swap(u.data);
+    }
+}
+
+// ---------------------------------------------------------------- graph
+
+
+// y = W·x + s·B·(A·x)   x: [n_in, N] -> [n_out, N]
+static ggml_tensor * linear_forward(ggml_context * ctx, const empo_linear & lin, float s, ggml_tensor * x) {
+    ggml_tensor * y = ggml_mul_mat(ctx, lin.w, x);           // [n_out, N]
+    if (lin.a) {
+        ggml_tensor * ax  = ggml_mul_mat(ctx, lin.a, x);     // [r, N]
+        ggml_tensor * bax = ggml_mul_mat(ctx, lin.b, ax);    // [n_out, N]
+        y = ggml_add(ctx, y, ggml_scale(ctx, bax, s));       // llama.cpp build_lora_mm
+    }
+    return y;
+}
+
+// RMSNorm(x)·w   x: [C, n] -> [C, n]
+static ggml_tensor * rms_norm_forward(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, float eps) {
+    return ggml_mul(ctx, ggml_rms_norm(ctx, x, eps), w);
+}
+
+// Forward to logp [1, M] and entropy [1, M].
+static void build_forward(empo_model & m, ggml_context * ctx, int B, int T, int M, graph_inputs & in,
+                          ggml_tensor ** out_logp, ggml_tensor ** out_ent) {
+    const empo_model_info & hp = m.info;
+    const int64_t C = hp.n_embd, D = hp.n_embd_head, H = hp.n_head, Hkv = hp.n_head_kv, V = hp.n_vocab;
+    const int64_t N = (int64_t) B * T;
+    const float   eps = hp.norm_eps, s = m.lora_scale;
+
+    in.tokens = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, N);  ggml_set_input(in.tokens);
+    in.pos    = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, N);  ggml_set_input(in.pos);
+    in.mask   = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, T, T); ggml_set_input(in.mask);
+    in.rows   = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, M);  ggml_set_input(in.rows);
+    in.tidx   = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, M);  ggml_set_input(in.tidx);
+
+    ggml_tensor * x = ggml_get_rows(ctx, m.tok_embd, in.tokens);                 // [C, N]
+    for (int il = 0; il < hp.n_layer; ++il) {
+        const empo_layer & L = m.layers[il];
+        // ---- attention
+        ggml_tensor * h = rms_norm_forward(ctx, x, L.attn_norm, eps);           // [C, N]
+        ggml_tensor * q = linear_forward(ctx, L.lin[EMPO_TARGET_Q], s, h);      // [C, N]
+        ggml_tensor * k = linear_forward(ctx, L.lin[EMPO_TARGET_K], s, h);      // [D*Hkv, N]
+        ggml_tensor * v = linear_forward(ctx, L.lin[EMPO_TARGET_V], s, h);      // [D*Hkv, N]
+        if (L.bq) q = ggml_add(ctx, q, L.bq);
+        if (L.bk) k = ggml_add(ctx, k, L.bk);
+        if (L.bv) v = ggml_add(ctx, v, L.bv);
+        q = ggml_reshape_3d(ctx, q, D, H,   N);                                  // [D, H, N]
+        k = ggml_reshape_3d(ctx, k, D, Hkv, N);                                  // [D, Hkv, N]
+        q = ggml_rope_ext(ctx, q, in.pos, nullptr, (int) D, GGML_ROPE_TYPE_NEOX, hp.n_ctx,
+                          hp.rope_base, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f);
+        k = ggml_rope_ext(ctx, k, in.pos, nullptr, (int) D, GGML_ROPE_TYPE_NEOX, hp.n_ctx,
+                          hp.rope_base, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f);
+        // heads × sequences folded into dim 2 so GQA broadcasting (head h uses kv head h/G)
+        // works in mul_mat and in its backward (which needs ne3 == 1)
+        q = ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_4d(ctx, q, D, H, T, B), 0, 2, 1, 3));     // [D, T, H, B]
+        q = ggml_reshape_3d(ctx, q, D, T, H * B);                                                    // [D, T, H*B]
+        k = ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_4d(ctx, k, D, Hkv, T, B), 0, 2, 1, 3));   // [D, T, Hkv, B]
+        k = ggml_reshape_3d(ctx, k, D, T, Hkv * B);                                                  // [D, T, Hkv*B]
+        v = ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_4d(ctx, v, D, Hkv, T, B), 1, 2, 0, 3));   // [T, D, Hkv, B]
+        v = ggml_reshape_3d(ctx, v, T, D, Hkv * B);                                                  // [T, D, Hkv*B]
+        ggml_tensor * kq = ggml_mul_mat(ctx, k, q);                              // [T(kv), T(q), H*B]
+        kq = ggml_soft_max_ext(ctx, kq, in.mask, 1.0f / sqrtf((float) D), 0.0f); // [T, T, H*B]
+        ggml_tensor * o = ggml_mul_mat(ctx, v, kq);                              // [D, T, H*B]
+        o = ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_4d(ctx, o, D, T, H, B), 0, 2, 1, 3));     // [D, H, T, B]
+        o = ggml_reshape_2d(ctx, o, C, N);                                       // [C, N]
+        o = linear_forward(ctx, L.lin[EMPO_TARGET_O], s, o);                     // [C, N]
+        x = ggml_add(ctx, x, o);                                                 // [C, N]
+        // ---- SwiGLU MLP
+        h = rms_norm_forward(ctx, x, L.ffn_norm, eps);                           // [C, N]
+        ggml_tensor * gt = linear_forward(ctx, L.lin[EMPO_TARGET_GATE], s, h);   // [F, N]
+        ggml_tensor * up = linear_forward(ctx, L.lin[EMPO_TARGET_UP],   s, h);   // [F, N]
+        ggml_tensor * a  = ggml_swiglu_split(ctx, gt, up);                       // [F, N] silu(gate)·up
+        x = ggml_add(ctx, x, linear_forward(ctx, L.lin[EMPO_TARGET_DOWN], s, a)); // [C, N]
+    }
+    // ---- head: logits only for the M trained positions
+    ggml_tensor * hs = ggml_get_rows(ctx, x, in.rows);                           // [C, M]
+    hs = rms_norm_forward(ctx, hs, m.out_norm, eps);                             // [C, M]
+    ggml_tensor * z = ggml_mul_mat(ctx, m.output.w, hs);                         // [V, M]
+    // ---- log-softmax without underflow (see header comment)
+    ggml_tensor * p    = ggml_soft_max(ctx, z);                                  // [V, M]
+    ggml_tensor * mu   = ggml_sum_rows(ctx, ggml_mul(ctx, p, z));                // [1, M] E_p[z]
+    ggml_tensor * e    = ggml_exp(ctx, ggml_add(ctx, z, ggml_scale(ctx, mu, -1.0f))); // [V, M] exp(z − m)
+    ggml_tensor * logS = ggml_log(ctx, ggml_sum_rows(ctx, e));                   // [1, M] = entropy
+    ggml_tensor * lse  = ggml_add(ctx, mu, logS);                                // [1, M]
+    ggml_tensor * zt   = ggml_get_rows(ctx, ggml_reshape_2d(ctx, z, 1, V * M), in.tidx); // [1, M] z[target]
+    ggml_tensor * logp = ggml_sub(ctx, zt, lse);                                 // [1, M]
+    ggml_set_name(logp, "logp");
+    ggml_set_name(logS, "entropy");
+    ggml_set_output(logp);
+    ggml_set_output(logS);
+    *out_logp = logp;
+    *out_ent  = logS;
+}
+
+// Replace autograd's dX = OUT_PROD(W, dYᵀ) through frozen W by MUL_MAT(Wᵀ, dY).
+static int rewrite_frozen_backward(empo_model & m, ggml_context * ctx, ggml_cgraph * gb) {
+    int n = 0;
+    for (int i = 0; i < ggml_graph_n_nodes(gb); ++i) {
+        ggml_tensor * t = ggml_graph_node(gb, i);
+        if (t->op != GGML_OP_OUT_PROD) continue;
+        auto it = m.transposed.find(t->src[0]);
+        if (it == m.transposed.end()) continue;
+        ggml_tensor * dyT = t->src[1];                        // transpose(dY): [N, n_out]
+        if (dyT->op != GGML_OP_TRANSPOSE) continue;
+        ggml_tensor * dy = dyT->src[0];                       // [n_out, N]
+        ggml_tensor * w  = t->src[0];                         // [n_in, n_out]
+        if (!ggml_is_contiguous(dy) || dy->ne[0] != w->ne[1] || t->ne[0] != w->ne[0] || t->ne[1] != dy->ne[1] ||
+            dy->ne[2] != 1 || dy->ne[3] != 1 || t->type != GGML_TYPE_F32) {
+            continue;
+        }
+        ggml_tensor * wt = it->second;                        // [n_out, n_in]
+        if (!wt) wt = ggml_cont(ctx, ggml_transpose(ctx, w)); // transient copy, freed after use
+        t->op     = GGML_OP_MUL_MAT;                          // t: [n_in, N] = Wᵀ·dY
+        t->src[0] = wt;
+        t->src[1] = dy;
+        memset(t->op_params, 0, sizeof(t->op_params));
+        ++n;
+    }
+    return n;
+}
+
+// ggml-alloc may compute an in-place-capable op into the memory of a parent
+// that has no other pending child. RMS_NORM_BACK (CPU: dx := x; dx *= k;
+// dx += dz) is wrong when dx aliases dz, and SOFT_MAX_BACK (dx := dy; ...;
+// dx *= y) is wrong when dx aliases y. We measured the first: gradients
+// through every RMSNorm were garbage. Pin both operands of these nodes with a
+// zero-cost view in an unused src slot: a parent with a live view is never
+// reused in place (ggml_gallocr_allocate_node), and the view dies with the node.
+static int pin_backward_operands(ggml_context * ctx, ggml_cgraph * g) {
+    int n = 0;
+    for (int i = 0; i < ggml_graph_n_nodes(g); ++i) {
+        ggml_tensor * t = ggml_graph_node(g, i);
+        if (t->op != GGML_OP_RMS_NORM_BACK && t->op != GGML_OP_SOFT_MAX_BACK) continue;
+        for (int j = 0; j < 2; ++j) {
+            ggml_tensor * src = t->src[j];
+            const int slot = GGML_MAX_SRC - 1 - j;
+            if (!src || t->src[slot]) continue;
+            t->src[slot] = ggml_view_1d(ctx, src, 1, 0);
+            ++n;
+        }
+    }
+    return n;
+}
+
+static void drop_graph(empo_model & m) {
+    if (m.ctx_c) ggml_free(m.ctx_c);
+    m.ctx_c = nullptr;
+    m.graph = nullptr;
+    m.pending = false;
+    m.t_logp = m.t_ent = m.t_clogp = m.t_cent = m.t_lgrad = nullptr;
+}
+
+static void compute_range(empo_model & m, int i0, int i1) {
+    if (i1 <= i0) return;
+    ggml_cgraph view = ggml_graph_view(m.graph, i0, i1);
+    if (ggml_backend_graph_compute(m.backend, &view) != GGML_STATUS_SUCCESS) {
+        throw empo_error(EMPO_ERR_BACKEND, "graph compute failed");
+    }
+}
+
+static void set_inputs(empo_model & m, const empo_batch & b) {
+    const int T = b.T, M = b.M;
+    const int64_t N = (int64_t) b.B * T, V = m.info.n_vocab;
+    ggml_tensor * tokens = m.in.tokens, * pos = m.in.pos, * mask = m.in.mask, * rows = m.in.rows, * tidx = m.in.tidx;
+    if (!tokens->buffer || !pos->buffer || !mask->buffer || !rows->buffer || !tidx->buffer) {
+        throw empo_error(EMPO_ERR_INTERNAL, "graph inputs not allocated");
+    }
+    ggml_backend_tensor_set(tokens, b.tokens, 0, N * sizeof(int32_t));
+    ggml_backend_tensor_set(pos,    b.pos,    0, N * sizeof(int32_t));
+    std::vector<float> mk((size_t) T * T);
+    for (int t = 0; t < T; ++t) {          // query row t
+        for (int s = 0; s < T; ++s) {      // key column s
+            mk[(size_t) t * T + s] = s <= t ? 0.0f : -INFINITY;
+        }
+    }
+    ggml_backend_tensor_set(mask, mk.data(), 0, mk.size() * sizeof(float));
+    ggml_backend_tensor_set(rows, b.rows, 0, M * sizeof(int32_t));
+    std::vector<int32_t> ti(M);
+    for (int j = 0; j < M; ++j) ti[j] = (int32_t) (j * V + b.targets[j]);
+    ggml_backend_tensor_set(tidx, ti.data(), 0, M * sizeof(int32_t));
+}
+
+static void forward(empo_model & m, const empo_batch & b, bool with_backward, float * logp, float * ent) {
+    drop_graph(m);
+    const int B = b.B, T = b.T, M = b.M;
+    const int64_t N = (int64_t) B * T, V = m.info.n_vocab;
+    // shape validation (the Go side validates too; keep C safe on its own)
+    if (B < 1 || T < 1 || M < 1 || T > m.info.n_ctx || N > (int64_t) INT32_MAX / 4 || (int64_t) M * V >= (int64_t) INT32_MAX) {
+        throw empo_error(EMPO_ERR_SHAPE, "bad batch shape");
+    }
+    for (int64_t i = 0; i < N; ++i) {
+        if (b.tokens[i] < 0 || b.tokens[i] >= V) throw empo_error(EMPO_ERR_SHAPE, "token id out of range");
+        if (b.pos[i] < 0 || b.pos[i] >= m.info.n_ctx) throw empo_error(EMPO_ERR_SHAPE, "position out of range");
+    }
+    for (int j = 0; j < M; ++j) {
+        if (b.rows[j] < 0 || b.rows[j] >= N) throw empo_error(EMPO_ERR_SHAPE, "row out of range");
+        if (b.targets[j] < 0 || b.targets[j] >= V) throw empo_error(EMPO_ERR_SHAPE, "target out of range");
+    }
+
+    const size_t gsize = 4096 + (size_t) m.info.n_layer * 1024;
+    ggml_init_params ip = { ggml_tensor_overhead() * gsize * 2 + ggml_graph_overhead_custom(gsize, true) * 2, nullptr, true };
+    m.ctx_c = ggml_init(ip);
+    if (!m.ctx_c) throw empo_error(EMPO_ERR_BACKEND, "ggml_init failed");
+    ggml_context * ctx = m.ctx_c;
+
+    graph_inputs in{};
+    ggml_tensor *lp = nullptr, *en = nullptr;
+    build_forward(m, ctx, B, T, M, in, &lp, &en);
+    m.in = in;
+    ggml_set_name(in.tokens, "in_tokens");
+    ggml_set_name(in.pos,    "in_pos");
+    ggml_set_name(in.mask,   "in_mask");
+    ggml_set_name(in.rows,   "in_rows");
+    ggml_set_name(in.tidx,   "in_tidx");
+    m.M = M;
+    m.t_logp = lp;
+    m.t_ent  = en;
+
+    ggml_cgraph * gb = ggml_new_graph_custom(ctx, gsize, false); // the graph that is computed
+    ggml_build_forward_expand(gb, lp);
+    ggml_build_forward_expand(gb, en);
+    m.n_fwd = ggml_graph_n_nodes(gb);
+
+    if (with_backward) {
+        // ---- the surrogate L' = Σ_j c_logp[j]·logp[j] + c_ent[j]·H[j]; ∂L'/∂θ = ∂L/∂θ
+        m.t_clogp = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 1, M); ggml_set_input(m.t_clogp);  // [1, M]
+        m.t_cent  = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 1, M); ggml_set_input(m.t_cent);   // [1, M]
+        ggml_tensor * loss = ggml_add(ctx, ggml_sum(ctx, ggml_mul(ctx, lp, m.t_clogp)),         // [1]
+                                           ggml_sum(ctx, ggml_mul(ctx, en, m.t_cent)));
+        ggml_set_name(loss, "surrogate");
+        ggml_set_output(loss);
+        ggml_set_loss(loss);
+
+        // autograd on a scratch graph gf; params get persistent accumulators so
+        // gradients add across calls until empo_model_grad_zero
+        ggml_cgraph * gf = ggml_new_graph_custom(ctx, gsize, true);
+        ggml_build_forward_expand(gf, lp);
+        ggml_build_forward_expand(gf, en);
+        ggml_build_forward_expand(gf, loss);
+        std::unordered_map<const ggml_tensor *, ggml_tensor *> acc;
+        for (size_t i = 0; i < m.params.size(); ++i) acc[m.params[i]] = m.grads[i];
+        std::vector<ggml_tensor *> grad_accs(ggml_graph_n_nodes(gf), nullptr);
+        for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
+            auto it = acc.find(ggml_graph_node(gf, i));
+            if (it != acc.end()) grad_accs[i] = it->second;
+        }
+        ggml_build_backward_expand(ctx, gf, grad_accs.data());
+        m.t_lgrad = ggml_graph_get_grad_acc(gf, loss); // [1], seeded with 1
+        if (!m.t_lgrad) throw empo_error(EMPO_ERR_INTERNAL, "no loss gradient");
+        ggml_set_input(m.t_lgrad);
+        if (!m.cfg.autograd_frozen) m.n_rewritten = rewrite_frozen_backward(m, ctx, gf);
+        m.n_pinned = pin_backward_operands(ctx, gf);
+
+        // rebuild the computed graph from the outputs so leafs and use counts
+        // reflect the rewrite; forward nodes stay first (same DFS order)
+        ggml_build_forward_expand(gb, loss);
+        for (ggml_tensor * p : m.params) {
+            ggml_tensor * g = ggml_graph_get_grad(gf, p);
+            if (!g) throw empo_error(EMPO_ERR_INTERNAL, std::string("no gradient for ") + p->name);
+            if (g->op != GGML_OP_NONE) ggml_build_forward_expand(gb, g);
+        }
+    }
+    m.graph = gb;
+    if (!ggml_gallocr_alloc_graph(m.galloc, gb)) throw empo_error(EMPO_ERR_BACKEND, "cannot allocate the compute graph");
+    m.compute_last = (int64_t) ggml_gallocr_get_buffer_size(m.galloc, 0);
+    if (m.compute_last > m.compute_peak) m.compute_peak = m.compute_last;
+
+    set_inputs(m, b);
+    compute_range(m, 0, m.n_fwd);
+    ggml_backend_tensor_get(lp, logp, 0, M * sizeof(float));
+    ggml_backend_tensor_get(en, ent,  0, M * sizeof(float));
+    m.pending = with_backward;
+    if (!with_backward) drop_graph(m);
+}
+
+static void backward(empo_model & m, const float * c_logp, const float * c_ent) {
+    if (!m.pending || !m.graph) throw empo_error(EMPO_ERR_STATE, "backward without a pending forward(with_backward)");
+    const float one = 1.0f;
+    ggml_backend_tensor_set(m.t_clogp, c_logp, 0, m.M * sizeof(float));
+    ggml_backend_tensor_set(m.t_cent,  c_ent,  0, m.M * sizeof(float));
+    ggml_backend_tensor_set(m.t_lgrad, &one,   0, sizeof(float));
+    compute_range(m, m.n_fwd, ggml_graph_n_nodes(m.graph));
+    drop_graph(m);
+}
+
+static void set_err(char * err, size_t len, const char * msg) {
+    if (err && len > 0) {
+        snprintf(err, len, "%s", msg);
+    }
+}
+
+} // namespace
+
+// ---------------------------------------------------------------- C API
+
+#define EMPO_TRY(m, body)                                                         \
+    try { body; return EMPO_OK; }                                                 \
+    catch (const empo_error & e) { (m)->err = e.what(); return e.code; }          \
+    catch (const std::exception & e) { (m)->err = e.what(); return EMPO_ERR_INTERNAL; } \
+    catch (...) { (m)->err = "unknown exception"; return EMPO_ERR_INTERNAL; }
+
+extern "C" {
+
+struct empo_model_params empo_model_default_params(void) {
+    empo_model_params p;
+    p.n_threads       = 1;
+    p.device          = 0;
+    p.autograd_frozen = false;
+    p.transpose_in_graph = false;
+    p.lora_rank       = 8;
+    p.lora_alpha      = 16.0f;
+    p.lora_targets    = (1u << EMPO_TARGET_COUNT) - 1;
+    return p;
+}
+
+int empo_model_init(const char * path, struct empo_model_params params, struct empo_model ** out, char * err, size_t err_len) {
+    if (!out) return EMPO_ERR_CONFIG;
+    *out = nullptr;
+    empo_model * m = nullptr;
+    try {
+        if (!path) throw empo_error(EMPO_ERR_CONFIG, "no path");
+        if (params.lora_rank < 1 || params.n_threads < 1 || params.device < 0 || params.device > 2 ||
+            !std::isfinite(params.lora_alpha) || (params.lora_targets & ((1u << EMPO_TARGET_COUNT) - 1)) == 0) {
+            throw empo_error(EMPO_ERR_CONFIG, "invalid empo_model_params");
+        }
+        m = new empo_model();
+        m->cfg = params;
+        if (params.device != 0) {
+            ggml_backend_load_all();
+            m->backend = ggml_backend_init_by_type(GGML_BACKEND_DEVICE_TYPE_GPU, nullptr);
+            if (!m->backend && params.device == 1) throw empo_error(EMPO_ERR_BACKEND, "no GPU backend available");
+        }
+        if (!m->backend) m->backend = ggml_backend_cpu_init();
+        if (!m->backend) throw empo_error(EMPO_ERR_BACKEND, "cannot init the CPU backend");
+        if (ggml_backend_is_cpu(m->backend)) ggml_backend_cpu_set_n_threads(m->backend, params.n_threads);
+        snprintf(m->info.backend, sizeof(m->info.backend), "%s", ggml_backend_name(m->backend));
+        load_model(*m, path);
+        snprintf(m->info.wtype_name, sizeof(m->info.wtype_name), "%s", ggml_type_name((ggml_type) m->info.wtype));
+        m->galloc = ggml_gallocr_new(ggml_backend_get_default_buffer_type(m->backend));
+        if (!m->galloc) throw empo_error(EMPO_ERR_BACKEND, "cannot create the graph allocator");
+        *out = m;
+        return EMPO_OK;
+    } catch (const empo_error & e) {
+        set_err(err, err_len, e.what());
+        empo_model_free(m);
+        return e.code;
+    } catch (const std::exception & e) {
+        set_err(err, err_len, e.what());
+        empo_model_free(m);
+        return EMPO_ERR_INTERNAL;
+    } catch (...) {
+        set_err(err, err_len, "unknown exception");
+        empo_model_free(m);
+        return EMPO_ERR_INTERNAL;
+    }
+}
+
+void empo_model_free(struct empo_model * m) {
+    if (!m) return;
+    try {
+        drop_graph(*m);
+        if (m->galloc) ggml_gallocr_free(m->galloc);
+        if (m->buf_w)  ggml_backend_buffer_free(m->buf_w);
+        if (m->buf_p)  ggml_backend_buffer_free(m->buf_p);
+        if (m->ctx_w)  ggml_free(m->ctx_w);
+        if (m->ctx_p)  ggml_free(m->ctx_p);
+        if (m->backend) ggml_backend_free(m->backend);
+    } catch (...) {
+    }
+    delete m;
+}
+
+const char * empo_model_last_error(const struct empo_model * m) {
+    return m ? m->err.c_str() : "null model";
+}
+
+int empo_model_get_info(const struct empo_model * m, struct empo_model_info * info) {
+    if (!m || !info) return EMPO_ERR_CONFIG;
+    *info = m->info;
+    return EMPO_OK;
+}
+
+int empo_model_get_mem(const struct empo_model * m, struct empo_model_mem * mem) {
+    if (!m || !mem) return EMPO_ERR_CONFIG;
+    mem->weights      = m->buf_w ? (int64_t) ggml_backend_buffer_get_size(m->buf_w) : 0;
+    mem->transposed   = m->bytes_transposed;
+    mem->params       = m->buf_p ? (int64_t) ggml_backend_buffer_get_size(m->buf_p) : 0;
+    mem->compute_peak = m->compute_peak;
+    mem->compute_last = m->compute_last;
+    mem->n_rewritten  = m->n_rewritten;
+    mem->n_pinned     = m->n_pinned;
+    return EMPO_OK;
+}
+
+int empo_model_n_params(const struct empo_model * m) {
+    return m ? (int) m->params.size() : 0;
+}
+
+int empo_model_param_info(const struct empo_model * m, int i, char * name, size_t name_len, int64_t ne[2]) {
+    if (!m || i < 0 || i >= (int) m->params.size()) return EMPO_ERR_SHAPE;
+    const ggml_tensor * t = m->params[i];
+    if (name && name_len > 0) snprintf(name, name_len, "%s", t->name);
+    if (ne) { ne[0] = t->ne[0]; ne[1] = t->ne[1]; }
+    return EMPO_OK;
+}
+
+static int param_io(struct empo_model * m, int i, int64_t n, bool grad, bool set, float * dst, const float * src) {
+    if (!m) return EMPO_ERR_CONFIG;
+    EMPO_TRY(m, {
+        if (i < 0 || i >= (int) m->params.size()) throw empo_error(EMPO_ERR_SHAPE, "param index out of range");
+        ggml_tensor * t = grad ? m->grads[i] : m->params[i];
+        if (n != ggml_nelements(t)) throw empo_error(EMPO_ERR_SHAPE, "param size mismatch");
+        if (set) ggml_backend_tensor_set(t, src, 0, ggml_nbytes(t));
+        else     ggml_backend_tensor_get(t, dst, 0, ggml_nbytes(t));
+    })
+}
+
+int empo_model_param_get(struct empo_model * m, int i, float * dst, int64_t n)       { return param_io(m, i, n, false, false, dst, nullptr); }
+int empo_model_param_set(struct empo_model * m, int i, const float * src, int64_t n) { return param_io(m, i, n, false, true, nullptr, src); }
+int empo_model_grad_get (struct empo_model * m, int i, float * dst, int64_t n)       { return param_io(m, i, n, true, false, dst, nullptr); }
+
+int empo_model_grad_zero(struct empo_model * m) {
+    if (!m) return EMPO_ERR_CONFIG;
+    EMPO_TRY(m, {
+        for (ggml_tensor * g : m->grads) {
+            std::vector<uint8_t> z(ggml_nbytes(g), 0);
+            ggml_backend_tensor_set(g, z.data(), 0, z.size());
+        }
+    })
+}
+
+int empo_model_forward(struct empo_model * m, const struct empo_batch * batch, bool with_backward, float * logp, float * ent) {
+    if (!m) return EMPO_ERR_CONFIG;
+    EMPO_TRY(m, {
+        if (!batch || !batch->tokens || !batch->pos || !batch->rows || !batch->targets || !logp || !ent) {
+            throw empo_error(EMPO_ERR_CONFIG, "null argument");
+        }
+        try {
+            forward(*m, *batch, with_backward, logp, ent);
+        } catch (...) {
+            drop_graph(*m);
+            throw;
+        }
+    })
+}
+
+int empo_model_backward(struct empo_model * m, const float * c_logp, const float * c_ent) {
+    if (!m) return EMPO_ERR_CONFIG;
+    EMPO_TRY(m, {
+        if (!c_logp || !c_ent) throw empo_error(EMPO_ERR_CONFIG, "null argument");
+        try {
+            backward(*m, c_logp, c_ent);
+        } catch (...) {
+            drop_graph(*m);
+            throw;
+        }
+    })
+}
+
+int empo_model_drop_graph(struct empo_model * m) {
+    if (!m) return EMPO_ERR_CONFIG;
+    EMPO_TRY(m, drop_graph(*m))
+}
+
+} // extern "C"

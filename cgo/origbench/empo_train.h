@@ -1,0 +1,136 @@
+// empo_train.h — C interface of empo2's ggml training graph (Qwen2 + LoRA).
+//
+// Style follows ggml-opt.h: an opaque object, init/free pairs, a params
+// struct with a *_default_params() function, int status codes. Every
+// function catches C++ exceptions and returns a status; callers (the Go
+// package) validate shapes, token ids and finiteness before calling, so no
+// GGML_ASSERT is reachable from user input.
+//
+// Shape notation: ggml ne order, [ne0, ne1] with ne0 contiguous.
+//   B sequences, T padded length, N = B*T token slots, M trained positions,
+//   C hidden, V vocabulary, r LoRA rank.
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// status codes
+enum empo_status {
+    EMPO_OK           = 0,
+    EMPO_ERR_IO       = 1, // model file cannot be opened/read
+    EMPO_ERR_ARCH     = 2, // not a qwen2 GGUF, or unexpected tensor layout
+    EMPO_ERR_SHAPE    = 3, // bad index, size or batch shape
+    EMPO_ERR_CONFIG   = 4, // bad params
+    EMPO_ERR_BACKEND  = 5, // backend init / allocation / compute failed
+    EMPO_ERR_STATE    = 6, // call out of order (backward without forward)
+    EMPO_ERR_INTERNAL = 7, // caught exception
+};
+
+// LoRA target bits (bit i of empo_model_params.lora_targets)
+enum empo_target {
+    EMPO_TARGET_Q = 0, EMPO_TARGET_K, EMPO_TARGET_V, EMPO_TARGET_O,
+    EMPO_TARGET_GATE, EMPO_TARGET_UP, EMPO_TARGET_DOWN,
+    EMPO_TARGET_COUNT,
+};
+
+struct empo_model_params {
+    int      n_threads;       // CPU threads (>= 1)
+    int      device;          // 0 = CPU, 1 = GPU (error if none), 2 = GPU if available else CPU
+    bool     autograd_frozen; // true: dX through frozen linears by autograd OUT_PROD (weights made F32)
+    bool     transpose_in_graph; // true: no stored Wᵀ copies; each training graph transposes W before use
+    int      lora_rank;       // r >= 1
+    float    lora_alpha;      // scale = alpha/r (alpha == 0: scale 1, llama.cpp convention)
+    uint32_t lora_targets;    // bit mask of enum empo_target
+};
+
+// defaults: 1 thread, CPU, transposed-copy backward, r = 8, alpha = 16, all targets.
+// Returned by value; nothing to free.
+struct empo_model_params empo_model_default_params(void);
+
+// hyperparameters read from the GGUF
+struct empo_model_info {
+    int   n_layer, n_embd, n_head, n_head_kv, n_embd_head, n_ff, n_vocab, n_ctx;
+    float rope_base, norm_eps;
+    int   tied;              // 1: logits use token_embd.weight
+    int   wtype;             // ggml_type of the stored frozen matrices
+    char  wtype_name[16];    // its name ("f32", "f16", "q8_0", ...)
+    char  backend[64];       // ggml backend name
+};
+
+// buffer sizes (bytes)
+struct empo_model_mem {
+    int64_t weights;         // frozen weights incl. transposed copies
+    int64_t transposed;      // of which transposed copies
+    int64_t params;          // LoRA params + gradient accumulators
+    int64_t compute_peak;    // largest compute buffer so far
+    int64_t compute_last;    // compute buffer of the last graph
+    int32_t n_rewritten;     // OUT_PROD(W, dYᵀ) nodes turned into MUL_MAT(Wᵀ, dY) in the last training graph
+    int32_t n_pinned;        // RMS_NORM_BACK / SOFT_MAX_BACK operands pinned against in-place aliasing
+};
+
+struct empo_model;
+
+// Load a qwen2 GGUF (frozen, on the chosen backend) and create zero LoRA
+// params/grads. On failure *out is NULL and err (if non-NULL) holds a message.
+// lifetime: free with empo_model_free.
+int  empo_model_init(const char * path, struct empo_model_params params,
+                     struct empo_model ** out, char * err, size_t err_len);
+void empo_model_free(struct empo_model * m); // NULL-safe
+
+// message of the last failed call on m; owned by m, valid until the next call on m
+// (a static string for m == NULL)
+const char * empo_model_last_error(const struct empo_model * m);
+
+// copy the hyperparameters / buffer sizes into caller-owned structs
+int  empo_model_get_info(const struct empo_model * m, struct empo_model_info * info);
+int  empo_model_get_mem (const struct empo_model * m, struct empo_model_mem  * mem);
+
+// number of trainable tensors (0 for NULL), in a fixed order: per layer,
+// per enabled target (q k v o gate up down), lora_a [n_in, r] then lora_b [r, n_out]
+int  empo_model_n_params(const struct empo_model * m);
+// name: "<base>.lora_a|b" (NUL-terminated, truncated to name_len); ne: ggml shape
+int  empo_model_param_info(const struct empo_model * m, int i, char * name, size_t name_len, int64_t ne[2]);
+// copy tensor i (or its gradient accumulator) to/from a caller-owned buffer of
+// n floats; n must equal ne[0]*ne[1]; data in ggml layout (F32, ne0 contiguous)
+int  empo_model_param_get(struct empo_model * m, int i, float * dst, int64_t n);
+int  empo_model_param_set(struct empo_model * m, int i, const float * src, int64_t n);
+int  empo_model_grad_get (struct empo_model * m, int i, float * dst, int64_t n);
+// set every gradient accumulator to 0 (they add across backward calls until then)
+int  empo_model_grad_zero(struct empo_model * m);
+
+// A micro-batch: B sequences right-padded to T (token slot t + T*b).
+// All arrays are caller-owned and only read during empo_model_forward.
+struct empo_batch {
+    int32_t         B, T;
+    const int32_t * tokens;  // [N] token ids, all in [0, V)
+    const int32_t * pos;     // [N] positions (t for slot t + T*b)
+    int32_t         M;       // trained positions, >= 1
+    const int32_t * rows;    // [M] slot whose hidden state predicts the token: (t-1) + T*b
+    const int32_t * targets; // [M] the predicted token id tokens[t + T*b]
+};
+
+// Build the graph for batch and compute its forward part.
+// Outputs (caller-owned, M floats each): logp[M] = log π(target | prefix),
+// ent[M] = entropy of π at that row.
+// with_backward: also build the backward graph; then empo_model_backward
+// must be called next (or the graph is dropped by the next forward).
+int empo_model_forward(struct empo_model * m, const struct empo_batch * batch, bool with_backward,
+                       float * logp, float * ent);
+
+// Run the backward part of the last forward(with_backward): adds
+// d/dθ Σ_j (c_logp[j]·logp[j] + c_ent[j]·ent[j]) into the gradient accumulators.
+// c_logp, c_ent: [M] caller-owned (dL/dlogp and dL/dent from the objective),
+// M of the pending forward. The pending graph is freed afterwards (also on error).
+int empo_model_backward(struct empo_model * m, const float * c_logp, const float * c_ent);
+
+// Drop a pending forward(with_backward) graph without running its backward.
+int empo_model_drop_graph(struct empo_model * m);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,122 @@
+package origbench
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"testing"
+
+	"github.com/empo2/empo2/gguf"
+	"github.com/empo2/empo2/llama"
+	"github.com/empo2/empo2/modelgen"
+)
+
+// writeAdapter writes m's LoRA params as a llama.cpp adapter GGUF.
+func writeAdapter(t *testing.T, m *Model, path string) {
+	t.Helper()
+	w := gguf.NewWriter()
+	w.AddKV("general.type", "adapter")
+	w.AddKV("general.architecture", "qwen2")
+	w.AddKV("adapter.type", "lora")
+	w.AddKV("adapter.lora.alpha", m.LoRA().Alpha)
+	vals := m.ReadParams()
+	for i, p := range m.Params() {
+		if err := w.AddTensorF32(p.Name, []uint64{uint64(p.Shape[0]), uint64(p.Shape[1])}, vals[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.WriteFile(path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLogProbsMatchLlama: the training graph's per-token log-probs equal
+// llama.cpp's teacher-forced scores (llama package) within 1e-4 on an F32
+// model, without and with a LoRA adapter (nonzero B, exported in llama.cpp's
+// adapter format), for tied and untied output.
+func TestLogProbsMatchLlama(t *testing.T) {
+	for _, tied := range []bool{false, true} {
+		cfg := tinyCfg()
+		cfg.TiedEmbeddings = tied
+		path := tinyModel(t, cfg)
+		lm, err := llama.LoadModel(path, llama.ModelParams{})
+		if err != nil {
+			t.Fatalf("llama.LoadModel: %v", err)
+		}
+		defer lm.Close()
+		lc, err := llama.NewContext(lm, llama.ContextParams{NCtx: 256, KVType: "f32", Threads: 1, FlashAttn: "off"})
+		if err != nil {
+			t.Fatalf("llama.NewContext: %v", err)
+		}
+		defer lc.Close()
+
+		m := loadTiny(t, cfg, LoRAConfig{Rank: 4, Alpha: 8, Seed: 21, RandomB: true}, Options{Threads: 1})
+		rng := rand.New(rand.NewPCG(31, uint64(len(path))))
+		seqs := [][]int32{randTokens(rng, 40, cfg.Vocab), randTokens(rng, 17, cfg.Vocab), randTokens(rng, 3, cfg.Vocab)}
+
+		compare := func(label string) {
+			ours, err := m.LogProbsBatch(seqs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			worst := 0.0
+			for b, s := range seqs {
+				ref, err := lc.Score(context.Background(), s[:1], s[1:])
+				if err != nil {
+					t.Fatalf("Score: %v", err)
+				}
+				for i := range ref {
+					d := math.Abs(float64(ref[i] - ours[b][i+1]))
+					worst = math.Max(worst, d)
+					if d > 1e-4 {
+						t.Errorf("tied=%v %s seq %d token %d: ours %.6f llama %.6f", tied, label, b, i+1, ours[b][i+1], ref[i])
+					}
+				}
+			}
+			t.Logf("tied=%v %s: max |Δ logp| = %.2g", tied, label, worst)
+		}
+		// base model: a zero-B adapter leaves it unchanged
+		params := m.ReadParams()
+		zeroB := make([][]float32, len(params))
+		for i, p := range m.Params() {
+			zeroB[i] = append([]float32(nil), params[i]...)
+			if p.IsB {
+				clear(zeroB[i])
+			}
+		}
+		if err := m.WriteParams(zeroB); err != nil {
+			t.Fatal(err)
+		}
+		compare("no adapter")
+		plain, _ := m.LogProbsBatch(seqs)
+		if err := m.WriteParams(params); err != nil {
+			t.Fatal(err)
+		}
+		// the adapter must matter, or "with adapter" would compare nothing new
+		adapted, _ := m.LogProbsBatch(seqs)
+		moved := 0.0
+		for b := range seqs {
+			for i := range seqs[b] {
+				moved = math.Max(moved, math.Abs(float64(adapted[b][i]-plain[b][i])))
+			}
+		}
+		if moved < 1e-2 {
+			t.Fatalf("the adapter moves log-probs by only %.3g", moved)
+		}
+		ap := filepath.Join(t.TempDir(), "adapter.gguf")
+		writeAdapter(t, m, ap)
+		ad, err := lm.LoadAdapter(ap)
+		if err != nil {
+			t.Fatalf("LoadAdapter: %v", err)
+		}
+		if err := lc.SetAdapter(ad, 1); err != nil {
+			t.Fatal(err)
+		}
+		compare("with adapter")
+		lc.ClearAdapters()
+		ad.Close()
+	}
+}
+
+var _ = modelgen.DefaultConfig
