@@ -67,7 +67,9 @@ type Options struct {
 	// Threads for the CPU backend; ≤ 0 means runtime.NumCPU().
 	Threads int
 	// Device: "cpu" (default), "gpu" (first GPU backend that ggml can load;
-	// error if none), "auto" (GPU if one is available, else CPU).
+	// error if none), "auto" (GPU if one is available, else CPU). Graphs run
+	// through ggml_backend_sched over [device, CPU]: the CPU backend runs
+	// ops the device lacks; weights and LoRA tensors live on the device.
 	Device string
 	// MaxTokens caps the padded tokens (batch × longest sequence) of one call;
 	// 0 means the model's context length × 8.

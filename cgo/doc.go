@@ -15,7 +15,11 @@
 //
 // The C/C++ side (empo_train.h, empo_train.cpp) follows ggml's conventions
 // (empo_<object>_<verb>, init/free, status codes) and catches every
-// exception at the boundary; the Go side validates shapes, token ids and
+// exception at the boundary. Every graph runs through ggml_backend_sched
+// (device first, CPU fallback); a training step is one compute in which the
+// scheduler's eval callback hands the forward outputs to Go (callback.go)
+// for the objective's coefficients before the backward nodes run. The Go
+// side validates shapes, token ids and
 // finiteness first and reports typed errors (ErrShape, ErrNonFinite,
 // ErrUnsupportedArch, ...). See docs/training.md for the design, shapes,
 // verification and measured speed.

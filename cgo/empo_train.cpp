@@ -456,6 +456,11 @@ static void load_model(empo_model & m, const char * path) {
     m.buf_w = ggml_backend_alloc_ctx_tensors_from_buft(m.ctx_w, buft);
     m.buf_p = ggml_backend_alloc_ctx_tensors_from_buft(m.ctx_p, buft);
     if (!m.buf_w || !m.buf_p) throw empo_error(EMPO_ERR_BACKEND, "cannot allocate weight buffers");
+    // WEIGHTS usage: the scheduler runs ops that read these tensors on their
+    // backend (ggml_backend_sched_backend_id_from_cur); without it nothing
+    // would pull the graph onto the device and it would run on the CPU fallback
+    ggml_backend_buffer_set_usage(m.buf_w, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    ggml_backend_buffer_set_usage(m.buf_p, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
     ggml_backend_buffer_clear(m.buf_p, 0);
     for (auto & u : wl.uploads) {
         ggml_backend_tensor_set(u.t, u.data.data(), 0, u.data.size());
