@@ -58,37 +58,14 @@ func (c BERTConfig) withDefaults() BERTConfig {
 // Validate reports the first problem with c (wrapping ErrConfig).
 func (c BERTConfig) Validate() error {
 	c = c.withDefaults()
-	bad := func(format string, a ...any) error {
-		return fmt.Errorf("%w: "+format, append([]any{ErrConfig}, a...)...)
-	}
-	const maxDim = 1 << 20
-	for _, f := range []struct {
-		name string
-		v    int
-	}{{"layers", c.Layers}, {"hidden", c.Hidden}, {"heads", c.Heads}, {"ffn", c.FFN}, {"vocab", c.Vocab}, {"ctx", c.Ctx}} {
-		if f.v <= 0 {
-			return bad("%s must be positive, got %d", f.name, f.v)
-		}
-		if f.v > maxDim {
-			return bad("%s %d is too large (max %d)", f.name, f.v, maxDim)
-		}
-	}
-	if c.Layers > 1024 {
-		return bad("layers %d is too many (max 1024)", c.Layers)
-	}
-	if c.Hidden%c.Heads != 0 {
-		return bad("heads (%d) must divide hidden (%d)", c.Heads, c.Hidden)
+	if err := checkShape(c.Layers, c.Hidden, c.Heads, c.DType,
+		dim{"ffn", c.FFN}, dim{"vocab", c.Vocab}, dim{"ctx", c.Ctx}); err != nil {
+		return err
 	}
 	if c.Vocab < len(BERTSpecials)+2 {
-		return bad("vocab %d must be at least %d (%d specials + 2 pieces)", c.Vocab, len(BERTSpecials)+2, len(BERTSpecials))
+		return configError("vocab %d must be at least %d (%d specials + 2 pieces)", c.Vocab, len(BERTSpecials)+2, len(BERTSpecials))
 	}
-	if c.DType != "f32" && c.DType != "f16" {
-		return bad("dtype %q: want f32 or f16", c.DType)
-	}
-	if uint64(c.Vocab)*uint64(c.Hidden) > 1<<34 || uint64(c.FFN)*uint64(c.Hidden) > 1<<34 || uint64(c.Ctx)*uint64(c.Hidden) > 1<<34 {
-		return bad("tensor too large (vocab, ffn or ctx times hidden > 2^34 elements)")
-	}
-	return nil
+	return checkTensorSizes(c.Hidden, c.Vocab, c.FFN, c.Ctx)
 }
 
 // ParamCount is the number of parameters of the model c describes.

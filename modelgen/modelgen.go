@@ -74,26 +74,10 @@ func (c Config) withDefaults() Config {
 // Validate reports the first problem with c (wrapping ErrConfig).
 func (c Config) Validate() error {
 	c = c.withDefaults()
-	bad := func(format string, a ...any) error {
-		return fmt.Errorf("%w: "+format, append([]any{ErrConfig}, a...)...)
-	}
-	const maxDim = 1 << 20
-	for _, f := range []struct {
-		name string
-		v    int
-	}{{"layers", c.Layers}, {"hidden", c.Hidden}, {"heads", c.Heads}, {"kv-heads", c.KVHeads}, {"ffn", c.FFN}, {"vocab", c.Vocab}, {"ctx", c.Ctx}} {
-		if f.v <= 0 {
-			return bad("%s must be positive, got %d", f.name, f.v)
-		}
-		if f.v > maxDim {
-			return bad("%s %d is too large (max %d)", f.name, f.v, maxDim)
-		}
-	}
-	if c.Layers > 1024 {
-		return bad("layers %d is too many (max 1024)", c.Layers)
-	}
-	if c.Hidden%c.Heads != 0 {
-		return bad("heads (%d) must divide hidden (%d)", c.Heads, c.Hidden)
+	bad := configError
+	if err := checkShape(c.Layers, c.Hidden, c.Heads, c.DType,
+		dim{"kv-heads", c.KVHeads}, dim{"ffn", c.FFN}, dim{"vocab", c.Vocab}, dim{"ctx", c.Ctx}); err != nil {
+		return err
 	}
 	if c.Heads%c.KVHeads != 0 {
 		return bad("kv-heads (%d) must divide heads (%d)", c.KVHeads, c.Heads)
@@ -104,9 +88,6 @@ func (c Config) Validate() error {
 	if min := 256 + len(Specials) + 1; c.Vocab < min {
 		return bad("vocab %d must be at least %d (256 byte tokens + %d specials + 1 merge)", c.Vocab, min, len(Specials))
 	}
-	if c.DType != "f32" && c.DType != "f16" {
-		return bad("dtype %q: want f32 or f16", c.DType)
-	}
 	if c.RopeBase < 0 || math.IsNaN(float64(c.RopeBase)) || math.IsInf(float64(c.RopeBase), 0) {
 		return bad("rope base %v must be positive and finite", c.RopeBase)
 	}
@@ -116,9 +97,52 @@ func (c Config) Validate() error {
 	if c.Corpus == "" && builtinCorpus == "" {
 		return bad("empty corpus")
 	}
-	// every tensor must stay addressable: the largest is Vocab x Hidden
-	if uint64(c.Vocab)*uint64(c.Hidden) > 1<<34 || uint64(c.FFN)*uint64(c.Hidden) > 1<<34 {
-		return bad("tensor too large (vocab*hidden or ffn*hidden > 2^34 elements)")
+	return checkTensorSizes(c.Hidden, c.Vocab, c.FFN)
+}
+
+// configError wraps ErrConfig with a formatted reason.
+func configError(format string, a ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrConfig}, a...)...)
+}
+
+// dim is a named configuration dimension.
+type dim struct {
+	name string
+	v    int
+}
+
+// checkShape validates what the Qwen2 and BERT configurations share: every
+// dimension positive and at most 2^20, at most 1024 layers, heads dividing
+// hidden, and the dtype.
+func checkShape(layers, hidden, heads int, dtype string, more ...dim) error {
+	const maxDim = 1 << 20
+	for _, f := range append([]dim{{"layers", layers}, {"hidden", hidden}, {"heads", heads}}, more...) {
+		if f.v <= 0 {
+			return configError("%s must be positive, got %d", f.name, f.v)
+		}
+		if f.v > maxDim {
+			return configError("%s %d is too large (max %d)", f.name, f.v, maxDim)
+		}
+	}
+	if layers > 1024 {
+		return configError("layers %d is too many (max 1024)", layers)
+	}
+	if hidden%heads != 0 {
+		return configError("heads (%d) must divide hidden (%d)", heads, hidden)
+	}
+	if dtype != "f32" && dtype != "f16" {
+		return configError("dtype %q: want f32 or f16", dtype)
+	}
+	return nil
+}
+
+// checkTensorSizes keeps every tensor addressable: each of the given
+// dimensions times hidden must stay within 2^34 elements.
+func checkTensorSizes(hidden int, dims ...int) error {
+	for _, d := range dims {
+		if uint64(d)*uint64(hidden) > 1<<34 {
+			return configError("tensor too large (%d × hidden %d > 2^34 elements)", d, hidden)
+		}
 	}
 	return nil
 }

@@ -500,11 +500,7 @@ func memPrune(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if c.Bool(memJSONFlag.Name) {
-		return printJSON(c.App.Writer, map[string]int{"removed": n})
-	}
-	fmt.Fprintf(c.App.Writer, "removed %d entries\n", n)
-	return nil
+	return printRemoved(c, n)
 }
 
 func memReset(c *cli.Context) error {
@@ -522,6 +518,11 @@ func memReset(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	return printRemoved(c, n)
+}
+
+// printRemoved reports how many entries prune or reset deleted.
+func printRemoved(c *cli.Context, n int) error {
 	if c.Bool(memJSONFlag.Name) {
 		return printJSON(c.App.Writer, map[string]int{"removed": n})
 	}
