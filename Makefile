@@ -37,12 +37,12 @@ third_party/ollama: go.mod go.sum
 build: deps
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/empo2
 
-# The suite, then the concurrency tests (TestConcurrent*) again under the race
-# detector; the first -race build compiles llama.cpp once more (~3-5 min).
+# The concurrency tests (TestConcurrent*) under the race detector (the first
+# -race build compiles llama.cpp once more, ~3 min), then the whole suite.
 test: build
 	$(GO) vet ./...
-	$(GO) test -timeout $(TEST_TIMEOUT) $(GOTEST_FLAGS) ./...
 	$(MAKE) --no-print-directory test-race
+	$(GO) test -timeout $(TEST_TIMEOUT) $(GOTEST_FLAGS) ./...
 
 test-race: deps
 	$(GO) test -race -timeout $(TEST_TIMEOUT) -run 'Concurren' ./...
