@@ -12,7 +12,6 @@ import "C"
 import (
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"runtime"
 	"runtime/cgo"
 	"strings"
@@ -20,6 +19,9 @@ import (
 	"unsafe"
 
 	_ "github.com/ollama/ollama/ml/backend/ggml/ggml/src"
+
+	"github.com/empo2/empo2/gguf"
+	"github.com/empo2/empo2/lora"
 )
 
 // model is the state behind *Model (one C handle).
@@ -111,6 +113,9 @@ func Load(path string, lora LoRAConfig, opts Options) (*Model, error) {
 		return nil, fmt.Errorf("%w: MaxTokens %d < 0", ErrConfig, opts.MaxTokens)
 	}
 
+	if err := checkEmptyDims(path); err != nil {
+		return nil, err
+	}
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))
 	var errbuf [512]C.char
@@ -152,19 +157,37 @@ func Load(path string, lora LoRAConfig, opts Options) (*Model, error) {
 	return M, nil
 }
 
+// checkEmptyDims refuses a GGUF with a tensor whose ne[1..3] has a zero:
+// ggml's gguf_init_from_file divides by them in its overflow check and the
+// process dies of SIGFPE. A file the Go reader cannot parse is left to the
+// C loader, which reports it.
+func checkEmptyDims(path string) error {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	for _, ti := range f.Tensors {
+		for d := 1; d < len(ti.Shape); d++ {
+			if ti.Shape[d] == 0 {
+				return fmt.Errorf("%w: %s: tensor %s has shape %v (an empty dimension after the first)", ErrIO, path, ti.Name, ti.Shape)
+			}
+		}
+	}
+	return nil
+}
+
 // initLoRA: A ~ U(−1/√n_in, 1/√n_in) (PEFT: kaiming_uniform_(a=√5) on the
 // [r, n_in] weight has bound gain·√(3/fan_in) = √(1/3)·√(3/n_in) = 1/√n_in);
 // B = 0, or U(−1/√r, 1/√r) with RandomB.
-func initLoRA(params []ParamInfo, lora LoRAConfig) [][]float32 {
-	rng := rand.New(rand.NewPCG(uint64(lora.Seed), 0x9e3779b97f4a7c15))
+// The draws are those of `empo2 lora init` (lora.Init) with the same seed.
+func initLoRA(params []ParamInfo, cfg LoRAConfig) [][]float32 {
+	rng := lora.NewInitRand(uint64(cfg.Seed))
 	out := make([][]float32, len(params))
 	for i, p := range params {
 		v := make([]float32, p.Shape[0]*p.Shape[1])
-		if !p.IsB || lora.RandomB {
-			bound := 1 / math.Sqrt(float64(p.Shape[0])) // n_in for A, r for B
-			for j := range v {
-				v[j] = float32((2*rng.Float64() - 1) * bound)
-			}
+		if !p.IsB || cfg.RandomB {
+			lora.FillUniform(rng, v, 1/math.Sqrt(float64(p.Shape[0]))) // n_in for A, r for B
 		}
 		out[i] = v
 	}

@@ -503,6 +503,19 @@ func TestErrors(t *testing.T) {
 	if _, err := Load(garbage, DefaultLoRAConfig(), Options{}); !errors.Is(err, ErrIO) {
 		t.Errorf("garbage file: %v", err)
 	}
+	// an empty dimension after the first (ggml's GGUF reader divides by it)
+	empty := gguf.NewWriter()
+	empty.AddKV("general.architecture", "qwen2")
+	if err := empty.AddTensorF32("token_embd.weight", []uint64{4, 0}, nil); err != nil {
+		t.Fatal(err)
+	}
+	emptyPath := filepath.Join(t.TempDir(), "empty.gguf")
+	if err := empty.WriteFile(emptyPath); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(emptyPath, DefaultLoRAConfig(), Options{}); !errors.Is(err, ErrIO) {
+		t.Errorf("empty dimension: %v", err)
+	}
 	// another architecture
 	w := gguf.NewWriter()
 	w.AddKV("general.architecture", "llama")

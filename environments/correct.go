@@ -4,9 +4,9 @@ import "strings"
 
 // Jaccard is the Jaccard similarity of the word sets of a and b
 // (lower-cased, split on white space): |A∩B| / |A∪B|, 0 when both are empty.
-func Jaccard(a, b string) float64 {
-	wa := wordSet(a)
-	wb := wordSet(b)
+func Jaccard(a, b string) float64 { return jaccardSets(wordSet(a), wordSet(b)) }
+
+func jaccardSets(wa, wb map[string]struct{}) float64 {
 	if len(wa) == 0 && len(wb) == 0 {
 		return 0
 	}
@@ -39,12 +39,13 @@ func CorrectAction(action string, valid []string) (out string, changed bool) {
 	if len(valid) == 0 {
 		return action, false
 	}
+	words := wordSet(action) // once, not once per valid action
 	best, bestScore := -1, -1.0
 	for i, v := range valid {
 		if strings.Join(strings.Fields(strings.ToLower(v)), " ") == norm {
 			return action, false
 		}
-		if s := Jaccard(norm, v); s > bestScore {
+		if s := jaccardSets(words, wordSet(v)); s > bestScore {
 			best, bestScore = i, s
 		}
 	}

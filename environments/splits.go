@@ -48,7 +48,7 @@ func WithSplits(t Task) Task {
 	return t
 }
 
-// Variations returns the task's variations in split s.
+// VariationsIn returns the task's variations in split s.
 func (t Task) VariationsIn(s Split) ([]int, error) {
 	switch s {
 	case Train:

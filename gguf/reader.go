@@ -422,10 +422,7 @@ func (f *File) ValueType(key string) (t ValueType, isArray bool, ok bool) {
 	if !ok {
 		return 0, false, false
 	}
-	switch f.kv[key].(type) {
-	case []uint8, []int8, []uint16, []int16, []uint32, []int32, []float32, []bool, []string, []uint64, []int64, []float64:
-		isArray = true
-	}
+	_, isArray = f.ArrayLen(key)
 	return t, isArray, true
 }
 

@@ -49,7 +49,7 @@ func (m *Model) LoadAdapter(path string) (*Adapter, error) {
 	if err := m.acquire(); err != nil {
 		return nil, err
 	}
-	if _, _, err := validateGGUF(path); err != nil {
+	if _, _, err := validateGGUF(path, true); err != nil {
 		m.release()
 		return nil, fmt.Errorf("%w: %v", ErrBadAdapter, err)
 	}

@@ -244,3 +244,63 @@ func TestAdapterF16(t *testing.T) {
 		}
 	}
 }
+
+// TestAdapterKeyTypes: adapter keys of another GGUF type than llama.cpp's
+// loader reads them as (its getters abort the process) are refused first.
+func TestAdapterKeyTypes(t *testing.T) {
+	dir := t.TempDir()
+	pairs := randomPairs(t, tinyPath, adaptedNames[:1], 2, 0.3, 11)
+	m := loadTiny(t)
+	for _, kv := range []struct {
+		key string
+		val any
+	}{{"adapter.lora.alpha", float64(2)}, {"general.type", uint32(1)}, {"adapter.type", []string{"lora"}}} {
+		w := gguf.NewWriter()
+		w.AddKV("general.type", "adapter")
+		w.AddKV("general.architecture", "qwen2")
+		w.AddKV("adapter.type", "lora")
+		w.AddKV("adapter.lora.alpha", float32(2))
+		w.AddKV(kv.key, kv.val)
+		for _, p := range pairs {
+			if err := w.AddTensorF32(p.base+".lora_a", []uint64{uint64(p.nIn), 2}, p.a); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.AddTensorF32(p.base+".lora_b", []uint64{2, uint64(p.nOut)}, p.b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		path := filepath.Join(dir, "bad.gguf")
+		if err := w.WriteFile(path); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.LoadAdapter(path); !errors.Is(err, ErrBadAdapter) {
+			t.Fatalf("%s = %T: %v", kv.key, kv.val, err)
+		}
+	}
+}
+
+// TestAdapterEmptyDim: a tensor with an empty dimension after the first
+// (which crashes llama.cpp's GGUF reader with a division by zero) is refused.
+func TestAdapterEmptyDim(t *testing.T) {
+	pairs := randomPairs(t, tinyPath, adaptedNames[:1], 2, 0.3, 11)
+	w := gguf.NewWriter()
+	w.AddKV("general.type", "adapter")
+	w.AddKV("general.architecture", "qwen2")
+	w.AddKV("adapter.type", "lora")
+	w.AddKV("adapter.lora.alpha", float32(2))
+	for _, p := range pairs {
+		if err := w.AddTensorF32(p.base+".lora_a", []uint64{uint64(p.nIn), 0}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.AddTensorF32(p.base+".lora_b", []uint64{0, uint64(p.nOut)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "empty.gguf")
+	if err := w.WriteFile(path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadTiny(t).LoadAdapter(path); !errors.Is(err, ErrBadAdapter) {
+		t.Fatalf("rank-0 adapter: %v", err)
+	}
+}

@@ -306,6 +306,11 @@ func (c *Context) setBatch(i int, tok int32, pos int, seq int, logits bool) {
 	unsafe.Slice((*C.int8_t)(b.logits), c.nBatch)[i] = l
 }
 
+// batchWantsLogits reports whether entry i of the batch requested logits.
+func (c *Context) batchWantsLogits(i int) bool {
+	return unsafe.Slice((*C.int8_t)(c.batch.logits), c.nBatch)[i] != 0
+}
+
 // decode runs llama_decode (or llama_encode for encoder-only models) on
 // the first n entries of the batch, holding the attached adapters' read
 // locks so their weights cannot change mid-computation.
@@ -491,8 +496,4 @@ func (c *Context) invalidateGraph() error {
 		return fmt.Errorf("%w: graph reserve after adapter change failed (%d)", ErrDecode, int(rc))
 	}
 	return nil
-}
-
-func unsafeLogitsFlag(c *Context, i int) bool {
-	return unsafe.Slice((*C.int8_t)(c.batch.logits), c.nBatch)[i] != 0
 }

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "internal.h"
 
@@ -61,35 +62,33 @@ extern "C" float empo2_lora_alpha(struct llama_adapter_lora * ad) {
     return ad->alpha;
 }
 
-extern "C" int empo2_lora_shape(struct llama_adapter_lora * ad, const char * name, int64_t * ne, int * type) {
-    ggml_tensor * t = find_lora_tensor(ad, name);
-    if (!t) {
-        return -1;
-    }
-    for (int d = 0; d < GGML_MAX_DIMS; d++) {
-        ne[d] = t->ne[d];
-    }
-    *type = (int) t->type;
-    return 0;
-}
-
-// empo2_lora_set writes n float32 values into the tensor, converting to its
-// type (F32 or F16). Returns 0, -1 absent, -2 size mismatch, -3 type.
-extern "C" int empo2_lora_set(struct llama_adapter_lora * ad, const char * name, const float * data, int64_t n) {
-    ggml_tensor * t = find_lora_tensor(ad, name);
-    if (!t) {
-        return -1;
-    }
-    if (ggml_nelements(t) != n || !ggml_is_contiguous(t)) {
-        return -2;
-    }
+// lora_io copies n float32 values into (set) or out of the tensor,
+// converting to or from its type (F32 or F16). Returns 0, -1 absent, -2 size
+// mismatch, -3 type, -4 exception.
+static int lora_io(llama_adapter_lora * ad, const char * name, float * data, int64_t n, bool set) {
     try {
+        ggml_tensor * t = find_lora_tensor(ad, name);
+        if (!t) {
+            return -1;
+        }
+        if (ggml_nelements(t) != n || !ggml_is_contiguous(t)) {
+            return -2;
+        }
         if (t->type == GGML_TYPE_F32) {
-            ggml_backend_tensor_set(t, data, 0, ggml_nbytes(t));
+            if (set) {
+                ggml_backend_tensor_set(t, data, 0, ggml_nbytes(t));
+            } else {
+                ggml_backend_tensor_get(t, data, 0, ggml_nbytes(t));
+            }
         } else if (t->type == GGML_TYPE_F16) {
             std::vector<ggml_fp16_t> tmp(n);
-            ggml_fp32_to_fp16_row(data, tmp.data(), n);
-            ggml_backend_tensor_set(t, tmp.data(), 0, ggml_nbytes(t));
+            if (set) {
+                ggml_fp32_to_fp16_row(data, tmp.data(), n);
+                ggml_backend_tensor_set(t, tmp.data(), 0, ggml_nbytes(t));
+            } else {
+                ggml_backend_tensor_get(t, tmp.data(), 0, ggml_nbytes(t));
+                ggml_fp16_to_fp32_row(tmp.data(), data, n);
+            }
         } else {
             return -3;
         }
@@ -97,30 +96,14 @@ extern "C" int empo2_lora_set(struct llama_adapter_lora * ad, const char * name,
         return -4;
     }
     return 0;
+}
+
+extern "C" int empo2_lora_set(struct llama_adapter_lora * ad, const char * name, const float * data, int64_t n) {
+    return lora_io(ad, name, const_cast<float *>(data), n, true); // read only when set
 }
 
 extern "C" int empo2_lora_get(struct llama_adapter_lora * ad, const char * name, float * data, int64_t n) {
-    ggml_tensor * t = find_lora_tensor(ad, name);
-    if (!t) {
-        return -1;
-    }
-    if (ggml_nelements(t) != n || !ggml_is_contiguous(t)) {
-        return -2;
-    }
-    try {
-        if (t->type == GGML_TYPE_F32) {
-            ggml_backend_tensor_get(t, data, 0, ggml_nbytes(t));
-        } else if (t->type == GGML_TYPE_F16) {
-            std::vector<ggml_fp16_t> tmp(n);
-            ggml_backend_tensor_get(t, tmp.data(), 0, ggml_nbytes(t));
-            ggml_fp16_to_fp32_row(tmp.data(), data, n);
-        } else {
-            return -3;
-        }
-    } catch (...) {
-        return -4;
-    }
-    return 0;
+    return lora_io(ad, name, data, n, false);
 }
 
 // empo2_invalidate_graph makes the context rebuild its compute graph on the

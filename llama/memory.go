@@ -20,7 +20,3 @@ func (m memory) seqCopy(src, dst int) {
 func (m *Model) isEOG(tok int32) bool {
 	return m.eog[tok]
 }
-
-func (c *Context) batchWantsLogits(i int) bool {
-	return unsafeLogitsFlag(c, i)
-}

@@ -75,7 +75,7 @@ type Model struct {
 // unknown architectures return an error wrapping ErrModelLoad.
 func LoadModel(path string, p ModelParams) (*Model, error) {
 	initBackend()
-	maxPos, encoder, err := validateGGUF(path)
+	maxPos, encoder, err := validateGGUF(path, false)
 	if err != nil {
 		return nil, err
 	}
@@ -123,9 +123,11 @@ func checkGGUFFile(path string) error {
 }
 
 func (m *Model) readInfo() {
+	arch, _ := m.metaString("general.architecture")
+	name, _ := m.metaString("general.name")
 	m.info = ModelInfo{
-		Arch:      m.metaString("general.architecture"),
-		Name:      m.metaString("general.name"),
+		Arch:      arch,
+		Name:      name,
 		NVocab:    int(C.llama_vocab_n_tokens(m.vocab)),
 		NEmbd:     int(C.llama_model_n_embd(m.c)),
 		NLayer:    int(C.llama_model_n_layer(m.c)),
@@ -174,17 +176,17 @@ func (m *Model) singleSpecial(text string) int32 {
 	return toks[0]
 }
 
-// metaString reads a GGUF metadata value as a string ("" when absent).
-func (m *Model) metaString(key string) string {
+// metaString reads a GGUF metadata value as a string, and whether it exists.
+func (m *Model) metaString(key string) (string, bool) {
 	ckey := C.CString(key)
 	defer C.free(unsafe.Pointer(ckey))
 	n := C.llama_model_meta_val_str(m.c, ckey, nil, 0)
 	if n < 0 {
-		return ""
+		return "", false
 	}
 	buf := make([]byte, int(n)+1)
 	C.llama_model_meta_val_str(m.c, ckey, (*C.char)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)))
-	return string(buf[:n])
+	return string(buf[:n]), true
 }
 
 // Meta returns the GGUF metadata value of key as a string, and whether it exists.
@@ -193,12 +195,7 @@ func (m *Model) Meta(key string) (string, bool) {
 		return "", false
 	}
 	defer m.release()
-	ckey := C.CString(key)
-	defer C.free(unsafe.Pointer(ckey))
-	if C.llama_model_meta_val_str(m.c, ckey, nil, 0) < 0 {
-		return "", false
-	}
-	return m.metaString(key), true
+	return m.metaString(key)
 }
 
 // Path is the file the model was loaded from.

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/empo2/empo2/gguf"
+	"github.com/empo2/empo2/lora"
 )
 
 // validateGGUF parses the file's header, metadata and tensor table in pure
@@ -22,7 +23,11 @@ import (
 //
 // encoder is true for a non-causal encoder (<arch>.attention.causal false,
 // e.g. BERT): such a model has no language-model head, only embeddings.
-func validateGGUF(path string) (maxPos int, encoder bool, err error) {
+//
+// With adapter set it also checks the types of the LoRA adapter keys, which
+// llama.cpp's adapter loader reads with asserting getters
+// (lora.CheckKeyTypes).
+func validateGGUF(path string, adapter bool) (maxPos int, encoder bool, err error) {
 	if err := checkGGUFFile(path); err != nil {
 		return 0, false, err
 	}
@@ -31,6 +36,20 @@ func validateGGUF(path string) (maxPos int, encoder bool, err error) {
 		return 0, false, fmt.Errorf("%w: %v", ErrModelLoad, err)
 	}
 	defer f.Close()
+	if adapter {
+		if err := lora.CheckKeyTypes(f); err != nil {
+			return 0, false, fmt.Errorf("%w: %s: %v", ErrModelLoad, path, err)
+		}
+	}
+	for _, ti := range f.Tensors {
+		// gguf_init_from_file divides by ne[1], ne[2] and ne[3] in its
+		// overflow check: an empty dimension there crashes it (SIGFPE)
+		for d := 1; d < len(ti.Shape); d++ {
+			if ti.Shape[d] == 0 {
+				return 0, false, fmt.Errorf("%w: %s: tensor %s has shape %v (an empty dimension after the first)", ErrModelLoad, path, ti.Name, ti.Shape)
+			}
+		}
+	}
 	if ti, ok := f.Tensor("position_embd.weight"); ok {
 		if len(ti.Shape) != 2 || ti.Shape[1] == 0 || ti.Shape[1] > 1<<24 {
 			return 0, false, fmt.Errorf("%w: %s: position_embd.weight has shape %v", ErrModelLoad, path, ti.Shape)

@@ -56,6 +56,19 @@ type Pair struct {
 func (p *Pair) NameA() string { return p.Base + SuffixA }
 func (p *Pair) NameB() string { return p.Base + SuffixB }
 
+// SplitName splits an adapter tensor name into the base tensor's name and
+// the half: "<W>.lora_a" gives (W, false, true), "<W>.lora_b" (W, true,
+// true); any other name gives (name, false, false).
+func SplitName(name string) (base string, isB, ok bool) {
+	if b, ok := strings.CutSuffix(name, SuffixA); ok {
+		return b, false, true
+	}
+	if b, ok := strings.CutSuffix(name, SuffixB); ok {
+		return b, true, true
+	}
+	return name, false, false
+}
+
 // check validates the pair's dimensions and values.
 func (p *Pair) check() error {
 	if p.In <= 0 || p.Out <= 0 || p.Rank <= 0 {

@@ -124,12 +124,25 @@ type InitConfig struct {
 	RandomB bool     // draw B uniform in ±1/√r instead of zero
 }
 
+// NewInitRand returns the random source of Init's draws for seed. The
+// training graph's own initialisation (cgo.Load) draws from it too.
+func NewInitRand(seed uint64) *rand.Rand {
+	return rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
+}
+
+// FillUniform sets dst, in order, to draws from rng uniform in ±bound.
+func FillUniform(rng *rand.Rand, dst []float32, bound float64) {
+	for i := range dst {
+		dst[i] = float32((2*rng.Float64() - 1) * bound)
+	}
+}
+
 // Init makes a new adapter for the base model: for every selected weight
 // W (ne = [in, out]), A (r×in) is uniform in ±1/√in, which is PEFT's
 // kaiming_uniform_(a=√5) (gain √(2/(1+5)), bound gain·√(3/in) = 1/√in; He et
 // al. 2015), and B (out×r) is zero, or uniform in ±1/√r with RandomB.
-// Values are drawn from math/rand/v2's PCG seeded with (Seed,
-// 0x9e3779b97f4a7c15), pair by pair in TargetWeights order, A then B (B
+// Values are drawn from NewInitRand(Seed) (math/rand/v2's PCG seeded with
+// (Seed, 0x9e3779b97f4a7c15)), pair by pair in TargetWeights order, A then B (B
 // only with RandomB), element by element in ggml order: the same draws as
 // the training graph's own initialisation (cgo.Load with the same seed), so
 // `empo2 lora init --seed S` and a policy loaded with seed S start equal.
@@ -155,12 +168,7 @@ func Init(base *gguf.File, cfg InitConfig) (*Adapter, error) {
 	if err != nil {
 		return nil, err
 	}
-	rng := rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15))
-	uniform := func(dst []float32, bound float64) {
-		for i := range dst {
-			dst[i] = float32((2*rng.Float64() - 1) * bound)
-		}
-	}
+	rng := NewInitRand(cfg.Seed)
 	a := &Adapter{Arch: arch, Alpha: cfg.Alpha, Meta: map[string]string{}}
 	for _, w := range ws {
 		in, out := int(w.Shape[0]), int(w.Shape[1])
@@ -169,9 +177,9 @@ func Init(base *gguf.File, cfg InitConfig) (*Adapter, error) {
 		}
 		p := &Pair{Base: w.Name, In: in, Out: out, Rank: cfg.Rank,
 			A: make([]float32, in*cfg.Rank), B: make([]float32, out*cfg.Rank)}
-		uniform(p.A, 1/math.Sqrt(float64(in)))
+		FillUniform(rng, p.A, 1/math.Sqrt(float64(in)))
 		if cfg.RandomB {
-			uniform(p.B, 1/math.Sqrt(float64(cfg.Rank)))
+			FillUniform(rng, p.B, 1/math.Sqrt(float64(cfg.Rank)))
 		}
 		a.Pairs = append(a.Pairs, p)
 	}

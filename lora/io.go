@@ -55,15 +55,10 @@ func FromGGUFWith(f *gguf.File, opt ReadOptions) (*Adapter, error) {
 		return nil, fmt.Errorf("%w: no %s", ErrInvalid, KeyArchitecture)
 	}
 	a := &Adapter{Arch: arch, Meta: map[string]string{}}
-	if _, ok := f.Get(KeyAlpha); ok {
-		// llama.cpp reads it with gguf_get_val_f32, which aborts the
-		// process on any other type: only float32 is accepted.
-		alpha, _ := f.Float32(KeyAlpha)
-		if vt, isArr, _ := f.ValueType(KeyAlpha); vt != gguf.ValFloat32 || isArr {
-			return nil, fmt.Errorf("%w: %s has type %s, llama.cpp requires f32", ErrInvalid, KeyAlpha, vt)
-		}
-		a.Alpha = alpha
+	if err := CheckKeyTypes(f); err != nil {
+		return nil, err
 	}
+	a.Alpha, _ = f.Float32(KeyAlpha) // f32 or absent (0)
 	for _, k := range f.Keys() {
 		if reservedKey(k) {
 			continue
@@ -80,16 +75,11 @@ func FromGGUFWith(f *gguf.File, opt ReadOptions) (*Adapter, error) {
 		if opt.Skip != nil && opt.Skip(ti.Name) {
 			continue
 		}
-		var base string
-		isA := false
-		switch {
-		case strings.HasSuffix(ti.Name, SuffixA):
-			base, isA = strings.TrimSuffix(ti.Name, SuffixA), true
-		case strings.HasSuffix(ti.Name, SuffixB):
-			base = strings.TrimSuffix(ti.Name, SuffixB)
-		case strings.HasSuffix(ti.Name, "_norm.weight"):
-			continue // llama.cpp skips these too
-		default:
+		base, isB, ok := SplitName(ti.Name)
+		if !ok {
+			if strings.HasSuffix(ti.Name, "_norm.weight") {
+				continue // llama.cpp skips these too
+			}
 			return nil, fmt.Errorf("%w: tensor %q has neither a .lora_a nor a .lora_b suffix", ErrNotAdapter, ti.Name)
 		}
 		h := halves[base]
@@ -98,10 +88,10 @@ func FromGGUFWith(f *gguf.File, opt ReadOptions) (*Adapter, error) {
 			halves[base] = h
 			order = append(order, base)
 		}
-		if isA {
-			h.a = ti
-		} else {
+		if isB {
 			h.b = ti
+		} else {
+			h.a = ti
 		}
 	}
 	for _, base := range order {
@@ -142,6 +132,23 @@ func FromGGUFWith(f *gguf.File, opt ReadOptions) (*Adapter, error) {
 		return nil, err
 	}
 	return a, nil
+}
+
+// CheckKeyTypes reports an adapter key stored with another GGUF type than
+// the one llama.cpp's adapter loader reads it as: it reads general.type,
+// general.architecture and adapter.type with gguf_get_val_str and
+// adapter.lora.alpha with gguf_get_val_f32, which abort the process on any
+// other type. Absent keys are fine here.
+func CheckKeyTypes(f *gguf.File) error {
+	for _, k := range []struct {
+		key  string
+		want gguf.ValueType
+	}{{KeyGeneralType, gguf.ValString}, {KeyArchitecture, gguf.ValString}, {KeyAdapterType, gguf.ValString}, {KeyAlpha, gguf.ValFloat32}} {
+		if vt, isArr, ok := f.ValueType(k.key); ok && (vt != k.want || isArr) {
+			return fmt.Errorf("%w: %s has type %s, llama.cpp requires %s", ErrInvalid, k.key, vt, k.want)
+		}
+	}
+	return nil
 }
 
 func reservedKey(k string) bool {

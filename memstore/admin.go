@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -302,11 +303,11 @@ func (s *Store) Import(ctx context.Context, r io.Reader) (ImportStats, error) {
 	for sc.Scan() {
 		line++
 		b := sc.Bytes()
-		if len(strings.TrimSpace(string(b))) == 0 {
+		if len(bytes.TrimSpace(b)) == 0 {
 			continue
 		}
 		var rec Record
-		dec := json.NewDecoder(strings.NewReader(string(b)))
+		dec := json.NewDecoder(bytes.NewReader(b))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&rec); err != nil {
 			return st, fmt.Errorf("%w: line %d: %v", ErrInvalid, line, err)

@@ -216,3 +216,25 @@ func BenchmarkHashEmbed(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N*len(texts))/time.Since(t0).Seconds(), "texts/s")
 }
+
+// sumAll is the reference "plain sequential read" of the benchmarks: the
+// sum of all values, with the same 8-accumulator unrolling as dot.
+func sumAll(v []float32) float32 {
+	var s0, s1, s2, s3, s4, s5, s6, s7 float32
+	i := 0
+	for ; i+8 <= len(v); i += 8 {
+		vv := v[i : i+8 : i+8]
+		s0 += vv[0]
+		s1 += vv[1]
+		s2 += vv[2]
+		s3 += vv[3]
+		s4 += vv[4]
+		s5 += vv[5]
+		s6 += vv[6]
+		s7 += vv[7]
+	}
+	for ; i < len(v); i++ {
+		s0 += v[i]
+	}
+	return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+}

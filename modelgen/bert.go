@@ -2,7 +2,6 @@ package modelgen
 
 import (
 	"fmt"
-	"io"
 	"math"
 	"sort"
 	"strings"
@@ -362,22 +361,13 @@ func NewBERTWriter(cfg BERTConfig) (*gguf.Writer, error) {
 	w.AddKV("tokenizer.ggml.padding_token_id", uint32(0))
 	w.AddKV("tokenizer.ggml.unknown_token_id", uint32(1))
 	w.AddKV("tokenizer.ggml.mask_token_id", uint32(4))
-	for _, t := range cfg.tensors() {
-		t := t
-		typ := gguf.TypeF32
+	if err := addGenTensors(w, cfg.tensors(), cfg.Seed, func(t tensorSpec) bool {
 		// token_types stays F32, as llama.cpp's converter writes it: the
 		// bert graph adds its row 0 with ggml_add, which on the CPU does
 		// not take an F16 operand (the process aborts)
-		half := f16 && t.kind == kindMatrix && len(t.shape) == 2 && t.name != "token_types.weight"
-		if half {
-			typ = gguf.TypeF16
-		}
-		seed := cfg.Seed
-		if err := w.AddTensorFunc(t.name, t.shape, typ, func(out io.Writer) error {
-			return genTensor(out, t, seed, half)
-		}); err != nil {
-			return nil, fmt.Errorf("modelgen: %w", err)
-		}
+		return f16 && t.kind == kindMatrix && len(t.shape) == 2 && t.name != "token_types.weight"
+	}); err != nil {
+		return nil, err
 	}
 	return w, nil
 }

@@ -282,18 +282,11 @@ func WriteProgress(path string, cfg Config, progress func(done, total int64)) er
 // NewWriter returns a gguf.Writer holding the model's metadata and lazily
 // generated tensors, for callers that want to add keys before writing.
 func NewWriter(cfg Config) (*gguf.Writer, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	cfg = cfg.withDefaults()
-	corpus := cfg.Corpus
-	if corpus == "" {
-		corpus = builtinCorpus
-	}
-	tok, err := TrainTokenizer(corpus, cfg.Vocab)
+	tok, err := cfg.Tokenizer()
 	if err != nil {
 		return nil, err
 	}
+	cfg = cfg.withDefaults()
 	f16 := cfg.DType == "f16"
 	fileType := uint32(0) // LLAMA_FTYPE_ALL_F32
 	if f16 {
@@ -327,21 +320,30 @@ func NewWriter(cfg Config) (*gguf.Writer, error) {
 	w.AddKV("tokenizer.ggml.add_bos_token", false)
 	w.AddKV("tokenizer.chat_template", chatTemplate)
 
-	for _, t := range cfg.tensors() {
-		t := t
-		typ := gguf.TypeF32
-		half := f16 && t.kind == kindMatrix && len(t.shape) == 2
-		if half {
-			typ = gguf.TypeF16
-		}
-		seed := cfg.Seed
-		if err := w.AddTensorFunc(t.name, t.shape, typ, func(out io.Writer) error {
-			return genTensor(out, t, seed, half)
-		}); err != nil {
-			return nil, fmt.Errorf("modelgen: %w", err)
-		}
+	if err := addGenTensors(w, cfg.tensors(), cfg.Seed, func(t tensorSpec) bool {
+		return f16 && t.kind == kindMatrix && len(t.shape) == 2
+	}); err != nil {
+		return nil, err
 	}
 	return w, nil
+}
+
+// addGenTensors adds ts to w as tensors generated lazily from seed, F16
+// where half says so and F32 otherwise.
+func addGenTensors(w *gguf.Writer, ts []tensorSpec, seed int64, half func(tensorSpec) bool) error {
+	for _, t := range ts {
+		h := half(t)
+		typ := gguf.TypeF32
+		if h {
+			typ = gguf.TypeF16
+		}
+		if err := w.AddTensorFunc(t.name, t.shape, typ, func(out io.Writer) error {
+			return genTensor(out, t, seed, h)
+		}); err != nil {
+			return fmt.Errorf("modelgen: %w", err)
+		}
+	}
+	return nil
 }
 
 // Tokenizer trains and returns the tokenizer cfg's model would get.

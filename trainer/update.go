@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"strings"
 
 	"github.com/empo2/empo2/cgo"
 	"github.com/empo2/empo2/lora"
@@ -265,14 +264,8 @@ func AdapterFromParams(arch string, alpha float32, infos []cgo.ParamInfo, data [
 	a := &lora.Adapter{Arch: arch, Alpha: alpha, Meta: map[string]string{}}
 	pairs := map[string]*lora.Pair{}
 	for i, info := range infos {
-		var base string
-		isB := false
-		switch {
-		case strings.HasSuffix(info.Name, lora.SuffixA):
-			base = strings.TrimSuffix(info.Name, lora.SuffixA)
-		case strings.HasSuffix(info.Name, lora.SuffixB):
-			base, isB = strings.TrimSuffix(info.Name, lora.SuffixB), true
-		default:
+		base, isB, ok := lora.SplitName(info.Name)
+		if !ok {
 			return nil, fmt.Errorf("%w: parameter %q is not a LoRA tensor", ErrShape, info.Name)
 		}
 		if len(data[i]) != info.Shape[0]*info.Shape[1] {
@@ -308,10 +301,7 @@ func AdapterFromParams(arch string, alpha float32, infos []cgo.ParamInfo, data [
 func paramsFromAdapter(a *lora.Adapter, infos []cgo.ParamInfo) ([][]float32, error) {
 	out := make([][]float32, len(infos))
 	for i, info := range infos {
-		base, isB := strings.TrimSuffix(info.Name, lora.SuffixA), false
-		if strings.HasSuffix(info.Name, lora.SuffixB) {
-			base, isB = strings.TrimSuffix(info.Name, lora.SuffixB), true
-		}
+		base, isB, _ := lora.SplitName(info.Name)
 		p := a.Pair(base)
 		if p == nil {
 			return nil, fmt.Errorf("%w: adapter has no pair for %s (the policy's targets differ)", lora.ErrMismatch, base)
@@ -381,18 +371,17 @@ func (u *Updater) State() (*State, error) {
 	for k, v := range u.Meta {
 		meta[k] = v
 	}
-	var rng *rand.PCG
-	if u.RNG != nil {
-		b, err := u.RNG.MarshalBinary()
-		if err != nil {
-			return nil, err
-		}
-		rng = &rand.PCG{}
-		if err := rng.UnmarshalBinary(b); err != nil {
-			return nil, err
-		}
+	return &State{Adapter: a, Opt: opt, Step: u.Step, Schedule: u.cfg.Schedule, RNG: clonePCG(u.RNG), Meta: meta}, nil
+}
+
+// clonePCG returns an independent copy of r (nil for nil); a PCG's state is
+// its two words.
+func clonePCG(r *rand.PCG) *rand.PCG {
+	if r == nil {
+		return nil
 	}
-	return &State{Adapter: a, Opt: opt, Step: u.Step, Schedule: u.cfg.Schedule, RNG: rng, Meta: meta}, nil
+	c := *r
+	return &c
 }
 
 // Save writes the training state to path atomically.
@@ -435,14 +424,7 @@ func (u *Updater) Restore(s *State) error {
 	}
 	u.params, u.Opt, u.Step = params, opt, s.Step
 	u.cfg.Schedule, u.cfg.AdamW = s.Schedule, s.Opt.Config
-	u.RNG = nil
-	if s.RNG != nil {
-		b, _ := s.RNG.MarshalBinary()
-		u.RNG = &rand.PCG{}
-		if err := u.RNG.UnmarshalBinary(b); err != nil {
-			return err
-		}
-	}
+	u.RNG = clonePCG(s.RNG)
 	u.Meta = map[string]string{}
 	for k, v := range s.Meta {
 		u.Meta[k] = v

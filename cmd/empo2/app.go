@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/olekukonko/tablewriter"
 	"github.com/rs/zerolog"
 	"github.com/rs/zerolog/log"
 	"github.com/urfave/cli/v2"
@@ -99,4 +101,28 @@ func loadBackends(c *cli.Context) error {
 		log.Info().Str("backend", p).Msg("loaded ggml backend")
 	}
 	return nil
+}
+
+// Output helpers shared by the commands.
+
+// printJSON writes v as indented JSON.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// newTable is a borderless, left-aligned table with the header as given.
+func newTable(w io.Writer, header ...string) *tablewriter.Table {
+	t := tablewriter.NewWriter(w)
+	t.SetHeader(header)
+	t.SetAutoWrapText(false)
+	t.SetAutoFormatHeaders(false)
+	t.SetBorder(false)
+	t.SetColumnSeparator(" ")
+	t.SetCenterSeparator(" ")
+	t.SetHeaderLine(true)
+	t.SetAlignment(tablewriter.ALIGN_LEFT)
+	t.SetHeaderAlignment(tablewriter.ALIGN_LEFT)
+	return t
 }

@@ -10,9 +10,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/olekukonko/tablewriter"
 	"github.com/rs/zerolog/log"
 	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
 
 	"github.com/empo2/empo2/environments"
 	_ "github.com/empo2/empo2/environments/scienceworld" // registers "scienceworld"
@@ -148,15 +148,7 @@ func envList(c *cli.Context) error {
 		enc := json.NewEncoder(w)
 		return enc.Encode(all)
 	}
-	tw := tablewriter.NewWriter(w)
-	tw.SetHeader([]string{"ENV", "TASK", "VARIATIONS", "TRAIN", "DEV", "TEST", "STEP LIMIT", "HELD OUT", "DESCRIPTION"})
-	tw.SetAutoWrapText(false)
-	tw.SetAutoFormatHeaders(false)
-	tw.SetBorder(false)
-	tw.SetColumnSeparator(" ")
-	tw.SetCenterSeparator(" ")
-	tw.SetAlignment(tablewriter.ALIGN_LEFT)
-	tw.SetHeaderAlignment(tablewriter.ALIGN_LEFT)
+	tw := newTable(w, "ENV", "TASK", "VARIATIONS", "TRAIN", "DEV", "TEST", "STEP LIMIT", "HELD OUT", "DESCRIPTION")
 	for _, e := range all {
 		if e.Error != "" {
 			tw.Append([]string{e.Name, "-", "-", "-", "-", "-", "-", "-", "unavailable: " + e.Error})
@@ -261,8 +253,7 @@ func envGold(c *cli.Context) error {
 			break
 		}
 	}
-	fmt.Fprintf(w, "final score: %s after %d actions (done: %v)\n", envFmtScore(env.Score()), n, done)
-	return nil
+	return envPlayEnd(w, env, n, done, nil)
 }
 
 func envFmtScore(s float64) string { return strconv.FormatFloat(s, 'f', -1, 64) }
@@ -310,7 +301,7 @@ func envPlay(c *cli.Context) error {
 	opts, _ := envOptions(c) // already checked by envOpen
 	limit := environments.StepLimit(task, opts)
 	fmt.Fprintf(w, "%s %s variation %d (step limit %d)\nTask: %s\n%s\n", c.Args().First(), task.Name, v, limit, res.TaskDescription, strings.TrimRight(res.Observation, "\n"))
-	interactive := replay == "" && envIsTerminal(os.Stdin)
+	interactive := replay == "" && term.IsTerminal(int(os.Stdin.Fd()))
 	if interactive {
 		fmt.Fprintln(w, "(type an action; 'valid' lists the valid actions, 'score' shows the score, 'quit' or Ctrl-D ends)")
 	}
@@ -364,18 +355,13 @@ func envPlay(c *cli.Context) error {
 	return envPlayEnd(w, env, n, done, sc.Err())
 }
 
+// envPlayEnd prints the final score line of play and gold (unless err).
 func envPlayEnd(w io.Writer, env environments.Env, n int, done bool, err error) error {
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "final score: %s after %d actions (done: %v)\n", envFmtScore(env.Score()), n, done)
 	return nil
-}
-
-// isTerminal reports whether f is a character device (a terminal).
-func envIsTerminal(f *os.File) bool {
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
 // errHelpShown ends a command quietly after envArgs printed its help.

@@ -141,6 +141,17 @@ func TestEnvPlayReplay(t *testing.T) {
 	if m := finalScore.FindStringSubmatch(so.String()); m == nil || m[2] != "1" || m[3] != "false" || strings.Contains(so.String(), "The door is now open.") {
 		t.Fatalf("quit should stop after 1 action, episode not done:\n%s", so.String())
 	}
+	// Stdin that is a character device but not a terminal (/dev/null) gets
+	// no prompt.
+	cmd = exec.Command(binPath, "env", "play", "textlab", "melt") // Stdin nil: /dev/null
+	so.Reset()
+	cmd.Stdout, cmd.Stderr = &so, &se
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("play from /dev/null: %v\n%s", err, se.String())
+	}
+	if strings.Contains(so.String(), "(type an action") || strings.Contains(so.String(), "> ") {
+		t.Fatalf("play prompts on a stdin that is not a terminal:\n%s", so.String())
+	}
 	if _, _, err := runCLI(t, "env", "play", "textlab", "melt", "--actions", filepath.Join(dir, "missing.txt")); err == nil {
 		t.Fatal("a missing --actions file was accepted")
 	}

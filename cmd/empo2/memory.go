@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/olekukonko/tablewriter"
 	"github.com/rs/zerolog/log"
 	"github.com/urfave/cli/v2"
 
@@ -169,26 +167,6 @@ func memCap(c *cli.Context) []memstore.Option {
 	return nil
 }
 
-func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
-func newTable(w io.Writer, header ...string) *tablewriter.Table {
-	t := tablewriter.NewWriter(w)
-	t.SetHeader(header)
-	t.SetAutoWrapText(false)
-	t.SetAutoFormatHeaders(false)
-	t.SetBorder(false)
-	t.SetColumnSeparator(" ")
-	t.SetCenterSeparator(" ")
-	t.SetHeaderLine(true)
-	t.SetAlignment(tablewriter.ALIGN_LEFT)
-	t.SetHeaderAlignment(tablewriter.ALIGN_LEFT)
-	return t
-}
-
 func truncate(s string, n int) string {
 	s = strings.Join(strings.Fields(s), " ")
 	if n <= 0 {
@@ -325,7 +303,7 @@ func memSearch(c *cli.Context) error {
 		return err
 	}
 	if thr == 0 {
-		q.Threshold = math32SmallestPositive // "> 0" (Threshold 0 would mean the default)
+		q.Threshold = math.SmallestNonzeroFloat32 // "> 0" (Threshold 0 would mean the default)
 	}
 	if c.Bool(memBySimFlag.Name) {
 		q.Order = memstore.OrderBySimilarity
@@ -353,10 +331,6 @@ func memSearch(c *cli.Context) error {
 	t.Render()
 	return nil
 }
-
-// math32SmallestPositive is the smallest positive float32: "similarity >
-// it" is "similarity > 0" for float32 similarities.
-const math32SmallestPositive = 1.401298464324817070923729583289916131280e-45
 
 func memAdd(c *cli.Context) error {
 	if strings.TrimSpace(c.String(memContentFlag.Name)) == "" {

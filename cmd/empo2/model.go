@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -249,9 +248,7 @@ func modelInfo(c *cli.Context) error {
 	defer f.Close()
 	r := buildModelInfo(f, path, c.Bool(modelInfoTensorsFlag.Name))
 	if c.Bool(modelInfoJSONFlag.Name) {
-		enc := json.NewEncoder(c.App.Writer)
-		enc.SetIndent("", "  ")
-		return enc.Encode(r)
+		return printJSON(c.App.Writer, r)
 	}
 	printModelInfo(c.App.Writer, r, c.Bool(modelInfoTemplateFlag.Name))
 	return nil

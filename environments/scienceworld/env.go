@@ -222,6 +222,18 @@ func (e *Env) usable() error {
 	return nil
 }
 
+// taskVariation looks task up and checks that it has variation.
+func taskVariation(task string, variation int) (taskInfo, error) {
+	t, ok := lookupTask(task)
+	if !ok {
+		return t, fmt.Errorf("%w: ScienceWorld has no task %q", environments.ErrUnknownTask, task)
+	}
+	if variation < 0 || variation >= t.variations {
+		return t, fmt.Errorf("%w: %s has variations 0..%d, got %d", environments.ErrBadVariation, t.name, t.variations-1, variation)
+	}
+	return t, nil
+}
+
 // Reset loads task at variation (the seed is not used: the simulator
 // seeds itself from the variation) and plays "look around", as the Python
 // wrapper's load + reset do.
@@ -229,12 +241,9 @@ func (e *Env) Reset(ctx context.Context, task string, variation int, seed int64)
 	if err := e.usable(); err != nil {
 		return environments.ResetResult{}, err
 	}
-	t, ok := lookupTask(task)
-	if !ok {
-		return environments.ResetResult{}, fmt.Errorf("%w: ScienceWorld has no task %q", environments.ErrUnknownTask, task)
-	}
-	if variation < 0 || variation >= t.variations {
-		return environments.ResetResult{}, fmt.Errorf("%w: %s has variations 0..%d, got %d", environments.ErrBadVariation, t.name, t.variations-1, variation)
+	t, err := taskVariation(task, variation)
+	if err != nil {
+		return environments.ResetResult{}, err
 	}
 	if err := checkSimplifications(e.opts.Simplifications, t.name); err != nil {
 		return environments.ResetResult{}, err
@@ -375,12 +384,9 @@ func (e *Env) GoldActions(ctx context.Context, task string, variation int) ([]st
 	if err := e.usable(); err != nil {
 		return nil, err
 	}
-	t, ok := lookupTask(task)
-	if !ok {
-		return nil, fmt.Errorf("%w: ScienceWorld has no task %q", environments.ErrUnknownTask, task)
-	}
-	if variation < 0 || variation >= t.variations {
-		return nil, fmt.Errorf("%w: %s has variations 0..%d, got %d", environments.ErrBadVariation, t.name, t.variations-1, variation)
+	t, err := taskVariation(task, variation)
+	if err != nil {
+		return nil, err
 	}
 	e.started = false
 	if err := e.load(ctx, t.name, variation, e.opts.Simplifications, true); err != nil {

@@ -113,10 +113,7 @@ func (e *Env) Reset(ctx context.Context, task string, variation int, seed int64)
 		return environments.ResetResult{}, err
 	}
 	e.task, e.ep, e.moves, e.done = t, ep, 0, false
-	e.limit = t.stepLimit
-	if e.opts.StepLimit > 0 {
-		e.limit = e.opts.StepLimit
-	}
+	e.limit = environments.StepLimit(environments.Task{StepLimit: t.stepLimit}, e.opts)
 	return environments.ResetResult{
 		Observation:     ep.w.look(),
 		TaskDescription: ep.desc,

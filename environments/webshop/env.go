@@ -215,8 +215,8 @@ func (e *Env) Reset(ctx context.Context, task string, variation int, seed int64)
 	if err := checkTask(task); err != nil {
 		return environments.ResetResult{}, err
 	}
-	if variation < 0 || variation >= len(e.goals) {
-		return environments.ResetResult{}, fmt.Errorf("%w: goal %d of %d", environments.ErrBadVariation, variation, len(e.goals))
+	if _, err := e.Goal(variation); err != nil {
+		return environments.ResetResult{}, err
 	}
 	e.goal = &e.goals[variation]
 	e.variation = variation
@@ -525,8 +525,8 @@ func (e *Env) GoldActions(ctx context.Context, task string, variation int) ([]st
 	if err := checkTask(task); err != nil {
 		return nil, err
 	}
-	if variation < 0 || variation >= len(e.goals) {
-		return nil, fmt.Errorf("%w: goal %d of %d", environments.ErrBadVariation, variation, len(e.goals))
+	if _, err := e.Goal(variation); err != nil {
+		return nil, err
 	}
 	g := &e.goals[variation]
 	p, ok := e.cat.Product(g.ASIN)

@@ -226,23 +226,21 @@ type scoredDoc struct {
 // queryTerms analyses and stems the keywords (the caller holds ix.mu).
 func (ix *searchIndex) queryTerms(keywords string) ([]string, error) {
 	words := analyze(keywords)
+	// Bound the memory of ever-new query words. Cleared before the known
+	// words are picked out, so that every word of this query gets stemmed.
+	if len(ix.stems) > 1<<20 {
+		clear(ix.stems)
+	}
 	var fresh []string
+	seen := map[string]bool{}
 	for _, w := range words {
-		if _, ok := ix.stems[w]; !ok {
+		if _, ok := ix.stems[w]; !ok && !seen[w] {
+			seen[w] = true
 			fresh = append(fresh, w)
-			ix.stems[w] = "" // placeholder, filled below
 		}
 	}
-	if len(fresh) > 0 {
-		for _, w := range fresh {
-			delete(ix.stems, w)
-		}
-		if len(ix.stems) > 1<<20 { // bound the memory of ever-new query words
-			clear(ix.stems)
-		}
-		if err := ix.stemAll(fresh); err != nil {
-			return nil, err
-		}
+	if err := ix.stemAll(fresh); err != nil {
+		return nil, err
 	}
 	terms := make([]string, 0, len(words))
 	for _, w := range words {

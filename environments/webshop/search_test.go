@@ -1,6 +1,7 @@
 package webshop
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -207,5 +208,33 @@ func TestPorterTokenizer(t *testing.T) {
 		if err != nil || len(got) != 1 || got[0] != want {
 			t.Errorf("tokenize(%q) = %v (%v), want %q", in, got, err, want)
 		}
+	}
+}
+
+// When the stem cache outgrows its bound, a query that mixes known and new
+// words must still use every word (the cache is cleared before the known
+// words are picked out, not after).
+func TestStemCacheBound(t *testing.T) {
+	ix := miniIndex(t, "red shoes", "blue shirt", "green tea")
+	want, err := ix.Search("shoes tea")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(want) != 2 {
+		t.Fatalf("shoes tea: %v, want 2 hits", want)
+	}
+	for i := 0; i <= 1<<20; i++ {
+		ix.stems["filler"+strconv.Itoa(i)] = "filler"
+	}
+	clear(ix.cache)
+	got, err := ix.Search("shoes tea xylophones")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("after the cache bound: %v, want %v", got, want)
+	}
+	if len(ix.stems) > 1<<20 {
+		t.Fatalf("stem cache not bounded: %d entries", len(ix.stems))
 	}
 }
