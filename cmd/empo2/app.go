@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -125,4 +126,109 @@ func newTable(w io.Writer, header ...string) *tablewriter.Table {
 	t.SetAlignment(tablewriter.ALIGN_LEFT)
 	t.SetHeaderAlignment(tablewriter.ALIGN_LEFT)
 	return t
+}
+
+// run runs the app on args (os.Args), after permuteArgs.
+func run(args []string) error {
+	app := newApp()
+	return app.Run(permuteArgs(app, args))
+}
+
+// permuteArgs moves the flags that follow a leaf command's positional
+// arguments in front of them. urfave/cli v2 stops parsing flags at the first
+// positional argument, but `empo2 env gold textlab melt --variation 7` and
+// `empo2 memory import tips.jsonl --db mem.db` should work. Flags are told
+// apart by the leaf command's own definitions, so a flag's value (even one
+// starting with "-") is never taken for an argument. A "--" ends the flags:
+// it is kept, placed before all the positional arguments.
+func permuteArgs(app *cli.App, args []string) []string {
+	out := append([]string{}, args[:min(1, len(args))]...)
+	i := 1
+	flags, cmds := app.Flags, app.Commands
+	var leaf *cli.Command
+	for i < len(args) {
+		if isFlagToken(args[i]) {
+			n := flagTokens(flags, args, i)
+			out = append(out, args[i:i+n]...)
+			i += n
+			continue
+		}
+		c := findCommand(cmds, args[i])
+		if c == nil {
+			break
+		}
+		out = append(out, args[i])
+		i++
+		leaf, flags, cmds = c, c.Flags, c.Subcommands
+		if len(cmds) == 0 {
+			break
+		}
+	}
+	if leaf == nil || len(leaf.Subcommands) > 0 {
+		return append(out, args[i:]...)
+	}
+	var flagToks, pos []string
+	dashdash := false
+	for i < len(args) {
+		switch tok := args[i]; {
+		case tok == "--" && !dashdash:
+			dashdash = true
+			i++
+		case dashdash || !isFlagToken(tok):
+			pos = append(pos, tok)
+			i++
+		default:
+			n := flagTokens(flags, args, i)
+			flagToks = append(flagToks, args[i:i+n]...)
+			i += n
+			if isHelp(tok) || (n == 1 && takesValue(flags, tok) && !strings.Contains(tok, "=")) {
+				// Help shows the command's help, and a value flag that ends
+				// the line gets urfave/cli's "needs an argument" error; in
+				// both cases the positional arguments must not follow it.
+				return append(out, flagToks...)
+			}
+		}
+	}
+	out = append(out, flagToks...)
+	if dashdash {
+		out = append(out, "--")
+	}
+	return append(out, pos...)
+}
+
+func isFlagToken(tok string) bool { return len(tok) > 1 && tok[0] == '-' && tok != "--" }
+
+// flagTokens is how many tokens, from args[i], one flag occupies: 2 for a
+// flag that takes a value given as the next token, else 1 (booleans, help,
+// "--name=value", a value flag at the end of args, and unknown flags, which
+// urfave/cli then reports).
+func flagTokens(flags []cli.Flag, args []string, i int) int {
+	if strings.Contains(args[i], "=") || i+1 >= len(args) || !takesValue(flags, args[i]) {
+		return 1
+	}
+	return 2
+}
+
+// takesValue tells whether the flag token tok names one of flags that is
+// not a boolean.
+func takesValue(flags []cli.Flag, tok string) bool {
+	name, _, _ := strings.Cut(strings.TrimLeft(tok, "-"), "=")
+	for _, f := range flags {
+		if slices.Contains(f.Names(), name) {
+			_, isBool := f.(*cli.BoolFlag)
+			return !isBool
+		}
+	}
+	return false
+}
+
+func isHelp(tok string) bool { return tok == "-h" || tok == "--help" || tok == "-help" }
+
+func findCommand(cmds []*cli.Command, name string) *cli.Command {
+	for _, c := range cmds {
+		if c.Name == name || slices.Contains(c.Aliases, name) {
+			return c
+		}
+	}
+	return nil
 }

@@ -48,7 +48,7 @@ func init() {
 				Usage:     "list environments and their tasks with variation counts and train/dev/test splits",
 				ArgsUsage: "[ENV]",
 				Flags:     append([]cli.Flag{envJSONFlag}, envOptionFlags()...),
-				Action:    envAction(envList),
+				Action:    envList,
 			},
 			{
 				Name:      "play",
@@ -58,14 +58,14 @@ func init() {
 					"the score, 'quit' or end of input ends. TASK may be left out when the environment has a\n" +
 					"single task. Flags may also follow ENV and TASK.",
 				Flags:  append([]cli.Flag{envVariationFlag, envSeedFlag, envActionsFlag, envQuietFlag}, envOptionFlags()...),
-				Action: envAction(envPlay),
+				Action: envPlay,
 			},
 			{
 				Name:      "gold",
 				Usage:     "play the gold action sequence of a task variation and print the final score",
 				ArgsUsage: "ENV [TASK]",
 				Flags:     append([]cli.Flag{envVariationFlag, envSeedFlag, envQuietFlag}, envOptionFlags()...),
-				Action:    envAction(envGold),
+				Action:    envGold,
 			},
 		},
 	})
@@ -111,10 +111,7 @@ type envJSON struct {
 }
 
 func envList(c *cli.Context) error {
-	args, err := envArgs(c)
-	if err != nil {
-		return err
-	}
+	args := c.Args().Slice()
 	names := environments.Names()
 	if len(args) > 1 {
 		return fmt.Errorf("env list takes at most one ENV, got %d arguments", len(args))
@@ -174,10 +171,7 @@ func envNonNil(v []int) []int {
 
 // envOpen resolves ENV [TASK] and --variation and starts an instance.
 func envOpen(c *cli.Context) (environments.Env, environments.Task, int, error) {
-	args, err := envArgs(c)
-	if err != nil {
-		return nil, environments.Task{}, 0, err
-	}
+	args := c.Args().Slice()
 	if len(args) < 1 || len(args) > 2 {
 		return nil, environments.Task{}, 0, fmt.Errorf("want ENV [TASK], got %d arguments (environments: %s)", len(args), strings.Join(environments.Names(), ", "))
 	}
@@ -362,68 +356,4 @@ func envPlayEnd(w io.Writer, env environments.Env, n int, done bool, err error) 
 	}
 	fmt.Fprintf(w, "final score: %s after %d actions (done: %v)\n", envFmtScore(env.Score()), n, done)
 	return nil
-}
-
-// errHelpShown ends a command quietly after envArgs printed its help.
-var errHelpShown = errors.New("help shown")
-
-// envAction runs an env subcommand, turning errHelpShown into success.
-func envAction(f func(*cli.Context) error) cli.ActionFunc {
-	return func(c *cli.Context) error {
-		if err := f(c); !errors.Is(err, errHelpShown) {
-			return err
-		}
-		return nil
-	}
-}
-
-// envArgs returns the positional arguments of c, applying any flags that
-// follow them: urfave/cli v2 stops parsing flags at the first positional
-// argument, but `empo2 env gold textlab melt --variation 7` should work.
-// Everything after "--" is positional. A help flag (-h, --help) among them
-// prints the command's help and returns errHelpShown.
-func envArgs(c *cli.Context) ([]string, error) {
-	var pos []string
-	args := c.Args().Slice()
-	for i := 0; i < len(args); i++ {
-		tok := args[i]
-		if tok == "--" {
-			pos = append(pos, args[i+1:]...)
-			break
-		}
-		if !strings.HasPrefix(tok, "-") || tok == "-" {
-			pos = append(pos, tok)
-			continue
-		}
-		name, value, hasValue := strings.Cut(strings.TrimLeft(tok, "-"), "=")
-		var flag cli.Flag
-		for _, f := range c.Command.Flags {
-			for _, n := range f.Names() {
-				if n == name {
-					flag = f
-				}
-			}
-		}
-		if name == "help" || name == "h" {
-			cli.HelpPrinter(c.App.Writer, cli.CommandHelpTemplate, c.Command)
-			return nil, errHelpShown
-		}
-		if flag == nil {
-			return nil, fmt.Errorf("flag provided but not defined: %s", tok)
-		}
-		if _, isBool := flag.(*cli.BoolFlag); isBool && !hasValue {
-			value, hasValue = "true", true
-		}
-		if !hasValue {
-			if i+1 >= len(args) {
-				return nil, fmt.Errorf("flag needs an argument: %s", tok)
-			}
-			i++
-			value = args[i]
-		}
-		if err := c.Set(flag.Names()[0], value); err != nil {
-			return nil, fmt.Errorf("invalid value %q for flag %s: %w", value, tok, err)
-		}
-	}
-	return pos, nil
 }

@@ -158,7 +158,7 @@ func TestEnvPlayReplay(t *testing.T) {
 }
 
 // Flags may follow the positional arguments (urfave/cli v2 alone stops at
-// the first one): envArgs applies them, and "--" ends them.
+// the first one): permuteArgs in app.go moves them, and "--" ends them.
 func TestEnvFlagsAfterArgs(t *testing.T) {
 	gold := func(args ...string) string {
 		t.Helper()

@@ -8,7 +8,7 @@ import (
 )
 
 func main() {
-	if err := newApp().Run(os.Args); err != nil {
+	if err := run(os.Args); err != nil {
 		fmt.Fprintln(os.Stderr, "empo2:", err)
 		os.Exit(1)
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -65,5 +66,34 @@ func TestBadBackend(t *testing.T) {
 	}
 	if !bytes.Contains([]byte(stderr), []byte("--backend")) {
 		t.Fatalf("error does not name the flag: %s", stderr)
+	}
+}
+
+// Flags after positional arguments work for every command, required flags
+// included (permuteArgs), and a flag's value starting with "-" stays a value.
+func TestFlagsAfterArgs(t *testing.T) {
+	dir := t.TempDir()
+	model := filepath.Join(dir, "m.gguf")
+	if _, stderr, err := runCLI(t, "model", "init", "--out", model); err != nil {
+		t.Fatalf("model init: %v\n%s", err, stderr)
+	}
+	out, stderr, err := runCLI(t, "model", "info", model, "--json")
+	if err != nil || !strings.HasPrefix(strings.TrimSpace(out), "{") {
+		t.Fatalf("model info FILE --json: %v\n%s\n%s", err, out, stderr)
+	}
+	jsonl := filepath.Join(dir, "tips.jsonl")
+	db := filepath.Join(dir, "mem.db")
+	if _, stderr, err := runCLI(t, "memory", "add", "--db", db, "-n", "t/0", "--content", "open the door", "--score", "-5"); err != nil {
+		t.Fatalf("memory add with a negative score: %v\n%s", err, stderr)
+	}
+	if _, stderr, err := runCLI(t, "memory", "export", "--db", db, "--out", jsonl); err != nil {
+		t.Fatalf("memory export: %v\n%s", err, stderr)
+	}
+	out, stderr, err = runCLI(t, "memory", "import", jsonl, "--db", filepath.Join(dir, "copy.db"))
+	if err != nil || !strings.Contains(out, "added 1") {
+		t.Fatalf("memory import FILE --db: %v\n%s\n%s", err, out, stderr)
+	}
+	if _, _, err := runCLI(t, "model", "info", model, "--no-such-flag"); err == nil {
+		t.Fatal("an unknown flag after the arguments was accepted")
 	}
 }
