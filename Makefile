@@ -15,13 +15,31 @@ MARCH     ?= -march=native
 export CGO_ENABLED  := 1
 export CGO_CFLAGS   ?= -O3 $(MARCH)
 export CGO_CXXFLAGS ?= -O3 $(MARCH)
+
+# Intel AMX (Sapphire Rapids and later): when the flags enable AMX-INT8, ggml's
+# ggml-cpu.cpp references ggml_backend_amx_buffer_type(), but the pinned
+# module's cgo package does not compile ggml-cpu/amx/*.cpp, so the link fails.
+# The AMX path is switched off then (AVX-512/VNNI kernels stay). On a CPU
+# without AMX nothing is appended, so the flags (and Go's build cache key)
+# stay exactly "-O3 -march=native". `make NO_AMX=` disables the fix.
+NO_AMX    ?= -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
+CGO_CC    := $(or $(shell $(GO) env CC 2>/dev/null),gcc)
+amx_on     = $(shell $(CGO_CC) $(1) -dM -E -x c - </dev/null 2>/dev/null | grep -q __AMX_INT8__ && echo yes)
+ifneq ($(strip $(NO_AMX)),)
+ifeq ($(call amx_on,$(CGO_CFLAGS)),yes)
+CGO_CFLAGS   += $(NO_AMX)
+endif
+ifeq ($(call amx_on,$(CGO_CXXFLAGS)),yes)
+CGO_CXXFLAGS += $(NO_AMX)
+endif
+endif
 # A stray ggml.h in $TMPDIR can hijack cgo's includes: build in a clean one.
 export TMPDIR       := $(CURDIR)/.tmp
 
 TEST_TIMEOUT ?= 20m
 GOTEST_FLAGS ?=
 
-.PHONY: all build deps test test-race bench cuda clean fmt vet
+.PHONY: all build deps test test-race bench cuda cuda-test link-check clean fmt vet
 
 all: build
 
@@ -47,17 +65,67 @@ test: build
 test-race: deps
 	$(GO) test -race -timeout $(TEST_TIMEOUT) -run 'Concurren' ./...
 
+# Links (does not run) bin/empo2 and the training graph's test binary for other
+# x86-64 CPUs than this one, with the same AMX rule as above, so a build that
+# fails on another machine (the AMX link error) fails here too. Each -march
+# compiles llama.cpp once more (minutes on 2 cores; cached afterwards). A -march
+# the compiler does not know is reported and skipped, not a linker error.
+LINK_CHECK ?= sapphirerapids znver4 x86-64-v2
+link-check: deps
+	@set -e; for m in $(LINK_CHECK); do \
+	  if ! $(CGO_CC) -march=$$m -E -x c - </dev/null >/dev/null 2>&1; then \
+	    echo "link-check: SKIPPED -march=$$m: $(CGO_CC) $$($(CGO_CC) -dumpfullversion) does not know this CPU name (a newer compiler does, e.g. GCC >= 13 for znver4); nothing was linked for it" >&2; \
+	    continue; \
+	  fi; \
+	  f="-O3 -march=$$m"; \
+	  if [ -n "$(strip $(NO_AMX))" ] && $(CGO_CC) $$f -dM -E -x c - </dev/null | grep -q __AMX_INT8__; then f="$$f $(NO_AMX)"; fi; \
+	  echo "link-check: -march=$$m: CGO_CFLAGS=CGO_CXXFLAGS=\"$$f\""; t0=$$(date +%s); \
+	  if ! CGO_CFLAGS="$$f" CGO_CXXFLAGS="$$f" $(GO) build -o /dev/null ./cmd/empo2 || \
+	     ! CGO_CFLAGS="$$f" CGO_CXXFLAGS="$$f" $(GO) test -c -o /dev/null ./cgo; then \
+	    echo "link-check: FAILED: bin/empo2 or the cgo test binary does not link for -march=$$m" >&2; exit 1; \
+	  fi; \
+	  echo "link-check: -march=$$m links ($$(( $$(date +%s) - t0 )) s)"; \
+	done
+
 bench: build
 	set -o pipefail; $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./... 2>&1 | tee bench.txt
 
+# The SFT warm start of docs/sft.md: textlab demos -> generated model -> LoRA
+# SFT -> greedy eval, written under build/sft-recipe/ (tens of minutes on 2 cores).
+.PHONY: sft-recipe
+sft-recipe: build
+	EMPO2=$(BIN) scripts/sft-recipe.sh
+
+# The EMPO² vs GRPO study of docs/experiment.md (≤ 60 min on 2 cores; quick: ≤ 10 min).
+.PHONY: experiment experiment-quick
+experiment: build
+	EMPO2=$(BIN) GO=$(GO) scripts/experiment.sh
+experiment-quick: build
+	EMPO2=$(BIN) GO=$(GO) scripts/experiment.sh quick
+
 # ggml's CUDA backend, built by CMake from the pinned module's own source as a
-# loadable backend library (bin/libggml-cuda.so). Needs nvcc + CMake; it cannot
-# run on the CPU-only machines this project is developed on.
+# loadable backend library (bin/libggml-cuda.so + libggml-base.so). Needs nvcc
+# and CMake, not a GPU: CUDA_ARCH (CMake's CUDA_ARCHITECTURES list) defaults to
+# the compute capability of the build machine's GPUs when nvidia-smi reports
+# any, else to Ampere + Hopper ("80;90"). `make cuda CUDA_ARCH=90` builds one
+# architecture (half the time). See docs/gpu.md.
+CUDA_ARCH ?= $(or $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | grep -E '^[0-9]+\.[0-9]+$$' | tr -d . | sort -u | paste -sd';'),80;90)
+CUDA_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 cuda: deps
+	@command -v $${CUDACXX:-nvcc} >/dev/null 2>&1 || { echo "make cuda: no CUDA compiler ($${CUDACXX:-nvcc} not found). On Debian 12: add 'contrib non-free' to the Components: line of /etc/apt/sources.list.d/debian.sources, then: apt-get update && apt-get install nvidia-cuda-toolkit cmake (CUDA 11.8). Elsewhere: install NVIDIA's CUDA toolkit and put its bin/ on PATH." >&2; exit 1; }
+	@command -v cmake >/dev/null 2>&1 || { echo "make cuda: cmake not found: apt-get install cmake (>= 3.21)" >&2; exit 1; }
+	@echo "make cuda: CUDA architectures $(CUDA_ARCH)"
 	cmake -S . -B build/cuda -DCMAKE_BUILD_TYPE=Release \
-		-DOLLAMA_DIR="$$(readlink -f third_party/ollama)"
-	cmake --build build/cuda --target ggml-cuda -j
+		-DOLLAMA_DIR="$$(readlink -f third_party/ollama)" \
+		-DCMAKE_CUDA_ARCHITECTURES="$(CUDA_ARCH)"
+	cmake --build build/cuda --target ggml-cuda -j $(CUDA_JOBS)
 	@mkdir -p bin && cp build/cuda/libggml-*.so* bin/
+
+# Loads bin/libggml-cuda.so into empo2 and the training graph and checks the
+# GPU-less fallback (cmd/empo2/cuda_test.go; skipped when the library is absent).
+cuda-test: deps
+	set -o pipefail; $(GO) test -count=1 -run 'TestCUDABackendWithoutGPU' -v ./cmd/empo2/ 2>&1 | \
+		grep -E '^(=== RUN|--- |PASS|FAIL|ok |    cuda_test)'
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

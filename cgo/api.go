@@ -2,6 +2,8 @@ package cgo
 
 import (
 	"errors"
+
+	"github.com/empo2/empo2/lora"
 )
 
 // Sentinel errors. Every error returned by this package wraps one of them
@@ -27,20 +29,20 @@ var (
 )
 
 // LoRA target short names and the GGUF tensor each one adapts
-// (blk.<i>.<tensor>.weight).
+// (blk.<i>.<tensor>.weight). Defined once, in package lora (lora.Targets).
 const (
-	TargetQ    = "q"    // attn_q
-	TargetK    = "k"    // attn_k
-	TargetV    = "v"    // attn_v
-	TargetO    = "o"    // attn_output
-	TargetGate = "gate" // ffn_gate
-	TargetUp   = "up"   // ffn_up
-	TargetDown = "down" // ffn_down
+	TargetQ    = lora.TargetQ    // attn_q
+	TargetK    = lora.TargetK    // attn_k
+	TargetV    = lora.TargetV    // attn_v
+	TargetO    = lora.TargetO    // attn_output
+	TargetGate = lora.TargetGate // ffn_gate
+	TargetUp   = lora.TargetUp   // ffn_up
+	TargetDown = lora.TargetDown // ffn_down
 )
 
-// AllTargets is the default LoRA target set, in the order parameters are
-// laid out per layer.
-var AllTargets = []string{TargetQ, TargetK, TargetV, TargetO, TargetGate, TargetUp, TargetDown}
+// AllTargets is the default LoRA target set, in canonical order
+// (lora.DefaultTargets).
+var AllTargets = append([]string(nil), lora.DefaultTargets...)
 
 // LoRAConfig selects the trainable low-rank adapters.
 //
@@ -110,20 +112,12 @@ type ModelInfo struct {
 }
 
 // ParamInfo describes one trainable tensor, in the order used by every
-// [][]float32 exchanged with the Model.
-type ParamInfo struct {
-	// Name follows llama.cpp's adapter format: "<base tensor>.lora_a" or
-	// "<base tensor>.lora_b", e.g. "blk.0.attn_q.weight.lora_a".
-	Name string
-	// Shape is ggml's ne: lora_a [n_in, r], lora_b [r, n_out]. Data is
-	// row-major over ne[0] (element (i0, i1) at i1*Shape[0]+i0), i.e. exactly
-	// the bytes a GGUF F32 tensor of this shape holds.
-	Shape  [2]int
-	Base   string // base tensor name, e.g. "blk.0.attn_q.weight"
-	Target string // one of AllTargets
-	Layer  int
-	IsB    bool // lora_b (else lora_a)
-}
+// [][]float32 exchanged with the Model. It is lora.ParamInfo: the order is
+// the canonical one (lora.Less; block, then q,k,v,o,gate,up,down, A before
+// B), the same as lora.Adapter.Params, so parameters, gradients, moments
+// and adapters line up index by index with no permutation. Layer and Target
+// are reported by the C side.
+type ParamInfo = lora.ParamInfo
 
 // Sequence is one sample of a micro-batch. All per-token slices are aligned
 // with Tokens: index t describes token Tokens[t], predicted from Tokens[:t].
@@ -163,6 +157,11 @@ type Objective struct {
 	KLCoef           float32 // β of the k3 KL to the reference (needs RefLogp); 0 = off
 	EntropyCoef      float32 // entropy bonus coefficient; 0 = off
 	Aggregation      string  // AggTokenMean (default when empty) or AggSeqMeanTokenMean
+	// NLL replaces the policy-gradient loss by plain negative log-likelihood
+	// (supervised fine-tuning, `empo2 sft`): ℓ = −logp per trained token,
+	// ∂ℓ/∂logp = −1; OldLogp and Advantage are ignored (no ratio, no clip).
+	// The KL and entropy terms still apply when their coefficients are set.
+	NLL bool
 }
 
 // DefaultObjective: ε 0.2/0.3, dual-clip 10, δ = −5, no KL, no entropy,
@@ -220,10 +219,12 @@ func CountTrained(batch []Sequence, obj Objective) (tokens, seqs int) {
 //	(*Model).Info() ModelInfo
 //	(*Model).LoRA() LoRAConfig
 //	(*Model).Params() []ParamInfo
-//	(*Model).ReadParams() [][]float32          // copies; nil after Close
+//	(*Model).ReadParams() ([][]float32, error) // copies
 //	(*Model).WriteParams([][]float32) error    // same layout as ReadParams
-//	(*Model).Grads() [][]float32               // copies of the accumulated gradients
-//	(*Model).ZeroGrads()
+//	(*Model).ReadAdapter() (*lora.Adapter, error)
+//	(*Model).WriteAdapter(*lora.Adapter) error
+//	(*Model).Grads() ([][]float32, error)      // copies of the accumulated gradients
+//	(*Model).ZeroGrads() error
 //	(*Model).ForwardBackward(batch []Sequence, obj Objective, lossScale float32) (Stats, error)
 //	(*Model).Evaluate(batch []Sequence, obj Objective, lossScale float32) (Stats, error) // no backward
 //	(*Model).LogProbs(tokens []int32) ([]float32, error)
@@ -251,6 +252,10 @@ type MemoryStats struct {
 	// Rewritten: OUT_PROD(W, dYᵀ) nodes of the last training graph computed
 	// as MUL_MAT(Wᵀ, dY) instead (0 with AutogradFrozenBackward).
 	Rewritten int
+	// RewrittenLoRA: the other 2-D OUT_PROD nodes of the last training graph
+	// (LoRA gradients dA, dB and dX through the LoRA halves) computed as
+	// MUL_MAT of transposed operands (0 with AutogradFrozenBackward).
+	RewrittenLoRA int
 	// Pinned: RMS_NORM_BACK / SOFT_MAX_BACK operands protected from ggml-alloc's
 	// in-place reuse in the last training graph (see docs/training.md).
 	Pinned int

@@ -49,6 +49,7 @@
 //   go on with the backward nodes. No extra forward is computed.
 
 #include "empo_train.h"
+#include "empo_llama.h"
 
 #include "ggml.h"
 #include "ggml-alloc.h"
@@ -56,13 +57,16 @@
 #include "ggml-cpu.h"
 #include "gguf.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <stdexcept>
 #include <string>
+#include <map>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace {
@@ -70,10 +74,6 @@ namespace {
 struct empo_error : std::runtime_error {
     int code;
     empo_error(int code, const std::string & msg) : std::runtime_error(msg), code(code) {}
-};
-
-static const char * k_target_tensor[EMPO_TARGET_COUNT] = {
-    "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down",
 };
 
 // a frozen linear y = W·x (+ s·B·(A·x))
@@ -101,6 +101,41 @@ struct empo_layer {
     empo_linear   lin[EMPO_TARGET_COUNT]; // q, k, v, o, gate, up, down
 };
 
+// The trainable state on a backend: LoRA params, their gradient
+// accumulators and the AdamW moments, laid out flat. One buffer holds four
+// regions of equal size S = ROW·R floats, seen as 2-D tensors [ROW, R]:
+// P (params), G (gradients), M, V (moments), then the 7 hyperparameters of
+// GGML_OP_OPT_STEP_ADAMW. Parameter i lives at element off[i] of P, its
+// gradient at the same element of G (offsets rounded up to 16 floats; the
+// padding is zero and stays zero under AdamW). So the whole optimizer step
+// is a handful of nodes over [ROW, R] tensors (rows split across threads)
+// instead of 4 per tensor, ZeroGrads is one memset, and no parameter or
+// gradient is ever copied to the host for the step.
+struct adamw_state {
+    static constexpr int64_t ROW = 4096;
+    ggml_backend_t             backend = nullptr; // not owned
+    std::vector<ggml_tensor *> p, g;              // per-tensor params / grads (placed inside P, G)
+    std::vector<int64_t>       off;               // element offset of tensor i in P, G, M, V
+    ggml_context *             ctx = nullptr;     // P, G, M, V, hp (no_alloc, placed in buf)
+    ggml_backend_buffer_t      buf = nullptr;
+    ggml_tensor * P = nullptr, * G = nullptr, * M = nullptr, * V = nullptr;
+    ggml_tensor * hp = nullptr;                   // [7] alpha, beta1, beta2, eps, wd, beta1h, beta2h
+    ggml_gallocr_t galloc = nullptr;              // scratch of the step graphs, kept across steps
+
+    // allocates the buffer and places params/grads (unallocated F32 tensors of a no_alloc context)
+    void init(ggml_backend_t be, const std::vector<ggml_tensor *> & params, const std::vector<ggml_tensor *> & grads);
+    void release() {
+        if (galloc) ggml_gallocr_free(galloc);
+        if (buf) ggml_backend_buffer_free(buf);
+        if (ctx) ggml_free(ctx);
+        galloc = nullptr; buf = nullptr; ctx = nullptr;
+    }
+    double step(const empo_adamw_params & prm, bool * clipped);
+    void   moment_io(int i, int which, float * dst, const float * src, int64_t n);
+    void   zero_grads() { ggml_backend_tensor_memset(G, 0, 0, ggml_nbytes(G)); }
+    size_t bytes() const { return buf ? ggml_backend_buffer_get_size(buf) : 0; }
+};
+
 } // namespace
 
 struct empo_model {
@@ -112,8 +147,7 @@ struct empo_model {
     ggml_backend_t        backend_cpu = nullptr; // CPU fallback; null when backend is the CPU
     ggml_context *        ctx_w   = nullptr; // frozen weights (no_alloc, in buf_w)
     ggml_backend_buffer_t buf_w   = nullptr;
-    ggml_context *        ctx_p   = nullptr; // LoRA params + grad accumulators (in buf_p)
-    ggml_backend_buffer_t buf_p   = nullptr;
+    ggml_context *        ctx_p   = nullptr; // LoRA params + grad accumulators (placed in opt's buffer)
     int64_t               bytes_transposed = 0;
 
     ggml_tensor *           tok_embd = nullptr; // [C, V]
@@ -122,7 +156,10 @@ struct empo_model {
     std::vector<empo_layer> layers;
 
     std::vector<ggml_tensor *> params;  // trainable, fixed order
+    std::vector<empo_param_info> param_meta; // [same order] name, shape, layer, target, half
+    std::string target_tensor[EMPO_TARGET_COUNT]; // llama.cpp tensor name of each target (from the caller)
     std::vector<ggml_tensor *> grads;   // [same shapes] accumulators
+    adamw_state                opt;     // AdamW moments beside the params (same buffer type)
     std::unordered_map<const ggml_tensor *, ggml_tensor *> transposed; // W -> Wᵀ
 
     ggml_backend_sched_t sched = nullptr;
@@ -135,6 +172,7 @@ struct empo_model {
     int            n_fwd   = 0;       // nodes [0, n_fwd) compute logp and ent
     int            M       = 0;
     int            n_rewritten = 0;   // OUT_PROD nodes replaced in the last graph
+    int            n_rewritten_op = 0; // other (LoRA) OUT_PROD nodes computed as MUL_MAT in the last graph
     int            n_pinned    = 0;   // *_BACK operands pinned against in-place reuse
     int            n_splits    = 0;   // scheduler splits of the last graph
     ggml_tensor *  t_logp  = nullptr; // [1, M]
@@ -154,6 +192,14 @@ struct empo_model {
     bool           cb_done   = false;   // the coefficients were written
     bool           cb_failed = false;   // cb_fn failed or the outputs could not be read
     std::string    cb_err;
+
+    // per-op profile (empo_model_profile): when on, the eval callback asks
+    // for every node, so the scheduler computes the graph one node at a time
+    // and the time between two callbacks is that node's
+    bool           prof_on = false;
+    int64_t        prof_last_us = 0;
+    std::map<std::string, std::pair<int64_t, int64_t>> prof; // key -> (µs, count)
+    std::unordered_set<const ggml_tensor *> prof_fwd;         // forward nodes of the profiled graph
 
     std::string err;
 };
@@ -239,6 +285,83 @@ struct pending_upload {
     std::vector<uint8_t> data;
 };
 
+// The tensor Wᵀ [n1, n0] of a frozen matrix t [n0, n1] (same type; F16 for
+// quantized types, whose blocks run along rows), or nullptr with
+// transpose_in_graph and a non-quantized type (the training graph then
+// transposes t just before its use). Registers m.transposed[t].
+static ggml_tensor * new_transposed(empo_model & m, ggml_tensor * t) {
+    const bool quantized = ggml_is_quantized(t->type);
+    if (m.cfg.transpose_in_graph && !quantized) {
+        m.transposed[t] = nullptr; // frozen; Wᵀ is made inside each training graph
+        return nullptr;
+    }
+    ggml_tensor * tt = ggml_new_tensor_2d(m.ctx_w, quantized ? GGML_TYPE_F16 : t->type, t->ne[1], t->ne[0]);
+    ggml_format_name(tt, "%s.T", t->name);
+    m.transposed[t] = tt;
+    m.bytes_transposed += (int64_t) ggml_nbytes(tt);
+    return tt;
+}
+
+// the bytes of tt = Wᵀ from W's bytes raw (type st, [n0, n1])
+static std::vector<uint8_t> transposed_data(const std::vector<uint8_t> & raw, ggml_type st, int64_t n0, int64_t n1, const ggml_tensor * tt) {
+    if (!ggml_is_quantized(st)) return transpose_bytes(raw, n0, n1, ggml_type_size(st));
+    std::vector<float> f  = to_f32(raw, st, n0 * n1);
+    std::vector<uint8_t> ft = transpose_bytes(
+        std::vector<uint8_t>((const uint8_t *) f.data(), (const uint8_t *) (f.data() + f.size())), n0, n1, sizeof(float));
+    std::vector<uint8_t> h(ggml_nbytes(tt));
+    ggml_fp32_to_fp16_row((const float *) ft.data(), (ggml_fp16_t *) h.data(), n0 * n1);
+    return h;
+}
+
+static void add_transposed(empo_model & m, std::vector<pending_upload> & uploads, ggml_tensor * t, const std::vector<uint8_t> & raw) {
+    if (ggml_tensor * tt = new_transposed(m, t)) uploads.push_back({tt, transposed_data(raw, t->type, t->ne[0], t->ne[1], tt)});
+}
+
+// can the training graph read a frozen matrix of this type as it is (mul_mat
+// on the CPU, and a transposed copy)?
+static bool usable_matrix_type(ggml_type type) {
+    if (type == GGML_TYPE_F32 || type == GGML_TYPE_F16 || type == GGML_TYPE_BF16) return true;
+    const auto * tr = ggml_get_type_traits(type);
+    return ggml_is_quantized(type) && tr && tr->to_float && ggml_get_type_traits_cpu(type)->vec_dot;
+}
+
+// the LoRA pair of target k in block il: A [n_in, r], B [r, n_out], params
+// with persistent gradient accumulators (created in ctx_p, placed later by
+// adamw_state::init), metadata for empo_model_param_info
+static void add_lora(empo_model & m, empo_linear & lin, int il, int k, const std::string & base, int64_t n_in, int64_t n_out) {
+    const int r = m.cfg.lora_rank;
+    lin.a = ggml_new_tensor_2d(m.ctx_p, GGML_TYPE_F32, n_in, r);
+    lin.b = ggml_new_tensor_2d(m.ctx_p, GGML_TYPE_F32, r, n_out);
+    ggml_set_name(lin.a, (base + ".lora_a").c_str());
+    ggml_set_name(lin.b, (base + ".lora_b").c_str());
+    ggml_set_param(lin.a);
+    ggml_set_param(lin.b);
+    m.params.push_back(lin.a);
+    m.params.push_back(lin.b);
+    for (ggml_tensor * t : { lin.a, lin.b }) {
+        empo_param_info pi{};
+        snprintf(pi.name, sizeof(pi.name), "%s", t->name);
+        pi.ne[0]  = t->ne[0];
+        pi.ne[1]  = t->ne[1];
+        pi.layer  = il;
+        pi.target = k;
+        pi.is_b   = t == lin.b ? 1 : 0;
+        m.param_meta.push_back(pi);
+    }
+}
+
+// checks shared by both loaders
+static void check_hparams(const empo_model_info & hp) {
+    if (hp.n_layer <= 0 || hp.n_embd <= 0 || hp.n_ff <= 0 || hp.n_head <= 0 || hp.n_head_kv <= 0 ||
+        hp.n_ctx <= 0 || hp.n_vocab <= 0 || hp.n_embd % hp.n_head != 0 || hp.n_head % hp.n_head_kv != 0) {
+        throw empo_error(EMPO_ERR_ARCH, "inconsistent qwen2 hyperparameters");
+    }
+    if ((hp.n_embd / hp.n_head) % 2 != 0) throw empo_error(EMPO_ERR_ARCH, "odd head dim: NeoX RoPE needs an even one");
+    if (!(std::isfinite(hp.rope_base) && hp.rope_base > 0 && std::isfinite(hp.norm_eps) && hp.norm_eps > 0)) {
+        throw empo_error(EMPO_ERR_ARCH, "bad rope base or norm eps");
+    }
+}
+
 struct weight_loader {
     empo_model &  m;
     gguf_source & src;
@@ -290,26 +413,7 @@ struct weight_loader {
             std::vector<float> f = to_f32(raw, type, n0 * n1);
             raw.assign((const uint8_t *) f.data(), (const uint8_t *) (f.data() + f.size()));
         }
-        const bool quantized = ggml_is_quantized(st);
-        if (want_t && m.cfg.transpose_in_graph && !quantized) {
-            m.transposed[t] = nullptr; // frozen; Wᵀ is made inside each training graph
-        } else if (want_t) {
-            const ggml_type tt_type = quantized ? GGML_TYPE_F16 : st;
-            ggml_tensor * tt = ggml_new_tensor_2d(m.ctx_w, tt_type, n1, n0);
-            ggml_set_name(tt, (name + ".T").c_str());
-            if (quantized) {
-                std::vector<float> f  = to_f32(raw, st, n0 * n1);
-                std::vector<uint8_t> ft = transpose_bytes(
-                    std::vector<uint8_t>((const uint8_t *) f.data(), (const uint8_t *) (f.data() + f.size())), n0, n1, sizeof(float));
-                std::vector<uint8_t> h(ggml_nbytes(tt));
-                ggml_fp32_to_fp16_row((const float *) ft.data(), (ggml_fp16_t *) h.data(), n0 * n1);
-                uploads.push_back({tt, std::move(h)});
-            } else {
-                uploads.push_back({tt, transpose_bytes(raw, n0, n1, ggml_type_size(st))});
-            }
-            m.transposed[t] = tt;
-            m.bytes_transposed += (int64_t) ggml_nbytes(tt);
-        }
+        if (want_t) add_transposed(m, uploads, t, raw);
         uploads.push_back({t, std::move(raw)});
         if (m.info.wtype < 0 || st != GGML_TYPE_F32) m.info.wtype = st;
         return t;
@@ -426,20 +530,11 @@ static void load_model(empo_model & m, const char * path) {
         L.bv = wl.vec(p + "attn_v.bias", Dkv, false);
         if (src.find(p + "attn_output.bias") >= 0) throw empo_error(EMPO_ERR_ARCH, "attn_output.bias is not a qwen2 tensor");
         for (int k = 0; k < EMPO_TARGET_COUNT; ++k) {
-            const std::string base = p + k_target_tensor[k] + ".weight";
+            const std::string base = p + m.target_tensor[k] + ".weight";
             empo_linear & lin = L.lin[k];
             lin.w  = wl.mat(base, n_in[k], n_out[k], ag, !ag);
             lin.wt = ag ? nullptr : m.transposed[lin.w];
-            if (m.cfg.lora_targets & (1u << k)) {
-                lin.a = ggml_new_tensor_2d(m.ctx_p, GGML_TYPE_F32, n_in[k], r);
-                lin.b = ggml_new_tensor_2d(m.ctx_p, GGML_TYPE_F32, r, n_out[k]);
-                ggml_set_name(lin.a, (base + ".lora_a").c_str());
-                ggml_set_name(lin.b, (base + ".lora_b").c_str());
-                ggml_set_param(lin.a);
-                ggml_set_param(lin.b);
-                m.params.push_back(lin.a);
-                m.params.push_back(lin.b);
-            }
+            if (m.cfg.lora_targets & (1u << k)) add_lora(m, lin, il, k, base, n_in[k], n_out[k]);
         }
     }
     for (ggml_tensor * t : m.params) {
@@ -454,18 +549,262 @@ static void load_model(empo_model & m, const char * path) {
     // write goes through ggml_backend_tensor_get/set
     ggml_backend_buffer_type_t buft = ggml_backend_get_default_buffer_type(m.backend);
     m.buf_w = ggml_backend_alloc_ctx_tensors_from_buft(m.ctx_w, buft);
-    m.buf_p = ggml_backend_alloc_ctx_tensors_from_buft(m.ctx_p, buft);
-    if (!m.buf_w || !m.buf_p) throw empo_error(EMPO_ERR_BACKEND, "cannot allocate weight buffers");
+    if (!m.buf_w) throw empo_error(EMPO_ERR_BACKEND, "cannot allocate weight buffers");
+    // LoRA params, gradient accumulators and AdamW moments: one flat buffer
+    // of the same buffer type (adamw_state), zeroed
+    m.opt.init(m.backend, m.params, m.grads);
     // WEIGHTS usage: the scheduler runs ops that read these tensors on their
     // backend (ggml_backend_sched_backend_id_from_cur); without it nothing
     // would pull the graph onto the device and it would run on the CPU fallback
     ggml_backend_buffer_set_usage(m.buf_w, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
-    ggml_backend_buffer_set_usage(m.buf_p, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
-    ggml_backend_buffer_clear(m.buf_p, 0);
     for (auto & u : wl.uploads) {
         ggml_backend_tensor_set(u.t, u.data.data(), 0, u.data.size());
         std::vector<uint8_t>().swap(u.data);
     }
+}
+
+
+// Build on a loaded llama.cpp model's own tensors (frozen weights once per
+// process): matrices, norms and biases are llama.cpp's (whatever buffer they
+// live in: the mmap of the GGUF on the CPU, device memory when offloaded);
+// only the transposed copies Wᵀ (none with transpose_in_graph), the LoRA
+// params, gradients and moments are allocated here.
+static void load_shared(empo_model & m, const empo_llama_weights & lw) {
+    if (lw.arch != "qwen2") throw empo_error(EMPO_ERR_ARCH, "architecture \"" + lw.arch + "\" is not supported (only qwen2)");
+    if (m.cfg.autograd_frozen) throw empo_error(EMPO_ERR_CONFIG, "the autograd backward converts weights to F32: it cannot share llama.cpp's weights");
+    empo_model_info & hp = m.info;
+    hp.n_layer = lw.n_layer; hp.n_embd = lw.n_embd; hp.n_ff = lw.n_ff; hp.n_head = lw.n_head; hp.n_head_kv = lw.n_head_kv;
+    hp.n_ctx = lw.n_ctx_train; hp.rope_base = lw.rope_base; hp.norm_eps = lw.norm_eps; hp.n_vocab = lw.n_vocab;
+    check_hparams(hp);
+    hp.n_embd_head = hp.n_embd / hp.n_head;
+    if (lw.rope_scaling) throw empo_error(EMPO_ERR_ARCH, "RoPE scaling is not supported");
+    if (lw.n_embd_head_k != hp.n_embd_head || lw.n_embd_head_v != hp.n_embd_head) throw empo_error(EMPO_ERR_ARCH, "head dim != n_embd/n_head is not supported");
+    if (lw.output_b) throw empo_error(EMPO_ERR_ARCH, "output.bias is not a qwen2 tensor");
+    if ((int) lw.layers.size() != hp.n_layer) throw empo_error(EMPO_ERR_ARCH, "layer count mismatch");
+    hp.tied  = lw.tied || !lw.output ? 1 : 0;
+    hp.wtype = -1;
+    const int64_t C = hp.n_embd, F = hp.n_ff, V = hp.n_vocab, Dkv = (int64_t) hp.n_embd_head * hp.n_head_kv;
+    m.lora_scale = m.cfg.lora_alpha != 0.0f ? m.cfg.lora_alpha / (float) m.cfg.lora_rank : 1.0f;
+    {
+        ggml_init_params ip = { ggml_tensor_overhead() * (size_t) (8 + hp.n_layer * EMPO_TARGET_COUNT), nullptr, true };
+        m.ctx_w = ggml_init(ip);
+        ggml_init_params pp = { ggml_tensor_overhead() * (size_t) (2 * 2 * EMPO_TARGET_COUNT * hp.n_layer + 4), nullptr, true };
+        m.ctx_p = ggml_init(pp);
+        if (!m.ctx_w || !m.ctx_p) throw empo_error(EMPO_ERR_BACKEND, "ggml_init failed");
+    }
+    // (W, Wᵀ) pairs whose data is made after allocation, one matrix at a time,
+    // so that no more than one matrix is ever held twice in host memory
+    std::vector<std::pair<ggml_tensor *, ggml_tensor *>> deferred;
+    auto mat = [&](ggml_tensor * w, const std::string & what, int64_t n0, int64_t n1, bool want_t) {
+        if (!w) throw empo_error(EMPO_ERR_ARCH, "missing tensor " + what);
+        if (w->ne[0] != n0 || w->ne[1] != n1 || w->ne[2] != 1 || w->ne[3] != 1 || !ggml_is_contiguous(w)) {
+            throw empo_error(EMPO_ERR_ARCH, "tensor " + what + " has an unexpected shape");
+        }
+        if (!usable_matrix_type(w->type)) throw empo_error(EMPO_ERR_ARCH, std::string("tensor ") + what + " has type " + ggml_type_name(w->type));
+        if (want_t) {
+            if (ggml_tensor * tt = new_transposed(m, w)) deferred.push_back({w, tt});
+        }
+        if (m.info.wtype < 0 || w->type != GGML_TYPE_F32) m.info.wtype = w->type;
+        return w;
+    };
+    auto vec = [&](ggml_tensor * t, const std::string & what, int64_t n, bool required) -> ggml_tensor * {
+        if (!t) {
+            if (required) throw empo_error(EMPO_ERR_ARCH, "missing tensor " + what);
+            return nullptr;
+        }
+        if (t->type != GGML_TYPE_F32 || ggml_nelements(t) != n) throw empo_error(EMPO_ERR_ARCH, "tensor " + what + " is not F32 of the expected size");
+        return t;
+    };
+    m.tok_embd = mat(lw.tok_embd, "token_embd.weight", C, V, false);
+    m.out_norm = vec(lw.output_norm, "output_norm.weight", C, true);
+    m.output.w  = mat(lw.output ? lw.output : lw.tok_embd, "output.weight", C, V, true);
+    m.output.wt = m.transposed[m.output.w];
+    const int64_t n_in [EMPO_TARGET_COUNT] = { C, C,   C,   C, C, C, F };
+    const int64_t n_out[EMPO_TARGET_COUNT] = { C, Dkv, Dkv, C, F, F, C };
+    m.layers.resize(hp.n_layer);
+    for (int il = 0; il < hp.n_layer; ++il) {
+        const empo_llama_layer & S = lw.layers[il];
+        empo_layer & L = m.layers[il];
+        const std::string p = "blk." + std::to_string(il) + ".";
+        L.attn_norm = vec(S.attn_norm, p + "attn_norm.weight", C, true);
+        L.ffn_norm  = vec(S.ffn_norm,  p + "ffn_norm.weight",  C, true);
+        L.bq = vec(S.bq, p + "attn_q.bias", C,   false);
+        L.bk = vec(S.bk, p + "attn_k.bias", Dkv, false);
+        L.bv = vec(S.bv, p + "attn_v.bias", Dkv, false);
+        if (S.bo) throw empo_error(EMPO_ERR_ARCH, "attn_output.bias is not a qwen2 tensor");
+        for (int k = 0; k < EMPO_TARGET_COUNT; ++k) {
+            const std::string base = p + m.target_tensor[k] + ".weight";
+            empo_linear & lin = L.lin[k];
+            lin.w  = mat(S.w[k], base, n_in[k], n_out[k], true);
+            lin.wt = m.transposed[lin.w];
+            if (m.cfg.lora_targets & (1u << k)) add_lora(m, lin, il, k, base, n_in[k], n_out[k]);
+        }
+    }
+    for (ggml_tensor * t : m.params) {
+        ggml_tensor * gacc = ggml_dup_tensor(m.ctx_p, t);
+        ggml_format_name(gacc, "grad_acc.%s", t->name);
+        m.grads.push_back(gacc);
+    }
+    if (m.params.empty()) throw empo_error(EMPO_ERR_CONFIG, "no LoRA targets selected");
+    if (ggml_get_first_tensor(m.ctx_w)) { // stored Wᵀ copies (none with transpose_in_graph on F32/F16)
+        m.buf_w = ggml_backend_alloc_ctx_tensors_from_buft(m.ctx_w, ggml_backend_get_default_buffer_type(m.backend));
+        if (!m.buf_w) throw empo_error(EMPO_ERR_BACKEND, "cannot allocate the transposed weights");
+        ggml_backend_buffer_set_usage(m.buf_w, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    }
+    m.opt.init(m.backend, m.params, m.grads);
+    std::vector<uint8_t> raw;
+    for (auto & d : deferred) { // W's bytes, read from wherever llama.cpp keeps them
+        raw.resize(ggml_nbytes(d.first));
+        ggml_backend_tensor_get(d.first, raw.data(), 0, raw.size());
+        std::vector<uint8_t> tdata = transposed_data(raw, d.first->type, d.first->ne[0], d.first->ne[1], d.second);
+        ggml_backend_tensor_set(d.second, tdata.data(), 0, tdata.size());
+    }
+}
+
+// the device whose buffers hold the shared weights (nullptr: host memory)
+static ggml_backend_dev_t shared_device(const empo_llama_weights & lw) {
+    ggml_backend_dev_t dev = nullptr;
+    auto see = [&](const ggml_tensor * t) {
+        if (!t || !t->buffer) return;
+        ggml_backend_buffer_type_t buft = ggml_backend_buffer_get_type(t->buffer);
+        if (ggml_backend_buft_is_host(buft)) return;
+        ggml_backend_dev_t d = ggml_backend_buft_get_device(buft);
+        if (!d || ggml_backend_dev_type(d) == GGML_BACKEND_DEVICE_TYPE_CPU) {
+            // e.g. CPU_REPACK: llama.cpp re-laid the blocks of a quantized
+            // matrix for its kernels; their bytes cannot be read back
+            throw empo_error(EMPO_ERR_CONFIG, std::string("weight ") + t->name + " is in buffer type " +
+                             ggml_backend_buft_name(buft) + ", which the training graph cannot read: use Load(path)");
+        }
+        if (dev && d != dev) throw empo_error(EMPO_ERR_CONFIG, "the model's weights are split across devices: not supported for training");
+        dev = d;
+    };
+    see(lw.tok_embd);
+    see(lw.output);
+    for (const auto & L : lw.layers) for (ggml_tensor * w : L.w) see(w);
+    return dev;
+}
+
+// ---------------------------------------------------------------- AdamW on the backend
+
+void adamw_state::init(ggml_backend_t be, const std::vector<ggml_tensor *> & params, const std::vector<ggml_tensor *> & grads) {
+    backend = be;
+    p = params;
+    g = grads;
+    int64_t total = 0;
+    for (size_t i = 0; i < p.size(); ++i) {
+        ggml_tensor * t = p[i];
+        if (t->type != GGML_TYPE_F32 || g[i]->type != GGML_TYPE_F32 || ggml_nelements(g[i]) != ggml_nelements(t) ||
+            !(t->flags & GGML_TENSOR_FLAG_PARAM)) {
+            throw empo_error(EMPO_ERR_INTERNAL, "AdamW needs F32 param tensors with same-size gradients");
+        }
+        off.push_back(total);
+        total += (ggml_nelements(t) + 15) / 16 * 16;
+    }
+    const int64_t R = std::max<int64_t>(1, (total + ROW - 1) / ROW);
+    ggml_init_params ip = { ggml_tensor_overhead() * 5, nullptr, true };
+    ctx = ggml_init(ip);
+    if (!ctx) throw empo_error(EMPO_ERR_BACKEND, "ggml_init failed");
+    P  = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, ROW, R);
+    G  = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, ROW, R);
+    M  = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, ROW, R);
+    V  = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, ROW, R);
+    hp = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 7);
+    ggml_set_name(P, "lora_params");
+    ggml_set_name(G, "lora_grads");
+    ggml_set_name(M, "adam_m");
+    ggml_set_name(V, "adam_v");
+    ggml_set_name(hp, "adamw_params");
+    ggml_set_param(P); // GGML_OP_OPT_STEP_ADAMW asserts it
+    ggml_backend_buffer_type_t buft = ggml_backend_get_default_buffer_type(backend);
+    const size_t S = ggml_nbytes(P), align = ggml_backend_buft_get_alignment(buft);
+    const size_t hp_off = 4 * S;
+    size_t size = hp_off + (ggml_nbytes(hp) + align - 1) / align * align + align;
+    buf = ggml_backend_buft_alloc_buffer(buft, size);
+    if (!buf) throw empo_error(EMPO_ERR_BACKEND, "cannot allocate the LoRA parameter buffer");
+    ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    char * base = (char *) ggml_backend_buffer_get_base(buf);
+    auto place = [&](ggml_tensor * t, size_t byte_off) {
+        if (ggml_backend_tensor_alloc(buf, t, base + byte_off) != GGML_STATUS_SUCCESS) {
+            throw empo_error(EMPO_ERR_BACKEND, std::string("cannot place tensor ") + t->name);
+        }
+    };
+    place(P, 0); place(G, S); place(M, 2 * S); place(V, 3 * S); place(hp, hp_off);
+    for (size_t i = 0; i < p.size(); ++i) {
+        place(p[i], (size_t) off[i] * sizeof(float));
+        place(g[i], S + (size_t) off[i] * sizeof(float));
+    }
+    ggml_backend_buffer_clear(buf, 0);
+}
+
+void adamw_state::moment_io(int i, int which, float * dst, const float * src, int64_t n) {
+    if (i < 0 || i >= (int) p.size() || (which != 0 && which != 1)) throw empo_error(EMPO_ERR_SHAPE, "moment index out of range");
+    if (n != ggml_nelements(p[i])) throw empo_error(EMPO_ERR_SHAPE, "moment size mismatch");
+    ggml_tensor * t = which == 0 ? M : V;
+    const size_t o = (size_t) off[i] * sizeof(float), nb = (size_t) n * sizeof(float);
+    if (src) ggml_backend_tensor_set(t, src, o, nb);
+    else     ggml_backend_tensor_get(t, dst, o, nb);
+}
+
+// a graph over tensors that live in backend buffers, plus its scratch
+// allocation; freed on scope exit
+struct small_graph {
+    ggml_context * ctx = nullptr;
+    ggml_cgraph *  gf = nullptr;
+    small_graph(size_t n_nodes) {
+        ggml_init_params ip = { ggml_tensor_overhead() * n_nodes + ggml_graph_overhead_custom(n_nodes, false), nullptr, true };
+        ctx = ggml_init(ip);
+        if (!ctx) throw empo_error(EMPO_ERR_BACKEND, "ggml_init failed");
+        gf = ggml_new_graph_custom(ctx, n_nodes, false);
+    }
+    ~small_graph() {
+        if (ctx) ggml_free(ctx);
+    }
+    void compute(ggml_backend_t be, ggml_gallocr_t & alloc) {
+        if (!alloc) alloc = ggml_gallocr_new(ggml_backend_get_default_buffer_type(be));
+        if (!alloc || !ggml_gallocr_alloc_graph(alloc, gf)) throw empo_error(EMPO_ERR_BACKEND, "cannot allocate the optimizer graph");
+        if (ggml_backend_graph_compute(be, gf) != GGML_STATUS_SUCCESS) throw empo_error(EMPO_ERR_BACKEND, "optimizer graph compute failed");
+    }
+};
+
+double adamw_state::step(const empo_adamw_params & prm, bool * clipped) {
+    if (!(prm.t >= 1) || !std::isfinite(prm.lr) || prm.lr < 0 || !(prm.beta1 >= 0 && prm.beta1 < 1) ||
+        !(prm.beta2 >= 0 && prm.beta2 < 1) || !(prm.eps > 0) || !(prm.weight_decay >= 0) || std::isnan(prm.max_norm)) {
+        throw empo_error(EMPO_ERR_CONFIG, "invalid AdamW parameters");
+    }
+    // ---- global gradient norm ‖G‖₂ (padding is zero): row sums of G² on the
+    // backend (threads split rows; each row summed in double by ggml-cpu's
+    // ggml_vec_sum_f32), the R row sums added in double here
+    double norm = 0;
+    {
+        small_graph sg(16);
+        ggml_tensor * rs = ggml_sum_rows(sg.ctx, ggml_sqr(sg.ctx, G));   // [1, R]
+        ggml_set_output(rs);
+        ggml_build_forward_expand(sg.gf, rs);
+        sg.compute(backend, galloc);
+        std::vector<float> r(ggml_nelements(rs));
+        ggml_backend_tensor_get(rs, r.data(), 0, ggml_nbytes(rs));
+        double ss = 0;
+        for (float x : r) ss += (double) x;
+        norm = std::sqrt(ss);
+    }
+    if (!std::isfinite(norm)) throw empo_error(EMPO_ERR_NONFINITE, "gradient norm is " + std::to_string(norm));
+    double coef = 1.0;
+    if (prm.max_norm > 0) coef = prm.max_norm / (norm + 1e-6);
+    *clipped = coef < 1.0;
+    // ---- hyperparameters of GGML_OP_OPT_STEP_ADAMW (ggml-cpu ops.cpp:
+    // keep = 1 − α·wd; m̂ = m·beta1h; v̂ = √(v·beta2h) + ε; θ = θ·keep − α·m̂/v̂)
+    const double t = (double) prm.t;
+    const float h[7] = {
+        (float) prm.lr, (float) prm.beta1, (float) prm.beta2, (float) prm.eps, (float) prm.weight_decay,
+        (float) (1.0 / (1.0 - std::pow(prm.beta1, t))), (float) (1.0 / (1.0 - std::pow(prm.beta2, t))),
+    };
+    ggml_backend_tensor_set(hp, h, 0, sizeof(h));
+    small_graph sg(16);
+    ggml_tensor * gi = G;
+    if (*clipped) gi = ggml_scale_inplace(sg.ctx, G, (float) coef);      // G ← c·G (the accumulators, in place)
+    ggml_build_forward_expand(sg.gf, ggml_opt_step_adamw(sg.ctx, P, gi, M, V, hp));
+    sg.compute(backend, galloc);
+    return norm;
 }
 
 // ---------------------------------------------------------------- graph
@@ -587,6 +926,47 @@ static int rewrite_frozen_backward(empo_model & m, ggml_context * ctx, ggml_cgra
     return n;
 }
 
+// The remaining 2-D OUT_PROD nodes of the backward become MUL_MATs. Measured
+// with empo_model_profile (100M model, 1 thread): before this rewrite they
+// took ~30% of a CPU training step for a few % of its FLOPs (the CPU OUT_PROD
+// is a loop of row-wise multiply-adds).
+// In ggml ne order, OUT_PROD(a, b) [a.ne0, b.ne0] contracts ne1 of both,
+// r[i,j] = Σ_k a[i,k]·b[j,k], while MUL_MAT(X, Y) [X.ne1, Y.ne1] contracts
+// ne0 of both, r[i,j] = Σ_k X[k,i]·Y[k,j]. Hence
+//   OUT_PROD(a, b) = MUL_MAT(cont(transpose(a)), cont(transpose(b))),
+// and when b is itself transpose(dy) the second operand is dy (no copy).
+// Applied where a.ne0 ≤ 64, i.e. a has the LoRA rank as ne0: the LoRA
+// gradient dB = OUT_PROD(A·x, dY) (one copy of dY transposed) and dX through
+// B, OUT_PROD(B, transpose(dY)) (B changes every step, so Bᵀ, r·n floats, is
+// made in the graph). With a long a.ne0 (dA = OUT_PROD(x, d(A·x)), dX
+// through A) ggml's OUT_PROD is efficient and the transposed copy of the
+// activation x would cost more than it saves (measured). The 3-D attention
+// OUT_PRODs broadcast over heads and are left to ggml.
+static int rewrite_out_prods(ggml_context * ctx, ggml_cgraph * gb) {
+    int n = 0;
+    for (int i = 0; i < ggml_graph_n_nodes(gb); ++i) {
+        ggml_tensor * t = ggml_graph_node(gb, i);
+        if (t->op != GGML_OP_OUT_PROD || t->type != GGML_TYPE_F32) continue;
+        ggml_tensor * a = t->src[0], * b = t->src[1];
+        if (!a || !b || a->type != GGML_TYPE_F32 || b->type != GGML_TYPE_F32) continue;
+        if (a->ne[2] != 1 || a->ne[3] != 1 || b->ne[2] != 1 || b->ne[3] != 1 || t->ne[2] != 1 || t->ne[3] != 1) continue;
+        if (a->ne[1] != b->ne[1] || t->ne[0] != a->ne[0] || t->ne[1] != b->ne[0]) continue;
+        // ggml-cpu's OUT_PROD does b.ne0·K multiply-adds of length a.ne0: fine
+        // for a long a.ne0 (dA = OUT_PROD(x, d), dX through A), overhead-bound
+        // when a.ne0 is the rank (dB = OUT_PROD(A·x, dY), dX through B)
+        if (a->ne[0] > 64) continue;
+        ggml_tensor * X = ggml_cont(ctx, ggml_transpose(ctx, a));                  // [K, a.ne0]
+        ggml_tensor * Y = (b->op == GGML_OP_TRANSPOSE && ggml_is_contiguous(b->src[0])) ? b->src[0]   // [K, b.ne0]
+                                                                                    : ggml_cont(ctx, ggml_transpose(ctx, b));
+        t->op     = GGML_OP_MUL_MAT;
+        t->src[0] = X;
+        t->src[1] = Y;
+        memset(t->op_params, 0, sizeof(t->op_params));
+        ++n;
+    }
+    return n;
+}
+
 // ggml-alloc may compute an in-place-capable op into the memory of a parent
 // that has no other pending child. RMS_NORM_BACK (CPU: dx := x; dx *= k;
 // dx += dz) is wrong when dx aliases dz, and SOFT_MAX_BACK (dx := dy; ...;
@@ -658,8 +1038,30 @@ static void drop_graph(empo_model & m) {
 // caller's coefficient function and writes c_logp/c_ent into the primary
 // device's buffer before the scheduler computes the backward nodes.
 // Never throws (called from inside ggml).
+static void prof_record(empo_model & m, ggml_tensor * t) {
+    const int64_t now = ggml_time_us();
+    const bool fwd = m.prof_fwd.count(t) > 0;
+    std::string key = std::string(fwd ? "fwd " : "bwd ") + ggml_op_desc(t);
+    if ((t->op == GGML_OP_MUL_MAT || t->op == GGML_OP_OUT_PROD) && t->src[0]) {
+        const char * n = t->src[0]->name;
+        const size_t L = strlen(n);
+        const bool frozen_t = L > 2 && strcmp(n + L - 2, ".T") == 0;
+        const bool lora = strstr(n, ".lora_") != nullptr;
+        key += std::string("[") + ggml_type_name(t->src[0]->type) + (frozen_t ? " Wᵀ" : lora ? " LoRA" : "") + "]";
+    }
+    auto & e = m.prof[key];
+    e.first  += now - m.prof_last_us;
+    e.second += 1;
+    m.prof_last_us = now;
+}
+
 static bool sched_eval_cb(ggml_tensor * t, bool ask, void * user_data) {
     empo_model & m = *(empo_model *) user_data;
+    if (m.prof_on) {
+        if (ask) return true;
+        prof_record(m, t);
+        if (!m.cb_node || t != m.cb_node) return true;
+    }
     if (!m.cb_node) return false;          // forward-only graph: nothing to observe
     if (ask) return t == m.cb_node;
     if (t != m.cb_node || m.cb_done || m.cb_failed) return true;
@@ -772,7 +1174,10 @@ static void run(empo_model & m, const empo_batch & b, empo_coef_fn coef, void * 
         m.t_lgrad = ggml_graph_get_grad_acc(gf, loss); // [1], seeded with 1
         if (!m.t_lgrad) throw empo_error(EMPO_ERR_INTERNAL, "no loss gradient");
         ggml_set_input(m.t_lgrad);
-        if (!m.cfg.autograd_frozen) m.n_rewritten = rewrite_frozen_backward(m, ctx, gf);
+        if (!m.cfg.autograd_frozen) {
+            m.n_rewritten     = rewrite_frozen_backward(m, ctx, gf);
+            m.n_rewritten_op  = rewrite_out_prods(ctx, gf);
+        }
         m.n_pinned = pin_backward_operands(ctx, gf);
 
         // rebuild the computed graph from the outputs so leafs and use counts
@@ -785,6 +1190,10 @@ static void run(empo_model & m, const empo_batch & b, empo_coef_fn coef, void * 
         }
     }
     m.graph = gb;
+    if (m.prof_on) {
+        m.prof_fwd.clear();
+        for (int i = 0; i < m.n_fwd; ++i) m.prof_fwd.insert(ggml_graph_node(gb, i));
+    }
 
     ggml_backend_sched_reset(m.sched);
     if (with_backward) {
@@ -803,14 +1212,8 @@ static void run(empo_model & m, const empo_batch & b, empo_coef_fn coef, void * 
     if (with_backward) {
         const float one = 1.0f;
         ggml_backend_tensor_set(m.t_lgrad, &one, 0, sizeof(float));
-        size_t tot = 0;
-        for (ggml_tensor * g : m.grads) tot += (size_t) ggml_nelements(g);
-        snapshot.resize(tot);
-        size_t off = 0;
-        for (ggml_tensor * g : m.grads) {
-            ggml_backend_tensor_get(g, snapshot.data() + off, 0, ggml_nbytes(g));
-            off += (size_t) ggml_nelements(g);
-        }
+        snapshot.resize((size_t) ggml_nelements(m.opt.G)); // all accumulators: one flat copy
+        ggml_backend_tensor_get(m.opt.G, snapshot.data(), 0, ggml_nbytes(m.opt.G));
         m.cb_node   = ggml_graph_node(gb, m.n_fwd - 1);
         m.cb_fn     = coef;
         m.cb_user   = user;
@@ -820,12 +1223,9 @@ static void run(empo_model & m, const empo_batch & b, empo_coef_fn coef, void * 
         m.cb_err.clear();
     }
     auto restore_grads = [&]() {
-        size_t off = 0;
-        for (ggml_tensor * g : m.grads) {
-            ggml_backend_tensor_set(g, snapshot.data() + off, 0, ggml_nbytes(g));
-            off += (size_t) ggml_nelements(g);
-        }
+        ggml_backend_tensor_set(m.opt.G, snapshot.data(), 0, ggml_nbytes(m.opt.G));
     };
+    m.prof_last_us = ggml_time_us();
     if (ggml_backend_sched_graph_compute(m.sched, gb) != GGML_STATUS_SUCCESS) {
         if (with_backward) restore_grads(); // a split may have accumulated already
         throw empo_error(EMPO_ERR_BACKEND, "graph compute failed");
@@ -871,22 +1271,38 @@ struct empo_model_params empo_model_default_params(void) {
     p.lora_rank       = 8;
     p.lora_alpha      = 16.0f;
     p.lora_targets    = (1u << EMPO_TARGET_COUNT) - 1;
+    for (int k = 0; k < EMPO_TARGET_COUNT; ++k) p.target_tensor[k] = nullptr;
     return p;
 }
 
-int empo_model_init(const char * path, struct empo_model_params params, struct empo_model ** out, char * err, size_t err_len) {
+// path: load a GGUF; lm: build on a loaded llama.cpp model's tensors
+static int init_impl(const char * path, const struct llama_model * lm, struct empo_model_params params,
+                     struct empo_model ** out, char * err, size_t err_len) {
     if (!out) return EMPO_ERR_CONFIG;
     *out = nullptr;
     empo_model * m = nullptr;
     try {
-        if (!path) throw empo_error(EMPO_ERR_CONFIG, "no path");
+        if (!path && !lm) throw empo_error(EMPO_ERR_CONFIG, "no path");
         if (params.lora_rank < 1 || params.n_threads < 1 || params.device < 0 || params.device > 2 ||
             !std::isfinite(params.lora_alpha) || (params.lora_targets & ((1u << EMPO_TARGET_COUNT) - 1)) == 0) {
             throw empo_error(EMPO_ERR_CONFIG, "invalid empo_model_params");
         }
         m = new empo_model();
         m->cfg = params;
-        if (params.device != 0) {
+        for (int k = 0; k < EMPO_TARGET_COUNT; ++k) {
+            if (!params.target_tensor[k] || !params.target_tensor[k][0]) throw empo_error(EMPO_ERR_CONFIG, "missing target tensor name");
+            m->target_tensor[k] = params.target_tensor[k];
+            m->cfg.target_tensor[k] = nullptr; // not kept: the caller owns the strings
+        }
+        empo_llama_weights lw;
+        if (lm) {
+            empo_llama_extract(lm, lw);
+            // the primary backend is the device that holds the shared weights
+            if (ggml_backend_dev_t dev = shared_device(lw)) {
+                m->backend = ggml_backend_dev_init(dev, nullptr);
+                if (!m->backend) throw empo_error(EMPO_ERR_BACKEND, std::string("cannot init device ") + ggml_backend_dev_name(dev));
+            }
+        } else if (params.device != 0) {
             ggml_backend_load_all();
             m->backend = ggml_backend_init_by_type(GGML_BACKEND_DEVICE_TYPE_GPU, nullptr);
             if (!m->backend && params.device == 1) throw empo_error(EMPO_ERR_BACKEND, "no GPU backend available");
@@ -906,7 +1322,8 @@ int empo_model_init(const char * path, struct empo_model_params params, struct e
             ggml_backend_cpu_set_n_threads(m->backend_cpu, params.n_threads);
         }
         snprintf(m->info.backend, sizeof(m->info.backend), "%s", ggml_backend_name(m->backend));
-        load_model(*m, path);
+        if (lm) load_shared(*m, lw);
+        else    load_model(*m, path);
         snprintf(m->info.wtype_name, sizeof(m->info.wtype_name), "%s", ggml_type_name((ggml_type) m->info.wtype));
         {
             ggml_backend_t backends[2] = { m->backend, m->backend_cpu };
@@ -933,13 +1350,32 @@ int empo_model_init(const char * path, struct empo_model_params params, struct e
     }
 }
 
+int empo_model_init(const char * path, struct empo_model_params params, struct empo_model ** out, char * err, size_t err_len) {
+    if (!path) {
+        set_err(err, err_len, "no path");
+        if (out) *out = nullptr;
+        return EMPO_ERR_CONFIG;
+    }
+    return init_impl(path, nullptr, params, out, err, err_len);
+}
+
+int empo_model_init_shared(const struct llama_model * model, struct empo_model_params params,
+                           struct empo_model ** out, char * err, size_t err_len) {
+    if (!model) {
+        set_err(err, err_len, "no model");
+        if (out) *out = nullptr;
+        return EMPO_ERR_CONFIG;
+    }
+    return init_impl(nullptr, model, params, out, err, err_len);
+}
+
 void empo_model_free(struct empo_model * m) {
     if (!m) return;
     try {
         drop_graph(*m);
         if (m->sched)  ggml_backend_sched_free(m->sched);
         if (m->buf_w)  ggml_backend_buffer_free(m->buf_w);
-        if (m->buf_p)  ggml_backend_buffer_free(m->buf_p);
+        m->opt.release();
         if (m->ctx_w)  ggml_free(m->ctx_w);
         if (m->ctx_p)  ggml_free(m->ctx_p);
         if (m->backend) ggml_backend_free(m->backend);
@@ -963,10 +1399,11 @@ int empo_model_get_mem(const struct empo_model * m, struct empo_model_mem * mem)
     if (!m || !mem) return EMPO_ERR_CONFIG;
     mem->weights      = m->buf_w ? (int64_t) ggml_backend_buffer_get_size(m->buf_w) : 0;
     mem->transposed   = m->bytes_transposed;
-    mem->params       = m->buf_p ? (int64_t) ggml_backend_buffer_get_size(m->buf_p) : 0;
+    mem->params       = (int64_t) m->opt.bytes();
     mem->compute_peak = m->compute_peak;
     mem->compute_last = m->compute_last;
     mem->n_rewritten  = m->n_rewritten;
+    mem->n_rewritten_op = m->n_rewritten_op;
     mem->n_pinned     = m->n_pinned;
     mem->n_splits     = m->n_splits;
     return EMPO_OK;
@@ -976,11 +1413,10 @@ int empo_model_n_params(const struct empo_model * m) {
     return m ? (int) m->params.size() : 0;
 }
 
-int empo_model_param_info(const struct empo_model * m, int i, char * name, size_t name_len, int64_t ne[2]) {
-    if (!m || i < 0 || i >= (int) m->params.size()) return EMPO_ERR_SHAPE;
-    const ggml_tensor * t = m->params[i];
-    if (name && name_len > 0) snprintf(name, name_len, "%s", t->name);
-    if (ne) { ne[0] = t->ne[0]; ne[1] = t->ne[1]; }
+int empo_model_param_info(const struct empo_model * m, int i, struct empo_param_info * info) {
+    if (!m || !info) return EMPO_ERR_CONFIG;
+    if (i < 0 || i >= (int) m->param_meta.size()) return EMPO_ERR_SHAPE;
+    *info = m->param_meta[i];
     return EMPO_OK;
 }
 
@@ -1002,10 +1438,7 @@ int empo_model_grad_get (struct empo_model * m, int i, float * dst, int64_t n)  
 int empo_model_grad_zero(struct empo_model * m) {
     if (!m) return EMPO_ERR_CONFIG;
     EMPO_TRY(m, {
-        for (ggml_tensor * g : m->grads) {
-            std::vector<uint8_t> z(ggml_nbytes(g), 0);
-            ggml_backend_tensor_set(g, z.data(), 0, z.size());
-        }
+        m->opt.zero_grads();
     })
 }
 
@@ -1038,6 +1471,141 @@ int empo_model_train(struct empo_model * m, const struct empo_batch * batch, emp
             throw;
         }
     })
+}
+
+int empo_model_adamw_step(struct empo_model * m, const struct empo_adamw_params * p, double * grad_norm, int * clipped) {
+    if (!m) return EMPO_ERR_CONFIG;
+    EMPO_TRY(m, {
+        if (!p || !grad_norm || !clipped) throw empo_error(EMPO_ERR_CONFIG, "null argument");
+        bool c = false;
+        *grad_norm = m->opt.step(*p, &c);
+        *clipped = c ? 1 : 0;
+    })
+}
+
+int empo_model_moment_get(struct empo_model * m, int i, int which, float * dst, int64_t n) {
+    if (!m) return EMPO_ERR_CONFIG;
+    EMPO_TRY(m, { m->opt.moment_io(i, which, dst, nullptr, n); })
+}
+
+int empo_model_moment_set(struct empo_model * m, int i, int which, const float * src, int64_t n) {
+    if (!m) return EMPO_ERR_CONFIG;
+    EMPO_TRY(m, { m->opt.moment_io(i, which, nullptr, src, n); })
+}
+
+int empo_model_profile(struct empo_model * m, int on) {
+    if (!m) return EMPO_ERR_CONFIG;
+    EMPO_TRY(m, {
+        m->prof_on = on != 0;
+        m->prof.clear();
+    })
+}
+
+int empo_model_profile_n(const struct empo_model * m) {
+    return m ? (int) m->prof.size() : 0;
+}
+
+int empo_model_profile_get(const struct empo_model * m, int i, char * key, size_t key_len, int64_t * us, int64_t * count) {
+    if (!m || i < 0 || i >= (int) m->prof.size()) return EMPO_ERR_SHAPE;
+    auto it = m->prof.begin();
+    std::advance(it, i);
+    if (key && key_len > 0) snprintf(key, key_len, "%s", it->first.c_str());
+    if (us) *us = it->second.first;
+    if (count) *count = it->second.second;
+    return EMPO_OK;
+}
+
+struct empo_opt {
+    ggml_backend_t             backend = nullptr;
+    ggml_context *             ctx = nullptr;   // params + grads (placed in opt's buffer)
+    std::vector<ggml_tensor *> p, g;
+    adamw_state                opt;
+    std::string                err;
+};
+
+void empo_opt_free(struct empo_opt * o) {
+    if (!o) return;
+    o->opt.release();
+    if (o->ctx) ggml_free(o->ctx);
+    if (o->backend) ggml_backend_free(o->backend);
+    delete o;
+}
+
+int empo_opt_init(int device, int n_threads, int n, const int64_t * sizes, struct empo_opt ** out, char * err, size_t err_len) {
+    if (!out) return EMPO_ERR_CONFIG;
+    *out = nullptr;
+    empo_opt * o = nullptr;
+    try {
+        if (n < 1 || !sizes || n_threads < 1 || device < 0 || device > 2) throw empo_error(EMPO_ERR_CONFIG, "invalid optimizer arguments");
+        o = new empo_opt();
+        if (device != 0) {
+            ggml_backend_load_all();
+            o->backend = ggml_backend_init_by_type(GGML_BACKEND_DEVICE_TYPE_GPU, nullptr);
+            if (!o->backend && device == 1) throw empo_error(EMPO_ERR_BACKEND, "no GPU backend available");
+        }
+        if (!o->backend) {
+            o->backend = ggml_backend_cpu_init();
+            if (!o->backend) throw empo_error(EMPO_ERR_BACKEND, "cannot init the CPU backend");
+        }
+        if (ggml_backend_is_cpu(o->backend)) ggml_backend_cpu_set_n_threads(o->backend, n_threads);
+        ggml_init_params ip = { ggml_tensor_overhead() * (size_t) (2 * n), nullptr, true };
+        o->ctx = ggml_init(ip);
+        if (!o->ctx) throw empo_error(EMPO_ERR_BACKEND, "ggml_init failed");
+        for (int i = 0; i < n; ++i) {
+            if (sizes[i] < 1) throw empo_error(EMPO_ERR_CONFIG, "tensor size < 1");
+            ggml_tensor * t = ggml_new_tensor_1d(o->ctx, GGML_TYPE_F32, sizes[i]);
+            ggml_set_param(t);
+            o->p.push_back(t);
+            o->g.push_back(ggml_dup_tensor(o->ctx, t));
+        }
+        o->opt.init(o->backend, o->p, o->g); // allocates and places params and grads
+        *out = o;
+        return EMPO_OK;
+    } catch (const empo_error & e) {
+        set_err(err, err_len, e.what());
+        empo_opt_free(o);
+        return e.code;
+    } catch (const std::exception & e) {
+        set_err(err, err_len, e.what());
+        empo_opt_free(o);
+        return EMPO_ERR_INTERNAL;
+    } catch (...) {
+        set_err(err, err_len, "unknown exception");
+        empo_opt_free(o);
+        return EMPO_ERR_INTERNAL;
+    }
+}
+
+static int opt_io(struct empo_opt * o, int i, int which, float * dst, const float * src, int64_t n) {
+    if (!o) return EMPO_ERR_CONFIG;
+    EMPO_TRY(o, {
+        if (i < 0 || i >= (int) o->p.size()) throw empo_error(EMPO_ERR_SHAPE, "tensor index out of range");
+        if (which >= 2) {
+            o->opt.moment_io(i, which - 2, dst, src, n);
+        } else {
+            ggml_tensor * t = which == 0 ? o->p[i] : o->g[i];
+            if (n != ggml_nelements(t)) throw empo_error(EMPO_ERR_SHAPE, "tensor size mismatch");
+            if (src) ggml_backend_tensor_set(t, src, 0, ggml_nbytes(t));
+            else     ggml_backend_tensor_get(t, dst, 0, ggml_nbytes(t));
+        }
+    })
+}
+
+int empo_opt_get(struct empo_opt * o, int i, int which, float * dst, int64_t n)       { return opt_io(o, i, which, dst, nullptr, n); }
+int empo_opt_set(struct empo_opt * o, int i, int which, const float * src, int64_t n) { return opt_io(o, i, which, nullptr, src, n); }
+
+int empo_opt_step(struct empo_opt * o, const struct empo_adamw_params * p, double * grad_norm, int * clipped) {
+    if (!o) return EMPO_ERR_CONFIG;
+    EMPO_TRY(o, {
+        if (!p || !grad_norm || !clipped) throw empo_error(EMPO_ERR_CONFIG, "null argument");
+        bool c = false;
+        *grad_norm = o->opt.step(*p, &c);
+        *clipped = c ? 1 : 0;
+    })
+}
+
+const char * empo_opt_last_error(const struct empo_opt * o) {
+    return o ? o->err.c_str() : "null optimizer";
 }
 
 } // extern "C"

@@ -30,9 +30,12 @@ enum empo_status {
     EMPO_ERR_STATE    = 6, // (unused since the single-call training step; kept for ABI stability)
     EMPO_ERR_INTERNAL = 7, // caught exception
     EMPO_ERR_ABORTED  = 8, // the coefficient callback of empo_model_train returned nonzero
+    EMPO_ERR_NONFINITE = 9, // a gradient (its global norm) is NaN or infinite: no step taken
 };
 
-// LoRA target bits (bit i of empo_model_params.lora_targets)
+// LoRA target indices (bit i of empo_model_params.lora_targets). The order is
+// that of lora.Targets in Go (q k v o gate up down); the tensor names come
+// from the caller (empo_model_params.target_tensor), C defines none.
 enum empo_target {
     EMPO_TARGET_Q = 0, EMPO_TARGET_K, EMPO_TARGET_V, EMPO_TARGET_O,
     EMPO_TARGET_GATE, EMPO_TARGET_UP, EMPO_TARGET_DOWN,
@@ -47,6 +50,10 @@ struct empo_model_params {
     int      lora_rank;       // r >= 1
     float    lora_alpha;      // scale = alpha/r (alpha == 0: scale 1, llama.cpp convention)
     uint32_t lora_targets;    // bit mask of enum empo_target
+    // llama.cpp tensor name of each target ("attn_q", ...): the base tensor of
+    // target k in block i is "blk.<i>.<target_tensor[k]>.weight". Required;
+    // the strings are copied by empo_model_init.
+    const char * target_tensor[EMPO_TARGET_COUNT];
 };
 
 // defaults: 1 thread, CPU, transposed-copy backward, r = 8, alpha = 16, all targets.
@@ -73,6 +80,7 @@ struct empo_model_mem {
     int32_t n_rewritten;     // OUT_PROD(W, dYᵀ) nodes turned into MUL_MAT(Wᵀ, dY) in the last training graph
     int32_t n_pinned;        // RMS_NORM_BACK / SOFT_MAX_BACK operands pinned against in-place aliasing
     int32_t n_splits;        // ggml_backend_sched splits of the last graph (1: one backend ran all of it)
+    int32_t n_rewritten_op;  // other 2-D OUT_PROD nodes (LoRA gradients, dX through LoRA) computed as MUL_MAT
 };
 
 struct empo_model;
@@ -84,6 +92,16 @@ int  empo_model_init(const char * path, struct empo_model_params params,
                      struct empo_model ** out, char * err, size_t err_len);
 void empo_model_free(struct empo_model * m); // NULL-safe
 
+// Build the training graph on a loaded llama.cpp model's own weight tensors
+// (frozen weights once per process; read-only use, the model must outlive
+// the empo_model): only the transposed copies (none with transpose_in_graph,
+// except quantized types), LoRA params, gradients and moments are allocated.
+// The primary backend is the device holding the weights (CPU when they are
+// in host memory); params.device is ignored. autograd_frozen is refused.
+struct llama_model;
+int  empo_model_init_shared(const struct llama_model * model, struct empo_model_params params,
+                            struct empo_model ** out, char * err, size_t err_len);
+
 // message of the last failed call on m; owned by m, valid until the next call on m
 // (a static string for m == NULL)
 const char * empo_model_last_error(const struct empo_model * m);
@@ -94,9 +112,18 @@ int  empo_model_get_mem (const struct empo_model * m, struct empo_model_mem  * m
 
 // number of trainable tensors (0 for NULL), in a fixed order: per layer,
 // per enabled target (q k v o gate up down), lora_a [n_in, r] then lora_b [r, n_out]
+// (the canonical order of lora.Less in Go)
 int  empo_model_n_params(const struct empo_model * m);
-// name: "<base>.lora_a|b" (NUL-terminated, truncated to name_len); ne: ggml shape
-int  empo_model_param_info(const struct empo_model * m, int i, char * name, size_t name_len, int64_t ne[2]);
+
+// metadata of trainable tensor i, as the C side built it
+struct empo_param_info {
+    char    name[256];  // "<base>.lora_a|b", NUL-terminated
+    int64_t ne[2];      // ggml shape: lora_a [n_in, r], lora_b [r, n_out]
+    int32_t layer;      // block index
+    int32_t target;     // enum empo_target
+    int32_t is_b;       // 1: lora_b, 0: lora_a
+};
+int  empo_model_param_info(const struct empo_model * m, int i, struct empo_param_info * info);
 // copy tensor i (or its gradient accumulator) to/from a caller-owned buffer of
 // n floats; n must equal ne[0]*ne[1]; data in ggml layout (F32, ne0 contiguous)
 int  empo_model_param_get(struct empo_model * m, int i, float * dst, int64_t n);
@@ -104,6 +131,53 @@ int  empo_model_param_set(struct empo_model * m, int i, const float * src, int64
 int  empo_model_grad_get (struct empo_model * m, int i, float * dst, int64_t n);
 // set every gradient accumulator to 0 (they add across backward calls until then)
 int  empo_model_grad_zero(struct empo_model * m);
+
+// Per-op profile: with on != 0 the following graphs are computed one node at
+// a time through the scheduler's eval callback and the time of every node is
+// added to an entry keyed "fwd|bwd <op>[<src0 type> Wᵀ|LoRA]" (cleared by
+// each call). Slower than a normal step (one graph compute per node).
+int empo_model_profile(struct empo_model * m, int on);
+int empo_model_profile_n(const struct empo_model * m);
+int empo_model_profile_get(const struct empo_model * m, int i, char * key, size_t key_len, int64_t * us, int64_t * count);
+
+// ---------------------------------------------------------------- AdamW on the backend
+//
+// The optimizer runs where the parameters live: first and second moments are
+// F32 tensors in the primary device's buffer beside the parameters, and one
+// step is one graph on that backend: global gradient norm (Σ_i sum(g_i²),
+// added in double on the host), optional clipping (g ← c·g in place,
+// c = max_norm/(‖g‖+1e-6) when < 1, as torch.nn.utils.clip_grad_norm_), then
+// GGML_OP_OPT_STEP_ADAMW on every tensor:
+//   θ ← θ·(1 − lr·λ);  m ← β1 m + (1−β1) g;  v ← β2 v + (1−β2) g²;
+//   θ ← θ − lr·(m/(1−β1^t)) / (√(v/(1−β2^t)) + ε)
+// (Loshchilov & Hutter 2019, Algorithm 2, PyTorch's decay convention; Kingma &
+// Ba 2015 bias correction), in float32 on the backend.
+struct empo_adamw_params {
+    double  lr, beta1, beta2, eps, weight_decay;
+    int64_t t;          // step number, >= 1 (bias correction uses β^t)
+    double  max_norm;   // global-norm clip; <= 0: no clipping
+};
+
+// One AdamW step over the model's LoRA params with its gradient accumulators
+// (clipped in place when clipping applies). grad_norm: the norm before
+// clipping; clipped: 1 when clipping applied. A non-finite norm returns
+// EMPO_ERR_NONFINITE before anything changes.
+int empo_model_adamw_step(struct empo_model * m, const struct empo_adamw_params * p, double * grad_norm, int * clipped);
+// copy the moments of parameter i (which: 0 = m, 1 = v) to/from caller memory (n floats)
+int empo_model_moment_get(struct empo_model * m, int i, int which, float * dst, int64_t n);
+int empo_model_moment_set(struct empo_model * m, int i, int which, const float * src, int64_t n);
+
+// A standalone backend AdamW over n F32 tensors of the given element counts
+// (own parameter, gradient and moment tensors): the same code as the model's
+// optimizer, for benchmarks and tests without a model.
+struct empo_opt;
+int  empo_opt_init(int device, int n_threads, int n, const int64_t * sizes, struct empo_opt ** out, char * err, size_t err_len);
+void empo_opt_free(struct empo_opt * o);
+// which: 0 param, 1 grad, 2 m, 3 v
+int  empo_opt_get(struct empo_opt * o, int i, int which, float * dst, int64_t n);
+int  empo_opt_set(struct empo_opt * o, int i, int which, const float * src, int64_t n);
+int  empo_opt_step(struct empo_opt * o, const struct empo_adamw_params * p, double * grad_norm, int * clipped);
+const char * empo_opt_last_error(const struct empo_opt * o);
 
 // A micro-batch: B sequences right-padded to T (token slot t + T*b).
 // All arrays are caller-owned and only read during empo_model_forward/train.

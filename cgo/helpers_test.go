@@ -42,3 +42,28 @@ func tinyCfg() modelgen.Config {
 	c := modelgen.DefaultConfig() // 2 layers, hidden 64, 4 heads, 2 kv heads, ffn 128, vocab 512
 	return c
 }
+
+func mustParams(t testing.TB, m *Model) [][]float32 {
+	t.Helper()
+	v, err := m.ReadParams()
+	if err != nil {
+		t.Fatalf("ReadParams: %v", err)
+	}
+	return v
+}
+
+func mustGrads(t testing.TB, m *Model) [][]float32 {
+	t.Helper()
+	v, err := m.Grads()
+	if err != nil {
+		t.Fatalf("Grads: %v", err)
+	}
+	return v
+}
+
+func mustZero(t testing.TB, m *Model) {
+	t.Helper()
+	if err := m.ZeroGrads(); err != nil {
+		t.Fatalf("ZeroGrads: %v", err)
+	}
+}

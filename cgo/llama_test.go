@@ -20,7 +20,7 @@ func writeAdapter(t *testing.T, m *Model, path string) {
 	w.AddKV("general.architecture", "qwen2")
 	w.AddKV("adapter.type", "lora")
 	w.AddKV("adapter.lora.alpha", m.LoRA().Alpha)
-	vals := m.ReadParams()
+	vals := mustParams(t, m)
 	for i, p := range m.Params() {
 		if err := w.AddTensorF32(p.Name, []uint64{uint64(p.Shape[0]), uint64(p.Shape[1])}, vals[i]); err != nil {
 			t.Fatal(err)
@@ -77,7 +77,7 @@ func TestLogProbsMatchLlama(t *testing.T) {
 			t.Logf("tied=%v %s: max |Δ logp| = %.2g", tied, label, worst)
 		}
 		// base model: a zero-B adapter leaves it unchanged
-		params := m.ReadParams()
+		params := mustParams(t, m)
 		zeroB := make([][]float32, len(params))
 		for i, p := range m.Params() {
 			zeroB[i] = append([]float32(nil), params[i]...)

@@ -3,6 +3,7 @@ package cgo
 /*
 #cgo CXXFLAGS: -std=c++17
 #cgo CPPFLAGS: -I${SRCDIR}/../third_party/ollama/ml/backend/ggml/ggml/include -I${SRCDIR}/../third_party/ollama/ml/backend/ggml/ggml/src
+#cgo CPPFLAGS: -I${SRCDIR}/../third_party/ollama/llama/llama.cpp/include -I${SRCDIR}/../third_party/ollama/llama/llama.cpp/src
 #include <stdlib.h>
 #include "empo_train.h"
 extern int empoGoCoef(void *, int32_t, float *, float *, float *, float *);
@@ -20,8 +21,8 @@ import (
 
 	_ "github.com/ollama/ollama/ml/backend/ggml/ggml/src"
 
-	"github.com/empo2/empo2/gguf"
-	"github.com/empo2/empo2/lora"
+	"github.com/empo2/empo2/llama"
+	loraPkg "github.com/empo2/empo2/lora"
 )
 
 // model is the state behind *Model (one C handle).
@@ -32,17 +33,22 @@ type model struct {
 	lora   LoRAConfig
 	params []ParamInfo
 	opts   Options
-	last   int // padded tokens of the last graph
+	last   int    // padded tokens of the last graph
+	shared func() // releases the llama.Model whose weights the graph uses (LoadShared)
 }
 
-var targetBit = map[string]uint32{
-	TargetQ: 0, TargetK: 1, TargetV: 2, TargetO: 3, TargetGate: 4, TargetUp: 5, TargetDown: 6,
-}
-
-var targetOfTensor = map[string]string{
-	"attn_q": TargetQ, "attn_k": TargetK, "attn_v": TargetV, "attn_output": TargetO,
-	"ffn_gate": TargetGate, "ffn_up": TargetUp, "ffn_down": TargetDown,
-}
+// targetNames are the C strings of loraPkg.Targets' tensor names, handed to
+// the C side (which defines no names of its own); allocated once.
+var targetNames = func() []*C.char {
+	if len(loraPkg.Targets) != int(C.EMPO_TARGET_COUNT) {
+		panic("cgo: loraPkg.Targets and enum empo_target disagree")
+	}
+	out := make([]*C.char, len(loraPkg.Targets))
+	for i, t := range loraPkg.Targets {
+		out[i] = C.CString(t.Tensor)
+	}
+	return out
+}()
 
 func statusErr(code C.int, what string) error {
 	var base error
@@ -57,6 +63,8 @@ func statusErr(code C.int, what string) error {
 		base = ErrShape
 	case C.EMPO_ERR_CONFIG:
 		base = ErrConfig
+	case C.EMPO_ERR_NONFINITE:
+		base = ErrNonFinite
 	default:
 		base = ErrBackend
 	}
@@ -71,6 +79,28 @@ func statusErr(code C.int, what string) error {
 // parameters: A Kaiming-uniform (PEFT's kaiming_uniform_(a=√5), i.e.
 // U(−1/√n_in, 1/√n_in)) from lora.Seed, B zero (unless lora.RandomB).
 func Load(path string, lora LoRAConfig, opts Options) (*Model, error) {
+	return load(path, nil, lora, opts)
+}
+
+// LoadShared builds the training graph on the weights of a model already
+// loaded by llama.cpp (the rollout side), so the frozen base exists once per
+// process: the graph reads llama.cpp's own tensors (the mmap of the GGUF on
+// the CPU, or the device copy when llama.cpp offloaded the layers; the
+// training backend is then that device). Only the transposed copies (none
+// with TransposeInGraph, except for quantized types), the LoRA parameters,
+// gradients and AdamW moments are allocated. lm must be a Qwen2 model; it
+// stays loaded until the returned Model is closed (even if lm.Close is
+// called first). Options.Device is ignored; AutogradFrozenBackward is
+// refused (it needs F32 copies of the weights). Log-probs equal Load's on
+// the same file.
+func LoadShared(lm *llama.Model, lora LoRAConfig, opts Options) (*Model, error) {
+	if lm == nil {
+		return nil, fmt.Errorf("%w: nil llama model", ErrConfig)
+	}
+	return load("", lm, lora, opts)
+}
+
+func load(path string, lm *llama.Model, lora LoRAConfig, opts Options) (*Model, error) {
 	if lora.Rank < 1 {
 		return nil, fmt.Errorf("%w: LoRA rank %d < 1", ErrConfig, lora.Rank)
 	}
@@ -82,13 +112,16 @@ func Load(path string, lora LoRAConfig, opts Options) (*Model, error) {
 	}
 	var mask uint32
 	for _, t := range lora.Targets {
-		bit, ok := targetBit[t]
-		if !ok {
+		bit := loraPkg.TargetIndex(t)
+		if bit < 0 {
 			return nil, fmt.Errorf("%w: unknown LoRA target %q (want one of %v)", ErrConfig, t, AllTargets)
 		}
 		mask |= 1 << bit
 	}
 	p := C.empo_model_default_params()
+	for k, name := range targetNames {
+		p.target_tensor[k] = name
+	}
 	p.lora_rank = C.int(lora.Rank)
 	p.lora_alpha = C.float(lora.Alpha)
 	p.lora_targets = C.uint32_t(mask)
@@ -97,33 +130,46 @@ func Load(path string, lora LoRAConfig, opts Options) (*Model, error) {
 		threads = runtime.NumCPU()
 	}
 	p.n_threads = C.int(threads)
-	switch strings.ToLower(opts.Device) {
-	case "", "cpu":
-		p.device = 0
-	case "gpu":
-		p.device = 1
-	case "auto":
-		p.device = 2
-	default:
-		return nil, fmt.Errorf("%w: device %q (want cpu, gpu or auto)", ErrConfig, opts.Device)
+	dev, err := deviceCode(opts.Device)
+	if err != nil {
+		return nil, err
 	}
+	p.device = C.int(dev)
 	p.autograd_frozen = C.bool(opts.AutogradFrozenBackward)
 	p.transpose_in_graph = C.bool(opts.TransposeInGraph)
 	if opts.MaxTokens < 0 {
 		return nil, fmt.Errorf("%w: MaxTokens %d < 0", ErrConfig, opts.MaxTokens)
 	}
 
-	if err := checkEmptyDims(path); err != nil {
-		return nil, err
-	}
-	cpath := C.CString(path)
-	defer C.free(unsafe.Pointer(cpath))
 	var errbuf [512]C.char
 	var h *C.struct_empo_model
-	if rc := C.empo_model_init(cpath, p, &h, &errbuf[0], C.size_t(len(errbuf))); rc != C.EMPO_OK {
-		return nil, statusErr(rc, path+": "+C.GoString(&errbuf[0]))
+	var release func()
+	if lm != nil {
+		if opts.AutogradFrozenBackward {
+			return nil, fmt.Errorf("%w: AutogradFrozenBackward needs F32 copies of the weights; it cannot share llama.cpp's", ErrConfig)
+		}
+		ptr, rel, err := lm.Share()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrClosed, err)
+		}
+		if rc := C.empo_model_init_shared((*C.struct_llama_model)(ptr), p, &h, &errbuf[0], C.size_t(len(errbuf))); rc != C.EMPO_OK {
+			rel()
+			return nil, statusErr(rc, lm.Path()+": "+C.GoString(&errbuf[0]))
+		}
+		release = rel
+	} else {
+		// the GGUF checks every C loader of this module runs first (an
+		// empty dimension would crash ggml's reader with SIGFPE)
+		if err := llama.CheckGGUF(path); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrIO, err)
+		}
+		cpath := C.CString(path)
+		defer C.free(unsafe.Pointer(cpath))
+		if rc := C.empo_model_init(cpath, p, &h, &errbuf[0], C.size_t(len(errbuf))); rc != C.EMPO_OK {
+			return nil, statusErr(rc, path+": "+C.GoString(&errbuf[0]))
+		}
 	}
-	m := &model{c: h, lora: lora, opts: opts}
+	m := &model{c: h, lora: lora, opts: opts, shared: release}
 	var ci C.struct_empo_model_info
 	C.empo_model_get_info(h, &ci)
 	m.info = ModelInfo{
@@ -134,17 +180,25 @@ func Load(path string, lora LoRAConfig, opts Options) (*Model, error) {
 		Backend: C.GoString(&ci.backend[0]),
 	}
 	n := int(C.empo_model_n_params(h))
-	var name [256]C.char
-	var ne [2]C.int64_t
 	for i := 0; i < n; i++ {
-		C.empo_model_param_info(h, C.int(i), &name[0], C.size_t(len(name)), &ne[0])
-		pi := ParamInfo{Name: C.GoString(&name[0]), Shape: [2]int{int(ne[0]), int(ne[1])}}
-		pi.IsB = strings.HasSuffix(pi.Name, ".lora_b")
-		pi.Base = strings.TrimSuffix(strings.TrimSuffix(pi.Name, ".lora_a"), ".lora_b")
-		parts := strings.Split(pi.Base, ".") // blk.<i>.<tensor>.weight
-		if len(parts) == 4 {
-			fmt.Sscanf(parts[1], "%d", &pi.Layer)
-			pi.Target = targetOfTensor[parts[2]]
+		var ci C.struct_empo_param_info
+		if rc := C.empo_model_param_info(h, C.int(i), &ci); rc != C.EMPO_OK {
+			(&Model{m: m}).Close()
+			return nil, statusErr(rc, fmt.Sprintf("%s: parameter %d metadata", path, i))
+		}
+		pi := ParamInfo{Name: C.GoString(&ci.name[0]), Shape: [2]int{int(ci.ne[0]), int(ci.ne[1])},
+			Layer: int(ci.layer), IsB: ci.is_b != 0}
+		if k := int(ci.target); k >= 0 && k < len(loraPkg.Targets) {
+			pi.Target = loraPkg.Targets[k].Short
+		}
+		pi.Base = loraPkg.BaseName(pi.Layer, pi.Target)
+		if want := pi.Base + map[bool]string{false: loraPkg.SuffixA, true: loraPkg.SuffixB}[pi.IsB]; pi.Target == "" || want != pi.Name {
+			(&Model{m: m}).Close()
+			return nil, fmt.Errorf("%w: parameter %d: C reports %q (layer %d, target %d), expected %q", ErrBackend, i, pi.Name, pi.Layer, int(ci.target), want)
+		}
+		if i > 0 && !lessParam(m.params[i-1], pi) {
+			(&Model{m: m}).Close()
+			return nil, fmt.Errorf("%w: parameter %s after %s breaks the canonical order", ErrBackend, pi.Name, m.params[i-1].Name)
 		}
 		m.params = append(m.params, pi)
 	}
@@ -157,24 +211,17 @@ func Load(path string, lora LoRAConfig, opts Options) (*Model, error) {
 	return M, nil
 }
 
-// checkEmptyDims refuses a GGUF with a tensor whose ne[1..3] has a zero:
-// ggml's gguf_init_from_file divides by them in its overflow check and the
-// process dies of SIGFPE. A file the Go reader cannot parse is left to the
-// C loader, which reports it.
-func checkEmptyDims(path string) error {
-	f, err := gguf.Open(path)
-	if err != nil {
-		return nil
+// deviceCode maps Options.Device to empo_model_params.device.
+func deviceCode(d string) (int, error) {
+	switch strings.ToLower(d) {
+	case "", "cpu":
+		return 0, nil
+	case "gpu":
+		return 1, nil
+	case "auto":
+		return 2, nil
 	}
-	defer f.Close()
-	for _, ti := range f.Tensors {
-		for d := 1; d < len(ti.Shape); d++ {
-			if ti.Shape[d] == 0 {
-				return fmt.Errorf("%w: %s: tensor %s has shape %v (an empty dimension after the first)", ErrIO, path, ti.Name, ti.Shape)
-			}
-		}
-	}
-	return nil
+	return 0, fmt.Errorf("%w: device %q (want cpu, gpu or auto)", ErrConfig, d)
 }
 
 // initLoRA: A ~ U(−1/√n_in, 1/√n_in) (PEFT: kaiming_uniform_(a=√5) on the
@@ -182,12 +229,12 @@ func checkEmptyDims(path string) error {
 // B = 0, or U(−1/√r, 1/√r) with RandomB.
 // The draws are those of `empo2 lora init` (lora.Init) with the same seed.
 func initLoRA(params []ParamInfo, cfg LoRAConfig) [][]float32 {
-	rng := lora.NewInitRand(uint64(cfg.Seed))
+	rng := loraPkg.NewInitRand(uint64(cfg.Seed))
 	out := make([][]float32, len(params))
 	for i, p := range params {
 		v := make([]float32, p.Shape[0]*p.Shape[1])
 		if !p.IsB || cfg.RandomB {
-			lora.FillUniform(rng, v, 1/math.Sqrt(float64(p.Shape[0]))) // n_in for A, r for B
+			loraPkg.FillUniform(rng, v, 1/math.Sqrt(float64(p.Shape[0]))) // n_in for A, r for B
 		}
 		out[i] = v
 	}
@@ -218,6 +265,10 @@ func (M *Model) Close() error {
 	if m.c != nil {
 		C.empo_model_free(m.c)
 		m.c = nil
+		if m.shared != nil {
+			m.shared()
+			m.shared = nil
+		}
 	}
 	runtime.SetFinalizer(M, nil)
 	return nil
@@ -258,10 +309,19 @@ func (M *Model) Params() []ParamInfo {
 	return append([]ParamInfo(nil), M.m.params...)
 }
 
-func (M *Model) readAll(grad bool) [][]float32 {
+// lessParam is the canonical order of parameter tensors (lora.Less on the
+// base names, A before B): the C side must produce it.
+func lessParam(a, b ParamInfo) bool {
+	if a.Base == b.Base {
+		return !a.IsB && b.IsB
+	}
+	return loraPkg.Less(a.Base, b.Base)
+}
+
+func (M *Model) readAll(grad bool) ([][]float32, error) {
 	m, err := M.lock()
 	if err != nil {
-		return nil
+		return nil, err
 	}
 	defer m.mu.Unlock()
 	out := make([][]float32, len(m.params))
@@ -274,18 +334,45 @@ func (M *Model) readAll(grad bool) [][]float32 {
 			rc = C.empo_model_param_get(m.c, C.int(i), (*C.float)(unsafe.Pointer(&v[0])), C.int64_t(len(v)))
 		}
 		if rc != C.EMPO_OK {
-			return nil
+			return nil, statusErr(rc, p.Name+": "+C.GoString(C.empo_model_last_error(m.c)))
 		}
 		out[i] = v
 	}
-	return out
+	return out, nil
 }
 
-// ReadParams returns copies of the LoRA parameters (nil after Close).
-func (M *Model) ReadParams() [][]float32 { return M.readAll(false) }
+// ReadParams returns copies of the LoRA parameters, in Params() order
+// (ErrClosed after Close; a backend failure is returned, never swallowed).
+func (M *Model) ReadParams() ([][]float32, error) { return M.readAll(false) }
 
-// Grads returns copies of the accumulated gradients (nil after Close).
-func (M *Model) Grads() [][]float32 { return M.readAll(true) }
+// Grads returns copies of the accumulated gradients, in Params() order.
+func (M *Model) Grads() ([][]float32, error) { return M.readAll(true) }
+
+// ReadAdapter returns the LoRA parameters as a llama.cpp adapter (a copy;
+// its Params() equal M.Params()).
+func (M *Model) ReadAdapter() (*loraPkg.Adapter, error) {
+	vals, err := M.ReadParams()
+	if err != nil {
+		return nil, err
+	}
+	return loraPkg.FromParams(M.Info().Arch, M.LoRA().Alpha, M.Params(), vals)
+}
+
+// WriteAdapter replaces the LoRA parameters with a's, which must have
+// exactly the model's tensors (same targets, rank and base shapes) and its
+// alpha.
+func (M *Model) WriteAdapter(a *loraPkg.Adapter) error {
+	if a == nil {
+		return fmt.Errorf("%w: nil adapter", ErrConfig)
+	}
+	if alpha := M.LoRA().Alpha; a.Alpha != alpha {
+		return fmt.Errorf("%w: adapter alpha %v, model %v", ErrConfig, a.Alpha, alpha)
+	}
+	if err := loraPkg.SameLayout(a.Params(), M.Params()); err != nil {
+		return fmt.Errorf("%w: %w", ErrShape, err)
+	}
+	return M.WriteParams(a.Tensors())
+}
 
 // WriteParams replaces the LoRA parameters; vals must match Params() in
 // count and sizes and be finite.
@@ -317,13 +404,16 @@ func (M *Model) WriteParams(vals [][]float32) error {
 }
 
 // ZeroGrads clears the gradient accumulators.
-func (M *Model) ZeroGrads() {
+func (M *Model) ZeroGrads() error {
 	m, err := M.lock()
 	if err != nil {
-		return
+		return err
 	}
 	defer m.mu.Unlock()
-	C.empo_model_grad_zero(m.c)
+	if rc := C.empo_model_grad_zero(m.c); rc != C.EMPO_OK {
+		return statusErr(rc, C.GoString(C.empo_model_last_error(m.c)))
+	}
+	return nil
 }
 
 // MemoryBytes reports ggml buffer sizes.
@@ -338,7 +428,7 @@ func (M *Model) MemoryBytes() MemoryStats {
 	return MemoryStats{
 		Weights: int64(cm.weights), Transposed: int64(cm.transposed), Params: int64(cm.params),
 		Compute: int64(cm.compute_peak), ComputeLast: int64(cm.compute_last), PaddedTokens: m.last,
-		Rewritten: int(cm.n_rewritten), Pinned: int(cm.n_pinned), Splits: int(cm.n_splits),
+		Rewritten: int(cm.n_rewritten), RewrittenLoRA: int(cm.n_rewritten_op), Pinned: int(cm.n_pinned), Splits: int(cm.n_splits),
 	}
 }
 

@@ -89,6 +89,9 @@ type tokenTerm struct {
 // Entropy bonus: ℓ −= c_H·H.
 func tokenObjective(obj Objective, logp, old, adv float64, ref float64, hasRef bool, ent float64) tokenTerm {
 	tt := tokenTerm{logp: logp, old: old, entropy: ent}
+	if obj.NLL { // SFT: no behaviour policy; ratio 1 keeps the KL metrics at 0
+		old, adv, tt.old = logp, 0, logp
+	}
 	lr := logp - old
 	lrc := math.Max(-logRatioClamp, math.Min(logRatioClamp, lr))
 	r := math.Exp(lrc)
@@ -110,6 +113,9 @@ func tokenObjective(obj Objective, logp, old, adv float64, ref float64, hasRef b
 	tt.pg = pg
 	tt.loss = pg
 	tt.dLogp = grad
+	if obj.NLL { // supervised cross-entropy: ℓ = −logp, ∂ℓ/∂logp = −1 (no ratio, no clip)
+		tt.pg, tt.loss, tt.dLogp = -logp, -logp, -1
+	}
 	// KL(π_old‖π) estimators on samples from π_old (metrics only)
 	tt.k1 = -lr
 	tt.k3 = (r - 1) - lrc

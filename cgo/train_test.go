@@ -100,7 +100,7 @@ func TestGradientFiniteDifference(t *testing.T) {
 			m := loadTiny(t, tinyCfg(), LoRAConfig{Rank: 4, Alpha: 8, Seed: 3, RandomB: true}, Options{Threads: 1})
 			rng := rand.New(rand.NewPCG(7, 7))
 			batch := fdBatch(t, m, rng)
-			m.ZeroGrads()
+			mustZero(t, m)
 			st, err := m.ForwardBackward(batch, obj, 0)
 			if err != nil {
 				t.Fatal(err)
@@ -108,8 +108,8 @@ func TestGradientFiniteDifference(t *testing.T) {
 			if st.MaskedSequences != 1 || st.ClipFrac == 0 || (obj.DualClip > 0 && st.DualClipFrac == 0) {
 				t.Fatalf("batch does not exercise every region: %+v", st)
 			}
-			grads := m.Grads()
-			params := m.ReadParams()
+			grads := mustGrads(t, m)
+			params := mustParams(t, m)
 			infos := m.Params()
 			const eps = 1e-2
 			checked := 0
@@ -195,7 +195,7 @@ func TestTransposeInGraph(t *testing.T) {
 	if n := inGraph.MemoryBytes().Rewritten; n != 7*cfg.Layers-2 {
 		t.Fatalf("rewritten %d", n)
 	}
-	if rel := relL2(inGraph.Grads(), stored.Grads()); rel > 1e-6 {
+	if rel := relL2(mustGrads(t, inGraph), mustGrads(t, stored)); rel > 1e-6 {
 		t.Fatalf("gradients differ: relative L2 %.3g", rel)
 	}
 }
@@ -229,10 +229,14 @@ func TestRewriteMatchesAutograd(t *testing.T) {
 	if want := 7*fast.Info().Layers + 1 - 3; mf.Rewritten != want || ms.Rewritten != 0 {
 		t.Fatalf("rewritten OUT_PROD nodes: %d (want %d), autograd model %d (want 0)", mf.Rewritten, want, ms.Rewritten)
 	}
+	// per LoRA pair: dB and dX through B (the OUT_PRODs whose first operand has the rank as ne0)
+	if want := 2 * 7 * fast.Info().Layers; mf.RewrittenLoRA != want || ms.RewrittenLoRA != 0 {
+		t.Fatalf("rewritten LoRA OUT_PROD nodes: %d (want %d), autograd model %d (want 0)", mf.RewrittenLoRA, want, ms.RewrittenLoRA)
+	}
 	if mf.Pinned == 0 {
 		t.Fatal("no RMS_NORM_BACK operand pinned")
 	}
-	gf, gs := fast.Grads(), slow.Grads()
+	gf, gs := mustGrads(t, fast), mustGrads(t, slow)
 	var num, den float64
 	for i := range gf {
 		for j := range gf[i] {
@@ -257,11 +261,11 @@ func TestAccumulation(t *testing.T) {
 	if _, err := m.ForwardBackward(batch, obj, 0.25); err != nil {
 		t.Fatal(err)
 	}
-	g1 := m.Grads()
+	g1 := mustGrads(t, m)
 	if _, err := m.ForwardBackward(batch, obj, 0.5); err != nil {
 		t.Fatal(err)
 	}
-	g3 := m.Grads()
+	g3 := mustGrads(t, m)
 	for i := range g1 {
 		for j := range g1[i] {
 			if d := math.Abs(float64(g3[i][j] - 3*g1[i][j])); d > 1e-5*math.Abs(float64(g3[i][j]))+1e-9 {
@@ -269,8 +273,8 @@ func TestAccumulation(t *testing.T) {
 			}
 		}
 	}
-	m.ZeroGrads()
-	for _, g := range m.Grads() {
+	mustZero(t, m)
+	for _, g := range mustGrads(t, m) {
 		for _, x := range g {
 			if x != 0 {
 				t.Fatal("ZeroGrads left a nonzero gradient")
@@ -285,12 +289,12 @@ func TestAccumulation(t *testing.T) {
 	if _, err := m.ForwardBackward(batch[2:], obj, float32(1/float64(tok))); err != nil {
 		t.Fatal(err)
 	}
-	gs := m.Grads()
-	m.ZeroGrads()
+	gs := mustGrads(t, m)
+	mustZero(t, m)
 	if _, err := m.ForwardBackward(batch, obj, 0); err != nil {
 		t.Fatal(err)
 	}
-	gw := m.Grads()
+	gw := mustGrads(t, m)
 	// padding differs (T = longest sequence of each call), so the sums run in
 	// another order: compare as a whole
 	if rel := relL2(gs, gw); rel > 1e-4 {
@@ -299,8 +303,8 @@ func TestAccumulation(t *testing.T) {
 }
 
 func sgdStep(t *testing.T, m *Model, lr float32) {
-	p := m.ReadParams()
-	g := m.Grads()
+	p := mustParams(t, m)
+	g := mustGrads(t, m)
 	for i := range p {
 		for j := range p[i] {
 			p[i][j] -= lr * g[i][j]
@@ -309,7 +313,7 @@ func sgdStep(t *testing.T, m *Model, lr float32) {
 	if err := m.WriteParams(p); err != nil {
 		t.Fatal(err)
 	}
-	m.ZeroGrads()
+	mustZero(t, m)
 }
 
 // TestPolicyDirection: SGD on a positive advantage raises the sequence's
@@ -379,7 +383,7 @@ func TestF16Trains(t *testing.T) {
 			t.Fatal(err)
 		}
 		nz := 0
-		for _, g := range m.Grads() {
+		for _, g := range mustGrads(t, m) {
 			for _, x := range g {
 				if !finite32(x) {
 					t.Fatal("non-finite gradient")
@@ -462,7 +466,7 @@ func TestErrors(t *testing.T) {
 	if _, err := m.LogProbs([]int32{1, int32(V) + 5}); !errors.Is(err, ErrShape) {
 		t.Errorf("LogProbs token range: %v", err)
 	}
-	p := m.ReadParams()
+	p := mustParams(t, m)
 	if err := m.WriteParams(p[:1]); !errors.Is(err, ErrShape) {
 		t.Errorf("WriteParams count: %v", err)
 	}
@@ -470,7 +474,7 @@ func TestErrors(t *testing.T) {
 	if err := m.WriteParams(p); !errors.Is(err, ErrShape) {
 		t.Errorf("WriteParams size: %v", err)
 	}
-	p = m.ReadParams()
+	p = mustParams(t, m)
 	p[1][0] = float32(math.Inf(1))
 	if err := m.WriteParams(p); !errors.Is(err, ErrNonFinite) {
 		t.Errorf("WriteParams inf: %v", err)
@@ -558,7 +562,7 @@ func TestErrors(t *testing.T) {
 	if _, err := m2.LogProbs([]int32{1, 2}); !errors.Is(err, ErrClosed) {
 		t.Errorf("closed: %v", err)
 	}
-	if m2.ReadParams() != nil {
+	if _, err := m2.ReadParams(); !errors.Is(err, ErrClosed) {
 		t.Error("ReadParams after Close")
 	}
 	var nilModel *Model
@@ -593,7 +597,7 @@ func TestTargetsAndNames(t *testing.T) {
 		}
 	}
 	// A is Kaiming-uniform within ±1/sqrt(n_in), B is zero
-	vals := m.ReadParams()
+	vals := mustParams(t, m)
 	for i, p := range ps {
 		bound := float32(1 / math.Sqrt(float64(p.Shape[0])))
 		nz := 0
@@ -672,7 +676,7 @@ func TestConcurrentUse(t *testing.T) {
 						done <- err
 						return
 					}
-					_ = m.Grads()
+					_, _ = m.Grads()
 				}
 			}
 			done <- nil

@@ -74,6 +74,9 @@ type Context struct {
 	adapterVer uint64 // bumped by SetAdapter/RemoveAdapter/ClearAdapters
 	reused     int    // prompt tokens reused by the last Generate
 	lastIdx    []int  // scratch of prefillMany
+
+	// per-sequence KV contents of GenerateSlots (slots.go); nil = unknown
+	slots *slotSet
 }
 
 // NewContext creates a context on model.
@@ -239,6 +242,7 @@ func (c *Context) lock() error {
 // clearKV empties the KV cache of all sequences.
 func (c *Context) clearKV() {
 	c.kvValid = false
+	c.slots = nil
 	C.llama_memory_clear(C.llama_get_memory(c.c), C.bool(true))
 }
 
@@ -272,6 +276,7 @@ func (c *Context) reusePrefix(prompt []int32) int {
 		return 0
 	}
 	mem := C.llama_get_memory(c.c)
+	c.slots = nil // the other sequences are dropped
 	for s := 1; s < c.nSeqMax; s++ {
 		C.llama_memory_seq_rm(mem, C.llama_seq_id(s), -1, -1)
 	}

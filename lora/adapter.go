@@ -94,7 +94,7 @@ func (p *Pair) check() error {
 }
 
 // Adapter is a LoRA adapter: its base architecture, alpha and pairs
-// (sorted by base tensor name).
+// (in the canonical order of Less: block, then target).
 type Adapter struct {
 	Arch  string  // general.architecture of the base model, e.g. "qwen2"
 	Alpha float32 // adapter.lora.alpha
@@ -129,17 +129,23 @@ func (a *Adapter) Scale(rank int) float32 {
 }
 
 // Pair returns the pair adapting the base tensor named base, or nil.
+// The pairs must be in canonical order (Sort).
 func (a *Adapter) Pair(base string) *Pair {
-	i := sort.Search(len(a.Pairs), func(i int) bool { return a.Pairs[i].Base >= base })
+	i := sort.Search(len(a.Pairs), func(i int) bool { return !Less(a.Pairs[i].Base, base) })
 	if i < len(a.Pairs) && a.Pairs[i].Base == base {
 		return a.Pairs[i]
 	}
 	return nil
 }
 
-// Sort orders the pairs by base tensor name (the order files are written in).
+// Sort puts the pairs in the canonical order (Less: block number, then
+// target q,k,v,o,gate,up,down), the order files are written in and the
+// order of every parameter list in empo2. A no-op when already sorted.
 func (a *Adapter) Sort() {
-	sort.Slice(a.Pairs, func(i, j int) bool { return a.Pairs[i].Base < a.Pairs[j].Base })
+	if sort.SliceIsSorted(a.Pairs, func(i, j int) bool { return Less(a.Pairs[i].Base, a.Pairs[j].Base) }) {
+		return
+	}
+	sort.SliceStable(a.Pairs, func(i, j int) bool { return Less(a.Pairs[i].Base, a.Pairs[j].Base) })
 }
 
 // Check validates the adapter on its own: architecture set, finite alpha,

@@ -5,26 +5,10 @@ import (
 	"math"
 	"math/rand/v2"
 	"sort"
-	"strconv"
-	"strings"
+		"strings"
 
 	"github.com/empo2/empo2/gguf"
 )
-
-// TargetTensors maps the short target names accepted by --targets to the
-// llama.cpp tensor name of the projection in every block ("blk.N.<name>.weight").
-var TargetTensors = map[string]string{
-	"q":    "attn_q",
-	"k":    "attn_k",
-	"v":    "attn_v",
-	"o":    "attn_output",
-	"gate": "ffn_gate",
-	"up":   "ffn_up",
-	"down": "ffn_down",
-}
-
-// DefaultTargets are all seven projections of a Qwen2 block.
-var DefaultTargets = []string{"q", "k", "v", "o", "gate", "up", "down"}
 
 // ParseTargets parses a comma-separated target list such as "q,v,down"
 // (short names or llama.cpp names such as "attn_q"), removing duplicates.
@@ -59,60 +43,38 @@ func ParseTargets(s string) ([]string, error) {
 }
 
 // TargetWeights lists the base tensors the targets select in base: every
-// "blk.<N>.<tensor>.weight" that is a 2-D matrix, ordered by block and then
-// by target in DefaultTargets order (q, k, v, o, gate, up, down), the order
-// in which the training graph (package cgo) lays out its parameters. It is
-// an error when a target selects no tensor at all.
+// "blk.<N>.<tensor>.weight" that is a 2-D matrix, in the canonical order
+// (Less: block, then q, k, v, o, gate, up, down), the order in which the
+// training graph (package cgo) lays out its parameters. It is an error when
+// a target selects no tensor at all.
 func TargetWeights(base *gguf.File, targets []string) ([]gguf.TensorInfo, error) {
-	type sel struct {
-		ti         gguf.TensorInfo
-		blk, order int
-	}
-	rank := map[string]int{}
-	for i, t := range DefaultTargets {
-		rank[t] = i
-	}
-	var out []sel
+	want := map[string]bool{}
 	for _, t := range targets {
-		tn, ok := TargetTensors[t]
-		if !ok {
+		if TargetIndex(t) < 0 {
 			return nil, fmt.Errorf("%w: unknown target %q", ErrConfig, t)
 		}
-		n := 0
-		for _, ti := range base.Tensors {
-			rest, ok := strings.CutPrefix(ti.Name, "blk.")
-			if !ok {
-				continue
-			}
-			blk, name, ok := strings.Cut(rest, ".")
-			if !ok || name != tn+".weight" {
-				continue
-			}
-			b, err := strconv.Atoi(blk)
-			if err != nil {
-				continue
-			}
-			if len(ti.Shape) != 2 {
-				return nil, fmt.Errorf("%w: %s has shape %v, want a matrix", ErrMismatch, ti.Name, ti.Shape)
-			}
-			out = append(out, sel{ti, b, rank[t]})
-			n++
+		want[t] = true
+	}
+	var out []gguf.TensorInfo
+	found := map[string]int{}
+	for _, ti := range base.Tensors {
+		_, short, ok := ParseBase(ti.Name)
+		if !ok || !want[short] {
+			continue
 		}
-		if n == 0 {
-			return nil, fmt.Errorf("%w: target %q: the base model has no blk.N.%s.weight tensor", ErrMismatch, t, tn)
+		if len(ti.Shape) != 2 {
+			return nil, fmt.Errorf("%w: %s has shape %v, want a matrix", ErrMismatch, ti.Name, ti.Shape)
+		}
+		out = append(out, ti)
+		found[short]++
+	}
+	for _, t := range targets {
+		if found[t] == 0 {
+			return nil, fmt.Errorf("%w: target %q: the base model has no blk.N.%s.weight tensor", ErrMismatch, t, TargetTensors[t])
 		}
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].blk != out[j].blk {
-			return out[i].blk < out[j].blk
-		}
-		return out[i].order < out[j].order
-	})
-	tis := make([]gguf.TensorInfo, len(out))
-	for i, s := range out {
-		tis[i] = s.ti
-	}
-	return tis, nil
+	sort.SliceStable(out, func(i, j int) bool { return Less(out[i].Name, out[j].Name) })
+	return out, nil
 }
 
 // InitConfig configures Init.

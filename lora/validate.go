@@ -2,6 +2,7 @@ package lora
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/empo2/empo2/gguf"
 )
@@ -20,6 +21,9 @@ func Validate(a *Adapter, base *gguf.File) error {
 	arch, _ := base.String(KeyArchitecture)
 	if arch != a.Arch {
 		return fmt.Errorf("%w: adapter architecture %q, base model %q", ErrMismatch, a.Arch, arch)
+	}
+	if err := checkDeltaFinite(a); err != nil {
+		return err
 	}
 	for _, p := range a.Pairs {
 		w, ok := base.Tensor(p.Base)
@@ -50,4 +54,34 @@ func ValidateFiles(adapterPath, basePath string) (*Adapter, error) {
 		return nil, fmt.Errorf("%s against %s: %w", adapterPath, basePath, err)
 	}
 	return a, nil
+}
+
+// checkDeltaFinite refuses an adapter whose scaled product s·B·A could
+// overflow float32 (alpha 1e30 makes llama.cpp's output and any merge
+// non-finite). It bounds each element of ΔW = s·B·A without forming it:
+// |ΔW_oi| = |s·Σ_k B_ok·A_ki| ≤ |s|·Σ_k max_o|B_ok|·max_i|A_ki|, O(size of
+// the adapter); the bound must stay below MaxFloat32/2, leaving room for W.
+func checkDeltaFinite(a *Adapter) error {
+	for _, p := range a.Pairs {
+		s := math.Abs(float64(a.Scale(p.Rank)))
+		if math.IsNaN(s) || math.IsInf(s, 0) {
+			return fmt.Errorf("%w: %s: scale alpha/r = %v is not finite", ErrInvalid, p.Base, s)
+		}
+		var bound float64
+		for k := 0; k < p.Rank; k++ {
+			var maxA, maxB float64
+			for _, x := range p.A[k*p.In : (k+1)*p.In] {
+				maxA = math.Max(maxA, math.Abs(float64(x)))
+			}
+			for o := 0; o < p.Out; o++ {
+				maxB = math.Max(maxB, math.Abs(float64(p.B[o*p.Rank+k])))
+			}
+			bound += maxA * maxB
+		}
+		if bound *= s; bound > math.MaxFloat32/2 {
+			return fmt.Errorf("%w: %s: alpha %g makes the update alpha/r·B·A as large as %.3g, beyond float32 (the output and any merge would be non-finite)",
+				ErrInvalid, p.Base, a.Alpha, bound)
+		}
+	}
+	return nil
 }

@@ -6,13 +6,13 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
-	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // NamespaceStats summarizes one namespace.
@@ -38,7 +38,9 @@ type Stats struct {
 	Namespaces    []NamespaceStats `json:"namespaces"`
 }
 
-// Stats reports per-namespace counts and scores (from the in-memory index).
+// Stats reports per-namespace counts and scores. It reads them with SQL
+// (through the entries_meta index from schema version 2 on), never an
+// embedding, so it costs the same with or without the vector index.
 func (s *Store) Stats(ctx context.Context) (Stats, error) {
 	s.mu.RLock()
 	if s.closed {
@@ -46,31 +48,33 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 		return Stats{}, ErrClosed
 	}
 	st := Stats{Path: s.path, SchemaVersion: SchemaVersion, Embedder: s.embID, Dim: s.dim, Cap: s.cfg.cap}
-	idx := make([]*nsIndex, 0, len(s.ns))
-	for _, x := range s.ns {
-		idx = append(idx, x)
-	}
 	s.mu.RUnlock()
-	for _, x := range idx {
-		x.mu.RLock()
-		ns := NamespaceStats{Name: x.name, Count: x.len()}
-		if ns.Count > 0 {
-			ns.MinScore, ns.MaxScore = math.Inf(1), math.Inf(-1)
-			var sum float64
-			for _, m := range x.metas {
-				ns.MinScore = math.Min(ns.MinScore, m.score)
-				ns.MaxScore = math.Max(ns.MaxScore, m.score)
-				sum += m.score
-			}
-			ns.MeanScore = sum / float64(ns.Count)
-			ns.Oldest = time.Unix(0, x.metas[0].created).UTC()
-			ns.Newest = time.Unix(0, x.metas[ns.Count-1].created).UTC()
+	if err := s.db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&st.SchemaVersion); err != nil {
+		return Stats{}, classify(err)
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT n.name, count(e.id), min(e.score), max(e.score), avg(e.score), min(e.created_at), max(e.created_at)
+		FROM namespaces n LEFT JOIN entries e ON e.namespace_id = n.id GROUP BY n.id ORDER BY n.name`)
+	if err != nil {
+		return Stats{}, classify(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var ns NamespaceStats
+		var lo, hi, mean sql.NullFloat64
+		var oldest, newest sql.NullInt64
+		if err := rows.Scan(&ns.Name, &ns.Count, &lo, &hi, &mean, &oldest, &newest); err != nil {
+			return Stats{}, classify(err)
 		}
-		x.mu.RUnlock()
+		if ns.Count > 0 {
+			ns.MinScore, ns.MaxScore, ns.MeanScore = lo.Float64, hi.Float64, mean.Float64
+			ns.Oldest, ns.Newest = time.Unix(0, oldest.Int64).UTC(), time.Unix(0, newest.Int64).UTC()
+		}
 		st.Entries += ns.Count
 		st.Namespaces = append(st.Namespaces, ns)
 	}
-	sort.Slice(st.Namespaces, func(i, j int) bool { return st.Namespaces[i].Name < st.Namespaces[j].Name })
+	if err := rows.Err(); err != nil {
+		return Stats{}, classify(err)
+	}
 	for _, suffix := range []string{"", "-wal"} {
 		if fi, err := os.Stat(s.path + suffix); err == nil {
 			st.FileBytes += fi.Size()
@@ -80,33 +84,40 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 }
 
 // List returns up to limit entries of namespace ns (all namespaces when ns
-// is ""), newest first; limit <= 0 means all.
+// is ""), newest (highest id) first; limit <= 0 means all. It reads the
+// file, not the vector index, and no embedding.
 func (s *Store) List(ctx context.Context, ns string, limit int) ([]Entry, error) {
-	s.mu.RLock()
-	if s.closed {
-		s.mu.RUnlock()
+	if s.isClosed() {
 		return nil, ErrClosed
 	}
-	var idx []*nsIndex
-	for name, x := range s.ns {
-		if ns == "" || name == ns {
-			idx = append(idx, x)
-		}
+	q := `SELECT e.id, n.name, e.content, e.score, e.step, e.episode, e.created_at
+		FROM entries e JOIN namespaces n ON n.id = e.namespace_id`
+	var args []any
+	if ns != "" {
+		q += " WHERE n.name = ?"
+		args = append(args, ns)
 	}
-	s.mu.RUnlock()
+	q += " ORDER BY e.id DESC"
+	if limit > 0 {
+		q += " LIMIT ?"
+		args = append(args, limit)
+	}
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, classify(err)
+	}
+	defer rows.Close()
 	var out []Entry
-	for _, x := range idx {
-		x.mu.RLock()
-		for i, taken := x.len()-1, 0; i >= 0 && (limit <= 0 || taken < limit); i, taken = i-1, taken+1 {
-			out = append(out, x.entry(i))
+	for rows.Next() {
+		var e Entry
+		var created int64
+		if err := rows.Scan(&e.ID, &e.Namespace, &e.Content, &e.Score, &e.Step, &e.Episode, &created); err != nil {
+			return nil, classify(err)
 		}
-		x.mu.RUnlock()
+		e.Created = time.Unix(0, created).UTC()
+		out = append(out, e)
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].ID > out[j].ID })
-	if limit > 0 && len(out) > limit {
-		out = out[:limit]
-	}
-	return out, nil
+	return out, classify(rows.Err())
 }
 
 // PruneOptions selects entries to delete; the criteria combine with OR.
@@ -115,6 +126,7 @@ type PruneOptions struct {
 	Keep       int       // > 0: keep only the Keep newest entries per namespace
 	Before     time.Time // non-zero: delete entries created before it
 	BelowScore *float64  // non-nil: delete entries with score < *BelowScore
+	DryRun     bool      // only count the entries that would be deleted (works read-only)
 }
 
 // Prune deletes the selected entries and returns how many were removed.
@@ -136,11 +148,20 @@ func (s *Store) Prune(ctx context.Context, o PruneOptions) (int, error) {
 		conds = append(conds, "e.score < ?")
 		args = append(args, *o.BelowScore)
 	}
-	q := "DELETE FROM entries AS e WHERE (" + strings.Join(conds, " OR ") + ")"
+	where := " WHERE (" + strings.Join(conds, " OR ") + ")"
 	if o.Namespace != "" {
-		q += " AND e.namespace_id = (SELECT id FROM namespaces WHERE name = ?)"
+		where += " AND e.namespace_id = (SELECT id FROM namespaces WHERE name = ?)"
 		args = append(args, o.Namespace)
 	}
+	if o.DryRun {
+		if s.isClosed() {
+			return 0, ErrClosed
+		}
+		var n int
+		err := s.db.QueryRowContext(ctx, "SELECT count(*) FROM entries AS e"+where, args...).Scan(&n)
+		return n, classify(err)
+	}
+	q := "DELETE FROM entries AS e" + where
 	return s.mutate(ctx, o.Namespace, func(tx *sql.Tx) (int64, error) {
 		res, err := tx.ExecContext(ctx, q, args...)
 		if err != nil {
@@ -211,6 +232,9 @@ func (s *Store) mutate(ctx context.Context, ns string, f func(*sql.Tx) (int64, e
 		return n, tx.Commit()
 	}()
 	if err != nil {
+		if errors.Is(err, ErrReadOnly) {
+			return 0, err
+		}
 		lerr := s.loadMeta(ctx)
 		if lerr != nil {
 			return 0, lerr
@@ -220,7 +244,7 @@ func (s *Store) mutate(ctx context.Context, ns string, f func(*sql.Tx) (int64, e
 	if stale {
 		err = s.resync(ctx, version)
 	} else {
-		err = s.loadAll(ctx, ns)
+		err = s.reload(ctx, ns)
 	}
 	if err != nil {
 		return 0, err
@@ -289,12 +313,25 @@ type ImportStats struct {
 	Added int `json:"added"` // records stored (the others were duplicates)
 }
 
-// Import reads JSONL Records and adds them in one transaction (dedupe and
+// ImportOptions configures ImportWith.
+type ImportOptions struct {
+	// DefaultEmbedder, when the store has no recorded embedder and no
+	// record carries an embedding, becomes the store's embedder and embeds
+	// the records (as the store's first Add with it would).
+	DefaultEmbedder Embedder
+}
+
+// Import is ImportWith without options.
+func (s *Store) Import(ctx context.Context, r io.Reader) (ImportStats, error) {
+	return s.ImportWith(ctx, r, ImportOptions{})
+}
+
+// ImportWith reads JSONL Records and adds them in one transaction (dedupe and
 // cap apply as for Add, in file order). A record without an embedding is
 // embedded from its content with the store's embedder. Records carrying an
 // embedding must name the store's embedder; a store with none recorded
 // adopts the first record's.
-func (s *Store) Import(ctx context.Context, r io.Reader) (ImportStats, error) {
+func (s *Store) ImportWith(ctx context.Context, r io.Reader, opt ImportOptions) (ImportStats, error) {
 	var st ImportStats
 	var recs []Record
 	sc := bufio.NewScanner(r)
@@ -314,6 +351,9 @@ func (s *Store) Import(ctx context.Context, r io.Reader) (ImportStats, error) {
 		}
 		if rec.Namespace == "" || rec.Content == "" {
 			return st, fmt.Errorf("%w: line %d: namespace and content are required", ErrInvalid, line)
+		}
+		if !utf8.ValidString(rec.Namespace) {
+			return st, fmt.Errorf("%w: line %d: namespace is not valid UTF-8", ErrInvalid, line)
 		}
 		if rec.Embedding != nil && (rec.Embedder == "" || rec.Dim != len(rec.Embedding)) {
 			return st, fmt.Errorf("%w: line %d: an embedding needs its embedder and a matching dim", ErrInvalid, line)
@@ -337,7 +377,27 @@ func (s *Store) Import(ctx context.Context, r io.Reader) (ImportStats, error) {
 		return st, err
 	}
 	defer tx.Rollback()
-	embID, dim := s.Embedder()
+	// The file, read inside this write transaction, is the truth: another
+	// process may have recorded an embedder since this Store looked.
+	embID, dim, err := readMeta(ctx, tx)
+	if err != nil {
+		return st, err
+	}
+	if mid, mdim := s.Embedder(); mid != embID || mdim != dim {
+		if s.emb != nil && embID != "" && (s.emb.ID() != embID || s.emb.Dim() != dim) {
+			return st, fmt.Errorf("%w: store built with %q (dim %d), opened with %q (dim %d)", ErrEmbedderMismatch, embID, dim, s.emb.ID(), s.emb.Dim())
+		}
+		if embID == "" && s.emb != nil {
+			if err := s.bindEmbedder(ctx, tx, s.emb.ID(), s.emb.Dim()); err != nil {
+				return st, err
+			}
+			embID, dim = s.emb.ID(), s.emb.Dim()
+		} else {
+			s.mu.Lock()
+			s.embID, s.dim = embID, dim
+			s.mu.Unlock()
+		}
+	}
 	adopted := false
 	if embID == "" {
 		for _, rec := range recs {
@@ -350,10 +410,28 @@ func (s *Store) Import(ctx context.Context, r io.Reader) (ImportStats, error) {
 			}
 		}
 	}
+	var prevEmb Embedder
+	defaulted := false
+	if embID == "" && !adopted && opt.DefaultEmbedder != nil {
+		d := opt.DefaultEmbedder
+		if d.ID() == "" || d.Dim() <= 0 {
+			return st, fmt.Errorf("%w: default embedder %q has dimension %d", ErrInvalid, d.ID(), d.Dim())
+		}
+		if err := s.bindEmbedder(ctx, tx, d.ID(), d.Dim()); err != nil {
+			return st, err
+		}
+		embID, dim, adopted, defaulted = d.ID(), d.Dim(), true, true
+		s.mu.Lock()
+		prevEmb, s.emb = s.emb, d
+		s.mu.Unlock()
+	}
 	restore := func() {
 		if adopted {
 			s.mu.Lock()
 			s.embID, s.dim = "", 0
+			if defaulted {
+				s.emb = prevEmb
+			}
 			s.mu.Unlock()
 		}
 	}

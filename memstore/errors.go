@@ -21,6 +21,10 @@ var (
 	ErrNoEmbedder = errors.New("memstore: no embedder")
 	// ErrClosed: the store is closed.
 	ErrClosed = errors.New("memstore: store is closed")
+	// ErrReadOnly: a write to a store opened with ReadOnly.
+	ErrReadOnly = errors.New("memstore: store is opened read-only")
+	// ErrNoIndex: a retrieval from a store opened WithoutIndex.
+	ErrNoIndex = errors.New("memstore: store is opened without its vector index")
 	// ErrInvalid: an argument is invalid (empty namespace or content, bad JSONL, ...).
 	ErrInvalid = errors.New("memstore: invalid argument")
 )

@@ -31,6 +31,9 @@ var migrations = []string{
 		UNIQUE (namespace_id, content_hash)
 	) STRICT;
 	CREATE INDEX entries_by_namespace ON entries(namespace_id, id);`,
+	// 1 -> 2: a covering index for Stats (count, score and time range per
+	// namespace), so that it never reads the rows and their embeddings.
+	`CREATE INDEX entries_meta ON entries(namespace_id, score, created_at);`,
 }
 
 // SchemaVersion is the user_version this program writes.

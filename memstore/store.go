@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/mattn/go-sqlite3"
 )
@@ -101,17 +102,30 @@ type config struct {
 	capSet      bool
 	busyTimeout time.Duration
 	syncFull    bool
+	readOnly    bool
+	noIndex     bool
 }
 
 // WithCap sets the per-namespace capacity and records it in the file;
-// n <= 0 means no cap. Without it, the file's recorded cap applies (1000,
-// DefaultCap, for a new file), so that an administrative open never evicts
-// by surprise.
+// n == 0 means no cap, and a negative n makes Open fail with ErrInvalid.
+// Without it, the file's recorded cap applies (1000, DefaultCap, for a new
+// file), so that an administrative open never evicts by surprise.
 func WithCap(n int) Option {
 	return func(c *config) {
-		c.cap, c.capSet = max(n, 0), true
+		c.cap, c.capSet = n, true
 	}
 }
+
+// ReadOnly opens an existing database for reading only (SQLite mode=ro; when
+// the WAL's shared-memory file can be neither found nor created, e.g. a
+// read-only directory, the file is opened immutable). Nothing is written to
+// the file or beside it; every write method returns ErrReadOnly.
+func ReadOnly() Option { return func(c *config) { c.readOnly = true } }
+
+// WithoutIndex skips the in-memory vector index: Open reads no embedding,
+// Retrieve and RetrieveText return ErrNoIndex, and Stats, List, Export and
+// the write methods work as usual (for administration of big files).
+func WithoutIndex() Option { return func(c *config) { c.noIndex = true } }
 
 // WithBusyTimeout sets SQLite's busy timeout (default 5 s).
 func WithBusyTimeout(d time.Duration) Option { return func(c *config) { c.busyTimeout = d } }
@@ -155,6 +169,17 @@ func Open(path string, emb Embedder, opts ...Option) (*Store, error) {
 	if path == "" {
 		return nil, fmt.Errorf("%w: empty database path", ErrInvalid)
 	}
+	if cfg.cap < 0 {
+		return nil, fmt.Errorf("%w: cap %d is negative (0 means no cap)", ErrInvalid, cfg.cap)
+	}
+	if cfg.readOnly {
+		if cfg.capSet {
+			return nil, fmt.Errorf("%w: WithCap records the cap in the file; it cannot go with ReadOnly", ErrInvalid)
+		}
+		if _, err := os.Stat(path); err != nil {
+			return nil, fmt.Errorf("memstore: open read-only: %w", err)
+		}
+	}
 	if emb != nil && (emb.Dim() <= 0 || emb.ID() == "") {
 		return nil, fmt.Errorf("%w: embedder %q has dimension %d", ErrInvalid, emb.ID(), emb.Dim())
 	}
@@ -167,6 +192,20 @@ func Open(path string, emb Embedder, opts ...Option) (*Store, error) {
 	}
 	dsn := fmt.Sprintf("file:%s?_foreign_keys=on&_busy_timeout=%d&_synchronous=%s&_txlock=immediate&_cache_size=-65536",
 		escapePath(path), cfg.busyTimeout.Milliseconds(), syncMode)
+	if cfg.readOnly {
+		dsn += "&mode=ro"
+	}
+	s, err := openDSN(path, dsn, emb, cfg)
+	if err != nil && cfg.readOnly && isCantOpen(err) {
+		// A WAL database in a directory we cannot write, with no -shm file
+		// beside it: SQLite can only read it as immutable (no other process
+		// can be writing it either, for the same reason).
+		s, err = openDSN(path, dsn+"&immutable=1", emb, cfg)
+	}
+	return s, err
+}
+
+func openDSN(path, dsn string, emb Embedder, cfg config) (*Store, error) {
 	db, err := sql.Open("sqlite3", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("memstore: open %s: %w", path, err)
@@ -180,6 +219,11 @@ func Open(path string, emb Embedder, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("memstore: open %s: %w", path, err)
 	}
 	return s, nil
+}
+
+func isCantOpen(err error) bool {
+	var se sqlite3.Error
+	return errors.As(err, &se) && (se.Code == sqlite3.ErrCantOpen || se.Code == sqlite3.ErrReadonly)
 }
 
 // escapePath makes a file path safe inside a SQLite URI.
@@ -232,30 +276,28 @@ func (s *Store) init() error {
 	if s.w, err = s.db.Conn(ctx); err != nil {
 		return classify(err)
 	}
-	// Several processes may open (and create) the file at once: SQLite then
-	// answers "busy" where its busy handler cannot wait; retry those.
-	deadline := time.Now().Add(s.cfg.busyTimeout)
-	for delay := time.Millisecond; ; delay = min(2*delay, 100*time.Millisecond) {
-		err := s.prepareSchema(ctx)
-		if err == nil || !isBusy(err) || time.Now().After(deadline) {
-			if err != nil {
-				return err
-			}
-			break
+	if s.cfg.readOnly {
+		if err := s.checkSchema(ctx); err != nil {
+			return err
 		}
-		time.Sleep(delay)
-	}
-	if err := s.loadMeta(ctx); err != nil {
-		return err
+	} else {
+		// Several processes may open (and create) the file at once: SQLite then
+		// answers "busy" where its busy handler cannot wait; retry those.
+		deadline := time.Now().Add(s.cfg.busyTimeout)
+		for delay := time.Millisecond; ; delay = min(2*delay, 100*time.Millisecond) {
+			err := s.prepareSchema(ctx)
+			if err == nil || !isBusy(err) || time.Now().After(deadline) {
+				if err != nil {
+					return err
+				}
+				break
+			}
+			time.Sleep(delay)
+		}
 	}
 	if s.emb != nil {
-		if s.embID == "" {
-			if err := s.bindEmbedder(ctx, s.w, s.emb.ID(), s.emb.Dim()); err != nil {
-				return err
-			}
-		} else if s.embID != s.emb.ID() || s.dim != s.emb.Dim() {
-			return fmt.Errorf("%w: store built with %q (dim %d), opened with %q (dim %d)",
-				ErrEmbedderMismatch, s.embID, s.dim, s.emb.ID(), s.emb.Dim())
+		if err := s.claimEmbedder(ctx, s.emb.ID(), s.emb.Dim()); err != nil {
+			return err
 		}
 	}
 	if err := s.initCap(ctx); err != nil {
@@ -266,7 +308,70 @@ func (s *Store) init() error {
 	if err := s.w.QueryRowContext(ctx, "PRAGMA data_version").Scan(&s.dataVersion); err != nil {
 		return classify(err)
 	}
-	return s.loadAll(ctx, "")
+	return s.reload(ctx, "")
+}
+
+// checkSchema is prepareSchema for a read-only open: the file must be an
+// empo2 memory database this program can read; nothing is written.
+func (s *Store) checkSchema(ctx context.Context) error {
+	var app, ver int
+	if err := s.w.QueryRowContext(ctx, "PRAGMA application_id").Scan(&app); err != nil {
+		return classify(err)
+	}
+	if err := s.w.QueryRowContext(ctx, "PRAGMA user_version").Scan(&ver); err != nil {
+		return classify(err)
+	}
+	if app != appID || ver == 0 {
+		return fmt.Errorf("%w: application_id %#x, schema version %d", ErrNotStore, app, ver)
+	}
+	if ver > SchemaVersion {
+		return fmt.Errorf("%w: schema version %d, this program knows up to %d", ErrSchemaTooNew, ver, SchemaVersion)
+	}
+	return nil
+}
+
+// claimEmbedder records (id, dim) as the store's embedder unless one is
+// recorded already, in one write transaction (insert-if-absent, so that
+// processes racing to create a file agree), and checks that the recorded
+// one is (id, dim). A read-only store only checks.
+func (s *Store) claimEmbedder(ctx context.Context, id string, dim int) error {
+	var rid string
+	var rdim int
+	if s.cfg.readOnly {
+		var err error
+		if rid, rdim, err = readMeta(ctx, s.w); err != nil {
+			return err
+		}
+		if rid == "" {
+			return fmt.Errorf("%w: the read-only store has no recorded embedder", ErrNoEmbedder)
+		}
+	} else {
+		err := func() error {
+			tx, err := s.w.BeginTx(ctx, nil) // BEGIN IMMEDIATE (_txlock)
+			if err != nil {
+				return classify(err)
+			}
+			defer tx.Rollback()
+			if _, err := tx.ExecContext(ctx, "INSERT INTO meta(key, value) VALUES ('embedder', ?), ('dim', ?) ON CONFLICT(key) DO NOTHING",
+				id, strconv.Itoa(dim)); err != nil {
+				return classify(err)
+			}
+			if rid, rdim, err = readMeta(ctx, tx); err != nil {
+				return err
+			}
+			return classify(tx.Commit())
+		}()
+		if err != nil {
+			return err
+		}
+	}
+	s.mu.Lock()
+	s.embID, s.dim = rid, rdim
+	s.mu.Unlock()
+	if rid != id || rdim != dim {
+		return fmt.Errorf("%w: store built with %q (dim %d), opened with %q (dim %d)", ErrEmbedderMismatch, rid, rdim, id, dim)
+	}
+	return nil
 }
 
 // initCap settles the cap: WithCap's value (recorded), else the recorded
@@ -291,7 +396,7 @@ func (s *Store) initCap(ctx context.Context) error {
 			c = recorded
 		}
 	}
-	if c != recorded {
+	if c != recorded && !s.cfg.readOnly {
 		if _, err := s.w.ExecContext(ctx, "INSERT OR REPLACE INTO meta(key, value) VALUES ('cap', ?)", strconv.Itoa(c)); err != nil {
 			return classify(err)
 		}
@@ -304,6 +409,9 @@ func (s *Store) initCap(ctx context.Context) error {
 // holds wmu) and reports whether another connection committed since the
 // index was last in sync, with the version to record once it is again.
 func (s *Store) beginWrite(ctx context.Context) (tx *sql.Tx, stale bool, version int64, err error) {
+	if s.cfg.readOnly {
+		return nil, false, 0, ErrReadOnly
+	}
 	if tx, err = s.w.BeginTx(ctx, nil); err != nil {
 		return nil, false, 0, classify(err)
 	}
@@ -317,10 +425,7 @@ func (s *Store) beginWrite(ctx context.Context) (tx *sql.Tx, stale bool, version
 // resync reloads every namespace after a write that found the file changed
 // by another connection (caller holds wmu).
 func (s *Store) resync(ctx context.Context, version int64) error {
-	if err := s.loadMeta(ctx); err != nil {
-		return err
-	}
-	if err := s.loadAll(ctx, ""); err != nil {
+	if err := s.reload(ctx, ""); err != nil {
 		return err
 	}
 	s.dataVersion = version
@@ -389,35 +494,75 @@ type execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
-func (s *Store) loadMeta(ctx context.Context) error {
-	rows, err := s.db.QueryContext(ctx, "SELECT key, value FROM meta")
+type queryer interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// readMeta reads the recorded embedder ("" and 0 when none).
+func readMeta(ctx context.Context, q queryer) (id string, dim int, err error) {
+	rows, err := q.QueryContext(ctx, "SELECT key, value FROM meta WHERE key IN ('embedder', 'dim')")
 	if err != nil {
-		return classify(err)
+		return "", 0, classify(err)
 	}
 	defer rows.Close()
 	m := map[string]string{}
 	for rows.Next() {
 		var k, v string
 		if err := rows.Scan(&k, &v); err != nil {
-			return classify(err)
+			return "", 0, classify(err)
 		}
 		m[k] = v
 	}
 	if err := rows.Err(); err != nil {
-		return classify(err)
+		return "", 0, classify(err)
 	}
-	embID, dim := "", 0
-	if id, ok := m["embedder"]; ok {
+	if eid, ok := m["embedder"]; ok {
 		d, err := strconv.Atoi(m["dim"])
-		if err != nil || d <= 0 || id == "" {
-			return fmt.Errorf("%w: meta embedder %q dim %q", ErrCorrupt, id, m["dim"])
+		if err != nil || d <= 0 || eid == "" {
+			return "", 0, fmt.Errorf("%w: meta embedder %q dim %q", ErrCorrupt, eid, m["dim"])
 		}
-		embID, dim = id, d
+		return eid, d, nil
+	}
+	return "", 0, nil
+}
+
+// loadMeta reloads the recorded embedder from the file.
+func (s *Store) loadMeta(ctx context.Context) error {
+	id, dim, err := readMeta(ctx, s.db)
+	if err != nil {
+		return err
 	}
 	s.mu.Lock()
-	s.embID, s.dim = embID, dim
+	s.embID, s.dim = id, dim
 	s.mu.Unlock()
 	return nil
+}
+
+// reload reads the recorded embedder and the index of namespace only (all
+// when "") in one read transaction, so that both come from the same
+// snapshot of the file: another process may record the embedder and add
+// entries between two separate reads.
+func (s *Store) reload(ctx context.Context, only string) error {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return classify(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN"); err != nil { // deferred: a read snapshot
+		return classify(err)
+	}
+	defer conn.ExecContext(context.Background(), "ROLLBACK")
+	id, dim, err := readMeta(ctx, conn)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.embID, s.dim = id, dim
+	s.mu.Unlock()
+	if s.cfg.noIndex {
+		return nil
+	}
+	return s.loadAll(ctx, conn, only, id, dim)
 }
 
 func (s *Store) bindEmbedder(ctx context.Context, ex execer, id string, dim int) error {
@@ -433,10 +578,10 @@ func (s *Store) bindEmbedder(ctx context.Context, ex execer, id string, dim int)
 // loadAll (re)builds the in-memory index of namespace only, or of every
 // namespace when only is "". Caller holds no index lock; it replaces the
 // map entries under s.mu.
-func (s *Store) loadAll(ctx context.Context, only string) error {
+func (s *Store) loadAll(ctx context.Context, q queryer, only string, embID string, dim int) error {
 	// Row counts per namespace, to allocate each matrix once.
 	counts := map[int64]int{}
-	crows, err := s.db.QueryContext(ctx, "SELECT namespace_id, count(*) FROM entries GROUP BY namespace_id")
+	crows, err := q.QueryContext(ctx, "SELECT namespace_id, count(*) FROM entries GROUP BY namespace_id")
 	if err != nil {
 		return classify(err)
 	}
@@ -452,15 +597,15 @@ func (s *Store) loadAll(ctx context.Context, only string) error {
 	if err := crows.Close(); err != nil {
 		return classify(err)
 	}
-	q := `SELECT n.id, n.name, e.id, e.content, e.score, e.step, e.episode, e.created_at, e.embedder, e.dim, e.embedding
+	query := `SELECT n.id, n.name, e.id, e.content, e.score, e.step, e.episode, e.created_at, e.embedder, e.dim, e.embedding
 		FROM namespaces n LEFT JOIN entries e ON e.namespace_id = n.id`
 	args := []any{}
 	if only != "" {
-		q += " WHERE n.name = ?"
+		query += " WHERE n.name = ?"
 		args = append(args, only)
 	}
-	q += " ORDER BY n.id, e.id"
-	rows, err := s.db.QueryContext(ctx, q, args...)
+	query += " ORDER BY n.id, e.id"
+	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return classify(err)
 	}
@@ -471,19 +616,19 @@ func (s *Store) loadAll(ctx context.Context, only string) error {
 		var (
 			nsID                   int64
 			name                   string
-			id, step, created, dim sql.NullInt64
+			id, step, created, edim sql.NullInt64
 			content, episode, eid  sql.NullString
 			score                  sql.NullFloat64
 			blob                   sql.RawBytes
 		)
-		if err := rows.Scan(&nsID, &name, &id, &content, &score, &step, &episode, &created, &eid, &dim, &blob); err != nil {
+		if err := rows.Scan(&nsID, &name, &id, &content, &score, &step, &episode, &created, &eid, &edim, &blob); err != nil {
 			return classify(err)
 		}
 		if cur == nil || cur.id != nsID {
-			cur = &nsIndex{id: nsID, name: name, dim: s.dim}
+			cur = &nsIndex{id: nsID, name: name, dim: dim}
 			if n := counts[nsID]; n > 0 {
 				cur.ids = make([]int64, 0, n)
-				cur.vecs = make([]float32, 0, n*s.dim)
+				cur.vecs = make([]float32, 0, n*dim)
 				cur.metas = make([]entryMeta, 0, n)
 			}
 			fresh[name] = cur
@@ -491,12 +636,12 @@ func (s *Store) loadAll(ctx context.Context, only string) error {
 		if !id.Valid {
 			continue // namespace without entries
 		}
-		if eid.String != s.embID || int(dim.Int64) != s.dim {
+		if eid.String != embID || int(edim.Int64) != dim {
 			return fmt.Errorf("%w: entry %d was embedded by %q (dim %d), the store by %q (dim %d)",
-				ErrCorrupt, id.Int64, eid.String, dim.Int64, s.embID, s.dim)
+				ErrCorrupt, id.Int64, eid.String, edim.Int64, embID, dim)
 		}
-		if len(blob) != 4*s.dim {
-			return fmt.Errorf("%w: entry %d has a %d-byte embedding, want %d", ErrCorrupt, id.Int64, len(blob), 4*s.dim)
+		if len(blob) != 4*dim {
+			return fmt.Errorf("%w: entry %d has a %d-byte embedding, want %d", ErrCorrupt, id.Int64, len(blob), 4*dim)
 		}
 		cur.ids = append(cur.ids, id.Int64)
 		cur.vecs = decodeVec(blob, cur.vecs)
@@ -585,6 +730,11 @@ func (s *Store) prepare(ctx context.Context, entries []Entry) ([]Entry, error) {
 		if out[i].Content == "" {
 			return nil, fmt.Errorf("%w: entry %d has empty content", ErrInvalid, i)
 		}
+		// Stored as SQLite TEXT and exported as JSON, where invalid UTF-8
+		// would become U+FFFD (and a duplicate on re-import): refuse it.
+		if !utf8.ValidString(out[i].Content) || !utf8.ValidString(out[i].Episode) {
+			return nil, fmt.Errorf("%w: entry %d: content and episode must be valid UTF-8", ErrInvalid, i)
+		}
 		if math.IsNaN(out[i].Score) || math.IsInf(out[i].Score, 0) {
 			return nil, fmt.Errorf("%w: entry %d has score %v", ErrInvalid, i, out[i].Score)
 		}
@@ -650,6 +800,12 @@ type pending struct {
 func (s *Store) Add(ctx context.Context, ns string, entries []Entry) (int, error) {
 	if ns == "" {
 		return 0, fmt.Errorf("%w: empty namespace", ErrInvalid)
+	}
+	if !utf8.ValidString(ns) {
+		return 0, fmt.Errorf("%w: namespace is not valid UTF-8", ErrInvalid)
+	}
+	if s.cfg.readOnly {
+		return 0, ErrReadOnly
 	}
 	if len(entries) == 0 {
 		return 0, nil
@@ -780,6 +936,9 @@ func (s *Store) insert(ctx context.Context, tx *sql.Tx, ns string, entries []Ent
 // the index turns out to be stale (the file was changed by another process),
 // the namespace is reloaded from the file instead.
 func (s *Store) apply(ctx context.Context, p *pending) error {
+	if s.cfg.noIndex {
+		return nil
+	}
 	s.mu.Lock()
 	x := s.ns[p.name]
 	if x == nil {
@@ -796,7 +955,7 @@ func (s *Store) apply(ctx context.Context, p *pending) error {
 	}
 	x.mu.Unlock()
 	if stale {
-		return s.loadAll(ctx, p.name)
+		return s.reload(ctx, p.name)
 	}
 	return nil
 }
@@ -814,6 +973,9 @@ func (s *Store) index(ns string) (*nsIndex, error) {
 // q.Threshold, ranked by q.Order, top q.K, and the count of all such entries.
 // query need not be normalized. An unknown namespace gives an empty Result.
 func (s *Store) Retrieve(ctx context.Context, ns string, query []float32, q Query) (Result, error) {
+	if s.cfg.noIndex {
+		return Result{}, ErrNoIndex
+	}
 	q = q.norm()
 	x, err := s.index(ns)
 	if err != nil {
@@ -887,7 +1049,9 @@ func (s *Store) SetEmbedder(emb Embedder) error {
 	}
 	id, dim := s.Embedder()
 	if id == "" {
-		if err := s.bindEmbedder(context.Background(), s.w, emb.ID(), emb.Dim()); err != nil {
+		// Recorded insert-if-absent in one transaction: another process
+		// may be recording its own right now.
+		if err := s.claimEmbedder(context.Background(), emb.ID(), emb.Dim()); err != nil {
 			return err
 		}
 	} else if id != emb.ID() || dim != emb.Dim() {

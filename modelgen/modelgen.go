@@ -111,8 +111,12 @@ type dim struct {
 	v    int
 }
 
+// MaxLayers is llama.cpp's LLAMA_MAX_LAYERS (src/llama-hparams.h): a model
+// with more blocks does not load.
+const MaxLayers = 512
+
 // checkShape validates what the Qwen2 and BERT configurations share: every
-// dimension positive and at most 2^20, at most 1024 layers, heads dividing
+// dimension positive and at most 2^20, at most MaxLayers layers, heads dividing
 // hidden, and the dtype.
 func checkShape(layers, hidden, heads int, dtype string, more ...dim) error {
 	const maxDim = 1 << 20
@@ -124,8 +128,8 @@ func checkShape(layers, hidden, heads int, dtype string, more ...dim) error {
 			return configError("%s %d is too large (max %d)", f.name, f.v, maxDim)
 		}
 	}
-	if layers > 1024 {
-		return configError("layers %d is too many (max 1024)", layers)
+	if layers > MaxLayers {
+		return configError("layers %d is too many (llama.cpp loads at most %d)", layers, MaxLayers)
 	}
 	if hidden%heads != 0 {
 		return configError("heads (%d) must divide hidden (%d)", heads, hidden)
@@ -162,6 +166,22 @@ func (c Config) ParamCount() int64 {
 		n += v * h
 	}
 	return n
+}
+
+// FileBytes estimates the size of the GGUF file c describes, before it is
+// written: 2-D weights at the dtype's width, norms and biases F32, plus the
+// tokenizer's arrays (about 16 bytes per token and per merge).
+func (c Config) FileBytes() int64 {
+	c = c.withDefaults()
+	h := int64(c.Hidden)
+	kvDim := h / int64(max(c.Heads, 1)) * int64(c.KVHeads)
+	oneD := int64(c.Layers)*(2*h+h+2*kvDim) + h // norms, q/k/v biases, output norm
+	twoD := c.ParamCount() - oneD
+	width := int64(4)
+	if c.DType == "f16" {
+		width = 2
+	}
+	return twoD*width + oneD*4 + 2*16*int64(c.Vocab) + 4096
 }
 
 // tensorSpec is one tensor to generate.

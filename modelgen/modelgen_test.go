@@ -458,3 +458,33 @@ func TestBERT(t *testing.T) {
 		}
 	}
 }
+
+// TestLayersLimitAndFileBytes: more layers than llama.cpp loads (512) are
+// refused, and FileBytes predicts the written size within 2%.
+func TestLayersLimitAndFileBytes(t *testing.T) {
+	c := DefaultConfig()
+	c.Layers = MaxLayers + 1
+	if err := c.Validate(); !errors.Is(err, ErrConfig) {
+		t.Fatalf("layers %d: got %v, want ErrConfig", c.Layers, err)
+	}
+	c.Layers = MaxLayers
+	if err := c.Validate(); err != nil {
+		t.Fatalf("layers %d: %v", c.Layers, err)
+	}
+	for _, dt := range []string{"f32", "f16"} {
+		c := DefaultConfig()
+		c.DType = dt
+		path := filepath.Join(t.TempDir(), "m.gguf")
+		if err := Write(path, c); err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		est := c.FileBytes()
+		if d := float64(est-fi.Size()) / float64(fi.Size()); d < -0.02 || d > 0.02 {
+			t.Errorf("%s: FileBytes %d, file %d bytes (%.1f%%)", dt, est, fi.Size(), 100*d)
+		}
+	}
+}

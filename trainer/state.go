@@ -59,67 +59,28 @@ const (
 // State is everything needed to resume training where it stopped.
 type State struct {
 	Adapter  *lora.Adapter // current weights
-	Opt      *AdamW        // moments in ParamOrder(Adapter) order, and step count t
+	Opt      *AdamW        // moments in Adapter.Params() order (canonical), and step count t
 	Step     int64         // updates completed (the next update uses Schedule.LR(Step))
 	Schedule Schedule
 	RNG      *rand.PCG         // the training loop's random source; may be nil
 	Meta     map[string]string // free-form strings (run name, config digest, …)
 }
 
-// ParamRef names one trainable tensor of an adapter: the A or B half of a pair.
-type ParamRef struct {
-	Pair *lora.Pair
-	IsB  bool
-}
-
-// Name is the tensor's name in adapter files ("<W>.lora_a" or "<W>.lora_b").
-func (r ParamRef) Name() string {
-	if r.IsB {
-		return r.Pair.NameB()
-	}
-	return r.Pair.NameA()
-}
-
-// Data is the tensor's values (aliasing the adapter).
-func (r ParamRef) Data() []float32 {
-	if r.IsB {
-		return r.Pair.B
-	}
-	return r.Pair.A
-}
-
-// ParamOrder is the canonical order of an adapter's trainable tensors, used
-// for the optimizer's moments: pairs by base name, A before B.
-func ParamOrder(a *lora.Adapter) []ParamRef {
-	a.Sort()
-	refs := make([]ParamRef, 0, 2*len(a.Pairs))
-	for _, p := range a.Pairs {
-		refs = append(refs, ParamRef{p, false}, ParamRef{p, true})
-	}
-	return refs
-}
-
-// AdapterParams returns the adapter's tensors in ParamOrder (aliasing it).
-func AdapterParams(a *lora.Adapter) [][]float32 {
-	refs := ParamOrder(a)
-	out := make([][]float32, len(refs))
-	for i, r := range refs {
-		out[i] = r.Data()
-	}
-	return out
-}
+// AdapterParams returns the adapter's tensors in the canonical order
+// (lora.Adapter.Tensors: the order of the moments), aliasing it.
+func AdapterParams(a *lora.Adapter) [][]float32 { return a.Tensors() }
 
 func (s *State) check() error {
 	if s.Adapter == nil || s.Opt == nil {
 		return fmt.Errorf("%w: state needs an adapter and an optimizer", ErrState)
 	}
-	refs := ParamOrder(s.Adapter)
-	if len(refs) != len(s.Opt.M) || len(refs) != len(s.Opt.V) {
-		return fmt.Errorf("%w: optimizer has %d tensors, adapter %d", ErrState, len(s.Opt.M), len(refs))
+	infos, data := s.Adapter.Params(), s.Adapter.Tensors()
+	if len(infos) != len(s.Opt.M) || len(infos) != len(s.Opt.V) {
+		return fmt.Errorf("%w: optimizer has %d tensors, adapter %d", ErrState, len(s.Opt.M), len(infos))
 	}
-	for i, r := range refs {
-		if len(s.Opt.M[i]) != len(r.Data()) || len(s.Opt.V[i]) != len(r.Data()) {
-			return fmt.Errorf("%w: moments of %s have %d/%d values, tensor %d", ErrState, r.Name(), len(s.Opt.M[i]), len(s.Opt.V[i]), len(r.Data()))
+	for i, r := range infos {
+		if len(s.Opt.M[i]) != len(data[i]) || len(s.Opt.V[i]) != len(data[i]) {
+			return fmt.Errorf("%w: moments of %s have %d/%d values, tensor %d", ErrState, r.Name, len(s.Opt.M[i]), len(s.Opt.V[i]), len(data[i]))
 		}
 	}
 	if s.Step < 0 || s.Opt.Steps < 0 {
@@ -167,15 +128,12 @@ func Save(path string, s *State) error {
 	for k, v := range s.Meta {
 		w.AddKV(keyMetaPrefix+k, v)
 	}
-	for i, r := range ParamOrder(s.Adapter) {
-		sh := []uint64{uint64(r.Pair.In), uint64(r.Pair.Rank)}
-		if r.IsB {
-			sh = []uint64{uint64(r.Pair.Rank), uint64(r.Pair.Out)}
-		}
-		if err := w.AddTensorF32(r.Name()+suffixM, sh, s.Opt.M[i]); err != nil {
+	for i, r := range s.Adapter.Params() {
+		sh := []uint64{uint64(r.Shape[0]), uint64(r.Shape[1])}
+		if err := w.AddTensorF32(r.Name+suffixM, sh, s.Opt.M[i]); err != nil {
 			return err
 		}
-		if err := w.AddTensorF32(r.Name()+suffixV, sh, s.Opt.V[i]); err != nil {
+		if err := w.AddTensorF32(r.Name+suffixV, sh, s.Opt.V[i]); err != nil {
 			return err
 		}
 	}
@@ -264,22 +222,22 @@ func Load(path string) (*State, error) {
 	if err := s.Schedule.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrState, path, err)
 	}
-	refs := ParamOrder(a)
-	sizes := make([]int, len(refs))
-	for i, r := range refs {
-		sizes[i] = len(r.Data())
+	infos := a.Params()
+	sizes := make([]int, len(infos))
+	for i, r := range infos {
+		sizes[i] = r.Shape[0] * r.Shape[1]
 	}
 	opt, err := NewAdamW(cfg, sizes)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrState, path, err)
 	}
 	opt.Steps = adamSteps
-	for i, r := range refs {
+	for i, r := range infos {
 		for _, mv := range []struct {
 			suffix string
 			dst    []float32
 		}{{suffixM, opt.M[i]}, {suffixV, opt.V[i]}} {
-			name := r.Name() + mv.suffix
+			name := r.Name + mv.suffix
 			ti, ok := f.Tensor(name)
 			if !ok || ti.Type != gguf.TypeF32 || ti.NumElements() != uint64(len(mv.dst)) {
 				return nil, fmt.Errorf("%w: %s: moment tensor %s missing or not F32 of %d values", ErrState, path, name, len(mv.dst))

@@ -14,14 +14,17 @@ import (
 var ErrUpdate = errors.New("trainer: update failed")
 
 // Policy is the training side of an update; *cgo.Model implements it.
+// Params() must be in the canonical order (lora.Less, A before B): the
+// updater's adapter, the optimizer's moments and the policy's tensors then
+// line up index by index.
 type Policy interface {
 	Info() cgo.ModelInfo
 	LoRA() cgo.LoRAConfig
 	Params() []cgo.ParamInfo
-	ReadParams() [][]float32
+	ReadParams() ([][]float32, error)
 	WriteParams([][]float32) error
-	Grads() [][]float32
-	ZeroGrads()
+	Grads() ([][]float32, error)
+	ZeroGrads() error
 	ForwardBackward(batch []cgo.Sequence, obj cgo.Objective, lossScale float32) (cgo.Stats, error)
 }
 
@@ -34,6 +37,25 @@ type TensorSink interface {
 	SetTensor(name string, data []float32) error
 }
 
+// BackendOptimizer is a Policy whose AdamW step runs where its parameters
+// live (*cgo.Model: GGML_OP_OPT_STEP_ADAMW on the training backend, moments
+// resident beside the parameters, gradient norm and clipping there too). The
+// Updater uses it unless UpdateConfig.HostOptimizer is set; the Go AdamW
+// (optim.go) is then only the reference and the fallback for other policies.
+type BackendOptimizer interface {
+	AdamWStep(p cgo.AdamWParams) (gradNorm float64, clipped bool, err error)
+	Moments() (m, v [][]float32, err error)
+	SetMoments(m, v [][]float32) error
+}
+
+// AdapterSink is a TensorSink that takes a whole adapter at once, atomically
+// with respect to its readers (*llama.Adapter: SetTensors replaces every
+// tensor under one write lock, so no generation sees half an update).
+// Push prefers it.
+type AdapterSink interface {
+	SetTensors(a *lora.Adapter) error
+}
+
 // UpdateConfig configures an Updater.
 type UpdateConfig struct {
 	AdamW       AdamWConfig
@@ -43,6 +65,9 @@ type UpdateConfig struct {
 	// MicroBatch is the number of sequences per ForwardBackward call
 	// (gradient accumulation); ≤ 0 puts the whole mini-batch in one call.
 	MicroBatch int
+	// HostOptimizer runs AdamW in Go on host copies of the gradients even
+	// when the policy can step on its backend (for comparison benchmarks).
+	HostOptimizer bool
 }
 
 // Metrics describes one update. Policy statistics (clip fraction, KL,
@@ -73,14 +98,17 @@ type Metrics struct {
 type Updater struct {
 	Policy Policy
 	Sinks  []TensorSink
+	// Opt holds the AdamW configuration and step count t; its moments M, V
+	// are host memory only with the Go optimizer. With a BackendOptimizer
+	// they stay nil: the moments live on the backend (State reads them).
 	Opt    *AdamW
 	Step   int64     // updates done
 	RNG    *rand.PCG // the training loop's random source, saved in the state
 	Meta   map[string]string
 
-	cfg    UpdateConfig
-	infos  []cgo.ParamInfo
-	params [][]float32 // current parameters, policy order
+	cfg     UpdateConfig
+	infos   []cgo.ParamInfo // = adapter.Params() = Policy.Params(), canonical order
+	adapter *lora.Adapter   // current parameters (the one representation)
 }
 
 // NewUpdater makes an Updater over policy with fresh AdamW moments; the
@@ -92,31 +120,49 @@ func NewUpdater(p Policy, cfg UpdateConfig) (*Updater, error) {
 	if math.IsNaN(cfg.MaxGradNorm) {
 		return nil, fmt.Errorf("%w: max gradient norm is NaN", ErrConfig)
 	}
-	u := &Updater{Policy: p, cfg: cfg, infos: p.Params(), params: p.ReadParams(), Meta: map[string]string{}}
-	if len(u.params) != len(u.infos) {
-		return nil, fmt.Errorf("%w: policy has %d params but returned %d tensors", ErrUpdate, len(u.infos), len(u.params))
+	vals, err := p.ReadParams()
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading the policy's parameters: %w", ErrUpdate, err)
 	}
-	sizes := make([]int, len(u.params))
-	for i, p := range u.params {
-		sizes[i] = len(p)
-		if len(p) != u.infos[i].Shape[0]*u.infos[i].Shape[1] {
-			return nil, fmt.Errorf("%w: %s has %d values, shape %v", ErrUpdate, u.infos[i].Name, len(p), u.infos[i].Shape)
-		}
+	infos := p.Params()
+	a, err := lora.FromParams(p.Info().Arch, p.LoRA().Alpha, infos, vals)
+	if err != nil {
+		return nil, fmt.Errorf("%w: the policy's parameters: %w", ErrUpdate, err)
+	}
+	u := &Updater{Policy: p, cfg: cfg, infos: infos, adapter: a, Meta: map[string]string{}}
+	sizes := make([]int, len(vals))
+	for i, v := range vals {
+		sizes[i] = len(v)
 	}
 	opt, err := NewAdamW(cfg.AdamW, sizes)
 	if err != nil {
 		return nil, err
 	}
 	u.Opt = opt
+	if bo := u.backend(); bo != nil {
+		if err := bo.SetMoments(nil, nil); err != nil { // fresh moments on the backend
+			return nil, fmt.Errorf("%w: %w", ErrUpdate, err)
+		}
+		u.Opt.M, u.Opt.V = nil, nil
+	}
 	return u, nil
+}
+
+// backend returns the policy as a BackendOptimizer, or nil when AdamW runs in Go.
+func (u *Updater) backend() BackendOptimizer {
+	if u.cfg.HostOptimizer {
+		return nil
+	}
+	bo, _ := u.Policy.(BackendOptimizer)
+	return bo
 }
 
 // Config returns the updater's configuration.
 func (u *Updater) Config() UpdateConfig { return u.cfg }
 
-// Params returns the current parameters in policy order (aliasing the
-// updater's copy; do not modify).
-func (u *Updater) Params() [][]float32 { return u.params }
+// Params returns the current parameters in the policy's (canonical) order,
+// aliasing the updater's adapter; do not modify.
+func (u *Updater) Params() [][]float32 { return u.adapter.Tensors() }
 
 // Update performs one optimizer step on the mini-batch. The loss scale of
 // every micro-batch is 1/N for the whole mini-batch's N (trained tokens for
@@ -140,7 +186,9 @@ func (u *Updater) Update(batch []cgo.Sequence) (Metrics, error) {
 	if mb <= 0 || mb > len(batch) {
 		mb = len(batch)
 	}
-	u.Policy.ZeroGrads()
+	if err := u.Policy.ZeroGrads(); err != nil {
+		return m, fmt.Errorf("%w: %w", ErrUpdate, err)
+	}
 	var wsum float64
 	for lo := 0; lo < len(batch); lo += mb {
 		chunk := batch[lo:min(lo+mb, len(batch))]
@@ -174,9 +222,18 @@ func (u *Updater) Update(batch []cgo.Sequence) (Metrics, error) {
 		m.Entropy /= wsum
 		m.LogpMean /= wsum
 	}
-	grads := u.Policy.Grads()
-	if len(grads) != len(u.params) {
-		return m, fmt.Errorf("%w: policy returned %d gradients for %d params", ErrUpdate, len(grads), len(u.params))
+	if bo := u.backend(); bo != nil {
+		if err := u.backendStep(bo, &m); err != nil {
+			return m, err
+		}
+		return m, u.Push()
+	}
+	grads, err := u.Policy.Grads()
+	if err != nil {
+		return m, fmt.Errorf("%w: %w", ErrUpdate, err)
+	}
+	if len(grads) != len(u.infos) {
+		return m, fmt.Errorf("%w: policy returned %d gradients for %d params", ErrUpdate, len(grads), len(u.infos))
 	}
 	norm, clipped, err := ClipGradNorm(grads, u.cfg.MaxGradNorm)
 	m.GradNorm, m.GradClipped = norm, clipped
@@ -184,24 +241,51 @@ func (u *Updater) Update(batch []cgo.Sequence) (Metrics, error) {
 		return m, err
 	}
 	// Step a copy so that a failure leaves params, moments and policy as they were.
-	next := make([][]float32, len(u.params))
-	for i, p := range u.params {
-		next[i] = append([]float32(nil), p...)
-	}
+	next := u.adapter.Clone()
 	saved := u.snapshotMoments()
-	if err := u.Opt.Step(next, grads, m.LR); err != nil {
+	if err := u.Opt.Step(next.Tensors(), grads, m.LR); err != nil {
 		return m, err
 	}
-	if err := u.Policy.WriteParams(next); err != nil {
+	if err := u.Policy.WriteParams(next.Tensors()); err != nil {
 		u.restoreMoments(saved)
 		return m, fmt.Errorf("%w: writing parameters: %w", ErrUpdate, err)
 	}
-	u.params = next
+	u.adapter = next
 	u.Step++
 	if err := u.Push(); err != nil {
 		return m, err
 	}
 	return m, nil
+}
+
+// backendStep: clipping and AdamW on the policy's backend, then the new
+// parameters are read back into the updater's adapter (for pushing and
+// saving). A non-finite gradient norm changes nothing.
+func (u *Updater) backendStep(bo BackendOptimizer, m *Metrics) error {
+	c := u.Opt.Config
+	norm, clipped, err := bo.AdamWStep(cgo.AdamWParams{
+		LR: m.LR, Beta1: c.Beta1, Beta2: c.Beta2, Eps: c.Eps, WeightDecay: c.WeightDecay,
+		Step: u.Opt.Steps + 1, MaxGradNorm: u.cfg.MaxGradNorm,
+	})
+	m.GradNorm, m.GradClipped = norm, clipped
+	if err != nil {
+		if errors.Is(err, cgo.ErrNonFinite) {
+			return fmt.Errorf("%w: %w", ErrNonFinite, err)
+		}
+		return fmt.Errorf("%w: AdamW step: %w", ErrUpdate, err)
+	}
+	u.Opt.Steps++
+	u.Step++
+	vals, err := u.Policy.ReadParams()
+	if err != nil {
+		return fmt.Errorf("%w: reading the parameters after the step: %w", ErrUpdate, err)
+	}
+	next := u.adapter.Clone()
+	for i, t := range next.Tensors() {
+		copy(t, vals[i])
+	}
+	u.adapter = next
+	return nil
 }
 
 func countMasked(chunk []cgo.Sequence, obj cgo.Objective) int {
@@ -237,12 +321,19 @@ func (u *Updater) restoreMoments(s momentSnapshot) {
 	u.Opt.M, u.Opt.V, u.Opt.Steps = s.m, s.v, s.steps
 }
 
-// Push sends the current parameters to every sink (by tensor name).
+// Push sends the current parameters to every sink: at once to an
+// AdapterSink, else tensor by tensor (by name).
 func (u *Updater) Push() error {
 	for _, s := range u.Sinks {
-		for i, info := range u.infos {
-			if err := s.SetTensor(info.Name, u.params[i]); err != nil {
-				return fmt.Errorf("%w: pushing %s to the rollout model: %w", ErrUpdate, info.Name, err)
+		if as, ok := s.(AdapterSink); ok {
+			if err := as.SetTensors(u.adapter); err != nil {
+				return fmt.Errorf("%w: pushing the adapter to the rollout model: %w", ErrUpdate, err)
+			}
+			continue
+		}
+		for i, t := range u.adapter.Tensors() {
+			if err := s.SetTensor(u.infos[i].Name, t); err != nil {
+				return fmt.Errorf("%w: pushing %s to the rollout model: %w", ErrUpdate, u.infos[i].Name, err)
 			}
 		}
 	}
@@ -251,127 +342,62 @@ func (u *Updater) Push() error {
 
 // Adapter returns the current parameters as a llama.cpp adapter (a copy).
 func (u *Updater) Adapter() (*lora.Adapter, error) {
-	return AdapterFromParams(u.Policy.Info().Arch, u.Policy.LoRA().Alpha, u.infos, u.params)
-}
-
-// AdapterFromParams builds an adapter from tensors laid out as described by
-// infos (cgo.ParamInfo: "<W>.lora_a" ne [in, r], "<W>.lora_b" ne [r, out]).
-// The data is copied.
-func AdapterFromParams(arch string, alpha float32, infos []cgo.ParamInfo, data [][]float32) (*lora.Adapter, error) {
-	if len(infos) != len(data) {
-		return nil, fmt.Errorf("%w: %d param infos, %d tensors", ErrShape, len(infos), len(data))
-	}
-	a := &lora.Adapter{Arch: arch, Alpha: alpha, Meta: map[string]string{}}
-	pairs := map[string]*lora.Pair{}
-	for i, info := range infos {
-		base, isB, ok := lora.SplitName(info.Name)
-		if !ok {
-			return nil, fmt.Errorf("%w: parameter %q is not a LoRA tensor", ErrShape, info.Name)
-		}
-		if len(data[i]) != info.Shape[0]*info.Shape[1] {
-			return nil, fmt.Errorf("%w: %s has %d values, shape %v", ErrShape, info.Name, len(data[i]), info.Shape)
-		}
-		p := pairs[base]
-		if p == nil {
-			p = &lora.Pair{Base: base}
-			pairs[base] = p
-			a.Pairs = append(a.Pairs, p)
-		}
-		vals := append([]float32(nil), data[i]...)
-		if isB {
-			p.Rank, p.Out, p.B = info.Shape[0], info.Shape[1], vals
-		} else {
-			p.In, p.A = info.Shape[0], vals
-			if p.Rank == 0 {
-				p.Rank = info.Shape[1]
-			} else if p.Rank != info.Shape[1] {
-				return nil, fmt.Errorf("%w: %s: rank of lora_a %d, lora_b %d", ErrShape, base, info.Shape[1], p.Rank)
-			}
-		}
-	}
-	a.Sort()
-	if err := a.Check(); err != nil {
-		return nil, err
-	}
-	return a, nil
-}
-
-// paramsFromAdapter lays the adapter's tensors out in infos order, checking
-// that the adapter has exactly these tensors with these shapes.
-func paramsFromAdapter(a *lora.Adapter, infos []cgo.ParamInfo) ([][]float32, error) {
-	out := make([][]float32, len(infos))
-	for i, info := range infos {
-		base, isB, _ := lora.SplitName(info.Name)
-		p := a.Pair(base)
-		if p == nil {
-			return nil, fmt.Errorf("%w: adapter has no pair for %s (the policy's targets differ)", lora.ErrMismatch, base)
-		}
-		want := [2]int{p.In, p.Rank}
-		src := p.A
-		if isB {
-			want, src = [2]int{p.Rank, p.Out}, p.B
-		}
-		if want != info.Shape {
-			return nil, fmt.Errorf("%w: %s: adapter shape %v, policy %v (rank or base model differ)", lora.ErrMismatch, info.Name, want, info.Shape)
-		}
-		out[i] = append([]float32(nil), src...)
-	}
-	if 2*len(a.Pairs) != len(infos) {
-		return nil, fmt.Errorf("%w: adapter has %d pairs, the policy trains %d", lora.ErrMismatch, len(a.Pairs), len(infos)/2)
-	}
-	return out, nil
+	return u.adapter.Clone(), nil
 }
 
 // LoadAdapter replaces the policy's parameters with the adapter's (for
 // example one written by `empo2 lora init`) and pushes them to the sinks.
-// Alpha and architecture must match the policy's.
+// Alpha, architecture, targets, rank and base shapes must match the policy's.
 func (u *Updater) LoadAdapter(a *lora.Adapter) error {
 	if err := u.checkAdapter(a); err != nil {
 		return err
 	}
-	p, err := paramsFromAdapter(a, u.infos)
-	if err != nil {
-		return err
-	}
-	if err := u.Policy.WriteParams(p); err != nil {
+	c := a.Clone()
+	if err := u.Policy.WriteParams(c.Tensors()); err != nil {
 		return fmt.Errorf("%w: %w", ErrUpdate, err)
 	}
-	u.params = p
+	u.adapter = c
 	return u.Push()
 }
 
+// checkAdapter: same architecture, alpha and tensors (names and shapes, in
+// the same canonical order) as the policy.
 func (u *Updater) checkAdapter(a *lora.Adapter) error {
+	if a == nil {
+		return fmt.Errorf("%w: nil adapter", lora.ErrMismatch)
+	}
 	if arch := u.Policy.Info().Arch; a.Arch != arch {
 		return fmt.Errorf("%w: adapter architecture %q, policy %q", lora.ErrMismatch, a.Arch, arch)
 	}
 	if alpha := u.Policy.LoRA().Alpha; a.Alpha != alpha {
 		return fmt.Errorf("%w: adapter alpha %v, policy %v", lora.ErrMismatch, a.Alpha, alpha)
 	}
-	return nil
+	return lora.SameLayout(a.Params(), u.infos)
 }
 
-// State returns the full training state (a deep copy).
+// State returns the full training state (a deep copy; with a
+// BackendOptimizer the moments are read from the backend).
 func (u *Updater) State() (*State, error) {
-	a, err := u.Adapter()
-	if err != nil {
-		return nil, err
-	}
-	refs := ParamOrder(a)
-	idx := map[string]int{}
-	for i, info := range u.infos {
-		idx[info.Name] = i
-	}
-	opt := &AdamW{Config: u.Opt.Config, Steps: u.Opt.Steps, M: make([][]float32, len(refs)), V: make([][]float32, len(refs))}
-	for j, r := range refs {
-		i := idx[r.Name()]
-		opt.M[j] = append([]float32(nil), u.Opt.M[i]...)
-		opt.V[j] = append([]float32(nil), u.Opt.V[i]...)
+	opt := &AdamW{Config: u.Opt.Config, Steps: u.Opt.Steps, M: clone2(u.Opt.M), V: clone2(u.Opt.V)}
+	if bo := u.backend(); bo != nil {
+		var err error
+		if opt.M, opt.V, err = bo.Moments(); err != nil {
+			return nil, fmt.Errorf("%w: reading the moments: %w", ErrUpdate, err)
+		}
 	}
 	meta := map[string]string{}
 	for k, v := range u.Meta {
 		meta[k] = v
 	}
-	return &State{Adapter: a, Opt: opt, Step: u.Step, Schedule: u.cfg.Schedule, RNG: clonePCG(u.RNG), Meta: meta}, nil
+	return &State{Adapter: u.adapter.Clone(), Opt: opt, Step: u.Step, Schedule: u.cfg.Schedule, RNG: clonePCG(u.RNG), Meta: meta}, nil
+}
+
+func clone2(x [][]float32) [][]float32 {
+	out := make([][]float32, len(x))
+	for i, v := range x {
+		out[i] = append([]float32(nil), v...)
+	}
+	return out
 }
 
 // clonePCG returns an independent copy of r (nil for nil); a PCG's state is
@@ -396,7 +422,7 @@ func (u *Updater) Save(path string) error {
 // Restore loads a state into the updater: parameters (written to the policy
 // and pushed to the sinks), moments, step, schedule, AdamW settings and RNG.
 // The state must come from a policy with the same targets, rank, alpha and
-// base shapes.
+// base shapes (its tensors and moments are then in the policy's order).
 func (u *Updater) Restore(s *State) error {
 	if err := s.check(); err != nil {
 		return err
@@ -404,25 +430,18 @@ func (u *Updater) Restore(s *State) error {
 	if err := u.checkAdapter(s.Adapter); err != nil {
 		return err
 	}
-	params, err := paramsFromAdapter(s.Adapter, u.infos)
-	if err != nil {
-		return err
-	}
-	refs := ParamOrder(s.Adapter)
-	pos := map[string]int{}
-	for j, r := range refs {
-		pos[r.Name()] = j
-	}
-	opt := &AdamW{Config: s.Opt.Config, Steps: s.Opt.Steps, M: make([][]float32, len(u.infos)), V: make([][]float32, len(u.infos))}
-	for i, info := range u.infos {
-		j := pos[info.Name]
-		opt.M[i] = append([]float32(nil), s.Opt.M[j]...)
-		opt.V[i] = append([]float32(nil), s.Opt.V[j]...)
-	}
-	if err := u.Policy.WriteParams(params); err != nil {
+	a := s.Adapter.Clone()
+	opt := &AdamW{Config: s.Opt.Config, Steps: s.Opt.Steps, M: clone2(s.Opt.M), V: clone2(s.Opt.V)}
+	if err := u.Policy.WriteParams(a.Tensors()); err != nil {
 		return fmt.Errorf("%w: %w", ErrUpdate, err)
 	}
-	u.params, u.Opt, u.Step = params, opt, s.Step
+	if bo := u.backend(); bo != nil {
+		if err := bo.SetMoments(opt.M, opt.V); err != nil {
+			return fmt.Errorf("%w: %w", ErrUpdate, err)
+		}
+		opt.M, opt.V = nil, nil
+	}
+	u.adapter, u.Opt, u.Step = a, opt, s.Step
 	u.cfg.Schedule, u.cfg.AdamW = s.Schedule, s.Opt.Config
 	u.RNG = clonePCG(s.RNG)
 	u.Meta = map[string]string{}

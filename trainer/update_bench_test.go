@@ -79,11 +79,11 @@ func benchUpdate(b *testing.B, cfg modelgen.Config, B, T, respLen, rounds int) {
 			b.Fatal(err)
 		}
 		t1 := time.Now()
-		pol.ZeroGrads()
+		_ = pol.ZeroGrads()
 		if _, err := pol.ForwardBackward(batch, ucfg.Objective, 0); err != nil {
 			b.Fatal(err)
 		}
-		pol.ZeroGrads()
+		_ = pol.ZeroGrads()
 		upd += t1.Sub(t0)
 		fb += time.Since(t1)
 	}

@@ -25,7 +25,7 @@ type fakePolicy struct {
 
 func newFakePolicy() *fakePolicy {
 	f := &fakePolicy{infos: []cgo.ParamInfo{
-		// Deliberately not in name order: layer-major like cgo.
+		// Canonical order (lora.Less): q before k, although k < q by name.
 		{Name: "blk.0.attn_q.weight.lora_a", Shape: [2]int{3, 1}, Base: "blk.0.attn_q.weight", Target: "q"},
 		{Name: "blk.0.attn_q.weight.lora_b", Shape: [2]int{1, 2}, Base: "blk.0.attn_q.weight", Target: "q", IsB: true},
 		{Name: "blk.0.attn_k.weight.lora_a", Shape: [2]int{3, 1}, Base: "blk.0.attn_k.weight", Target: "k"},
@@ -39,13 +39,14 @@ func newFakePolicy() *fakePolicy {
 func (f *fakePolicy) Info() cgo.ModelInfo     { return cgo.ModelInfo{Arch: "qwen2"} }
 func (f *fakePolicy) LoRA() cgo.LoRAConfig    { return cgo.LoRAConfig{Rank: 1, Alpha: 2} }
 func (f *fakePolicy) Params() []cgo.ParamInfo { return f.infos }
-func (f *fakePolicy) ReadParams() [][]float32 { return clone2(f.params) }
-func (f *fakePolicy) Grads() [][]float32      { return clone2(f.grads) }
-func (f *fakePolicy) ZeroGrads() {
+func (f *fakePolicy) ReadParams() ([][]float32, error) { return clone2(f.params), nil }
+func (f *fakePolicy) Grads() ([][]float32, error)      { return clone2(f.grads), nil }
+func (f *fakePolicy) ZeroGrads() error {
 	f.grads = make([][]float32, len(f.params))
 	for i := range f.params {
 		f.grads[i] = make([]float32, len(f.params[i]))
 	}
+	return nil
 }
 func (f *fakePolicy) WriteParams(p [][]float32) error {
 	if f.failWrite {
@@ -81,14 +82,6 @@ func (f *fakePolicy) ForwardBackward(batch []cgo.Sequence, obj cgo.Objective, sc
 	st.ClipFrac = 0.5
 	st.Entropy = 1
 	return st, nil
-}
-
-func clone2(x [][]float32) [][]float32 {
-	out := make([][]float32, len(x))
-	for i := range x {
-		out[i] = append([]float32(nil), x[i]...)
-	}
-	return out
 }
 
 type recordSink struct{ got map[string][]float32 }
@@ -201,8 +194,8 @@ func TestUpdaterSkipsEmptyAndRollsBack(t *testing.T) {
 }
 
 func TestUpdaterStateRoundTrip(t *testing.T) {
-	// Policy order (q before k) differs from the state's name order (k
-	// before q): Save/Restore must map moments by name.
+	// The policy's order (q before k, not name order) is the state's
+	// order: Save/Restore keep moments aligned with no reordering.
 	p := newFakePolicy()
 	u, _ := NewUpdater(p, fakeConfig(0))
 	for i := 0; i < 2; i++ {

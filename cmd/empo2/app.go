@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/rs/zerolog/log"
 	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
 
 	"github.com/empo2/empo2/llama"
 )
@@ -36,10 +37,14 @@ var (
 	}
 	backendFlag = &cli.StringSliceFlag{
 		Name:    "backend",
-		Usage:   "ggml backend library to load, e.g. bin/libggml-cuda.so from `make cuda` (repeatable; libggml-cuda.so beside the binary is loaded by default)",
+		Usage:   "ggml backend library `FILE` to load, e.g. bin/libggml-cuda.so built by 'make cuda' (repeatable; libggml-cuda.so beside the binary is loaded by default)",
 		EnvVars: []string{"EMPO2_BACKEND"},
 	}
 )
+
+// globalFlags are accepted before the command and anywhere after it
+// (permuteArgs moves them to the front).
+func globalFlags() []cli.Flag { return []cli.Flag{logLevelFlag, logFormatFlag, backendFlag} }
 
 // commands is filled by the init functions of the files of this package,
 // one file per top-level command.
@@ -52,7 +57,7 @@ func newApp() *cli.App {
 	return &cli.App{
 		Name:                 "empo2",
 		Usage:                "train LLM agents with EMPO² on llama.cpp/ggml",
-		Flags:                []cli.Flag{logLevelFlag, logFormatFlag, backendFlag},
+		Flags:                globalFlags(),
 		Commands:             commands,
 		Before:               func(c *cli.Context) error { return errors.Join(setupLogging(c), loadBackends(c)) },
 		EnableBashCompletion: true,
@@ -71,12 +76,26 @@ func setupLogging(c *cli.Context) error {
 	switch c.String(logFormatFlag.Name) {
 	case "json":
 	case "console":
-		w = zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly}
+		// Colours only on a terminal: no escape codes in files and pipes.
+		w = zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly, NoColor: !term.IsTerminal(int(os.Stderr.Fd()))}
 	default:
 		return fmt.Errorf("--log-format %q: want console or json", c.String(logFormatFlag.Name))
 	}
 	log.Logger = zerolog.New(w).With().Timestamp().Logger()
 	return nil
+}
+
+// logDur is how durations go into log fields: a string with units
+// ("46ms", "1.5s"), the one format of every command (zerolog's Dur would
+// write a bare number of milliseconds).
+func logDur(d time.Duration) string {
+	switch {
+	case d >= time.Second:
+		return d.Round(10 * time.Millisecond).String()
+	case d >= time.Millisecond:
+		return d.Round(time.Millisecond / 10).String()
+	}
+	return d.String()
 }
 
 // loadBackends loads the ggml backend libraries named by --backend, or else
@@ -140,14 +159,47 @@ func run(args []string) error {
 // `empo2 memory import tips.jsonl --db mem.db` should work. Flags are told
 // apart by the leaf command's own definitions, so a flag's value (even one
 // starting with "-") is never taken for an argument. A "--" ends the flags:
-// it is kept, placed before all the positional arguments.
+// it is kept, placed before all the positional arguments. Global flags
+// (--log-level, ...) given after the command name are moved in front of it,
+// unless the command has a flag of the same name.
 func permuteArgs(app *cli.App, args []string) []string {
-	out := append([]string{}, args[:min(1, len(args))]...)
+	out, globals := permuteCommand(app, args)
+	if len(globals) == 0 || len(out) == 0 {
+		return out
+	}
+	return append(append(append([]string{}, out[0]), globals...), out[1:]...)
+}
+
+// isGlobal tells whether tok names a global flag that the command's own
+// flags do not shadow.
+func isGlobal(app *cli.App, own []cli.Flag, tok string) bool {
+	name, _, _ := strings.Cut(strings.TrimLeft(tok, "-"), "=")
+	for _, f := range own {
+		if slices.Contains(f.Names(), name) {
+			return false
+		}
+	}
+	for _, f := range app.Flags {
+		if slices.Contains(f.Names(), name) {
+			return true
+		}
+	}
+	return false
+}
+
+func permuteCommand(app *cli.App, args []string) (out, globals []string) {
+	out = append([]string{}, args[:min(1, len(args))]...)
 	i := 1
 	flags, cmds := app.Flags, app.Commands
 	var leaf *cli.Command
 	for i < len(args) {
 		if isFlagToken(args[i]) {
+			if leaf != nil && isGlobal(app, flags, args[i]) {
+				n := flagTokens(app.Flags, args, i)
+				globals = append(globals, args[i:i+n]...)
+				i += n
+				continue
+			}
 			n := flagTokens(flags, args, i)
 			out = append(out, args[i:i+n]...)
 			i += n
@@ -165,7 +217,7 @@ func permuteArgs(app *cli.App, args []string) []string {
 		}
 	}
 	if leaf == nil || len(leaf.Subcommands) > 0 {
-		return append(out, args[i:]...)
+		return append(out, args[i:]...), globals
 	}
 	var flagToks, pos []string
 	dashdash := false
@@ -177,6 +229,10 @@ func permuteArgs(app *cli.App, args []string) []string {
 		case dashdash || !isFlagToken(tok):
 			pos = append(pos, tok)
 			i++
+		case isGlobal(app, flags, tok):
+			n := flagTokens(app.Flags, args, i)
+			globals = append(globals, args[i:i+n]...)
+			i += n
 		default:
 			n := flagTokens(flags, args, i)
 			flagToks = append(flagToks, args[i:i+n]...)
@@ -185,7 +241,7 @@ func permuteArgs(app *cli.App, args []string) []string {
 				// Help shows the command's help, and a value flag that ends
 				// the line gets urfave/cli's "needs an argument" error; in
 				// both cases the positional arguments must not follow it.
-				return append(out, flagToks...)
+				return append(out, flagToks...), globals
 			}
 		}
 	}
@@ -193,7 +249,7 @@ func permuteArgs(app *cli.App, args []string) []string {
 	if dashdash {
 		out = append(out, "--")
 	}
-	return append(out, pos...)
+	return append(out, pos...), globals
 }
 
 func isFlagToken(tok string) bool { return len(tok) > 1 && tok[0] == '-' && tok != "--" }

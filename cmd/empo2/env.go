@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -26,7 +27,7 @@ var (
 	envDataFlag      = &cli.StringFlag{Name: "data", Usage: "data `DIR` of the environment (WebShop)", EnvVars: []string{"EMPO2_ENV_DATA"}}
 	envJarFlag       = &cli.StringFlag{Name: "scienceworld-jar", Usage: "ScienceWorld simulator `FILE` (the jar from the scienceworld wheel)", EnvVars: []string{"SCIENCEWORLD_JAR"}}
 	envSimpFlag      = &cli.StringFlag{Name: "simplifications", Usage: "comma-separated simplifications, e.g. easy (ScienceWorld, textlab)"}
-	envLimitFlag     = &cli.IntFlag{Name: "step-limit", Usage: "step limit `N` (0: the task's own)"}
+	envLimitFlag     = &cli.IntFlag{Name: "step-limit", Usage: "step limit `N`, counted in simulator moves (0: the task's own)"}
 	envCorrectFlag   = &cli.BoolFlag{Name: "correct-actions", Usage: "replace an invalid action by the most similar valid one (Jaccard)"}
 	envJSONFlag      = &cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"}
 	envActionsFlag   = &cli.StringFlag{Name: "actions", Usage: "replay actions from `FILE` (one per line; blank lines and # comments skipped) instead of reading stdin"}
@@ -67,11 +68,41 @@ func init() {
 				Flags:     append([]cli.Flag{envVariationFlag, envSeedFlag, envQuietFlag}, envOptionFlags()...),
 				Action:    envGold,
 			},
+			envDemosCommand(), // env_demos.go
 		},
 	})
 }
 
+// envOptKeys are the --env-opt keys each environment understands (besides
+// correct_actions, which every one does); an environment missing here is
+// not checked (TestEnvOptKeysCoverRegistry keeps the table complete).
+var envOptKeys = map[string][]string{
+	"textlab":      {},
+	"scienceworld": {"java", "xmx", "timeout", "startup_timeout", "info", "classpath"},
+	"webshop":      {"goals", "reward", "reviews", "actions", "products"},
+}
+
+// checkEnvOpts refuses --env-opt keys the environment does not know.
+func checkEnvOpts(env string, o environments.Options) error {
+	known, ok := envOptKeys[env]
+	if !ok {
+		return nil
+	}
+	for k := range o.Extra {
+		if k != environments.ExtraCorrectActions && !slices.Contains(known, k) {
+			if len(known) == 0 {
+				return fmt.Errorf("--env-opt %s: %s takes no environment options", k, env)
+			}
+			return fmt.Errorf("--env-opt %s: unknown option of %s (known: %s)", k, env, strings.Join(known, ", "))
+		}
+	}
+	return nil
+}
+
 func envOptions(c *cli.Context) (environments.Options, error) {
+	if n := c.Int(envLimitFlag.Name); n < 0 {
+		return environments.Options{}, fmt.Errorf("--step-limit %d: want a positive number of steps (0 or none: the task's own)", n)
+	}
 	o := environments.Options{
 		DataDir:         c.String(envDataFlag.Name),
 		Jar:             c.String(envJarFlag.Name),
@@ -125,6 +156,13 @@ func envList(c *cli.Context) error {
 	opts, err := envOptions(c)
 	if err != nil {
 		return err
+	}
+	if len(opts.Extra) > 0 {
+		for _, n := range names {
+			if err := checkEnvOpts(n, opts); err != nil {
+				return err
+			}
+		}
 	}
 	var all []envJSON
 	for _, n := range names {
@@ -181,6 +219,9 @@ func envOpen(c *cli.Context) (environments.Env, environments.Task, int, error) {
 	}
 	opts, err := envOptions(c)
 	if err != nil {
+		return nil, environments.Task{}, 0, err
+	}
+	if err := checkEnvOpts(args[0], opts); err != nil {
 		return nil, environments.Task{}, 0, err
 	}
 	tasks, err := spec.Tasks(opts)
@@ -252,10 +293,27 @@ func envGold(c *cli.Context) error {
 
 func envFmtScore(s float64) string { return strconv.FormatFloat(s, 'f', -1, 64) }
 
+// envMoves is the step count that the step limit applies to: the
+// simulator's own move count when it reports one (Info["moves"];
+// ScienceWorld counts its initial look and not every action), else the
+// actions taken.
+func envMoves(r environments.StepResult, actions int) int {
+	switch m := r.Info["moves"].(type) {
+	case int:
+		return m
+	case int64:
+		return int(m)
+	case float64:
+		return int(m)
+	}
+	return actions
+}
+
 // envPrintStep prints one step: the action (unless empty), the
 // observation and a status line with the reward, the score and the steps
-// used of the limit.
+// (simulator moves where the environment counts them) used of the limit.
 func envPrintStep(w io.Writer, action string, r environments.StepResult, score float64, step, limit int, quiet bool) {
+	step = envMoves(r, step)
 	if action != "" {
 		fmt.Fprintf(w, "> %s\n", action)
 	}
@@ -301,7 +359,7 @@ func envPlay(c *cli.Context) error {
 	}
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	n := 0
+	n, moves := 0, 0
 	done := false
 	for !done {
 		if interactive {
@@ -321,7 +379,7 @@ func envPlay(c *cli.Context) error {
 		case "quit", "exit":
 			return envPlayEnd(w, env, n, done, sc.Err())
 		case "score":
-			fmt.Fprintf(w, "score: %s (step %d/%d)\n", envFmtScore(env.Score()), n, limit)
+			fmt.Fprintf(w, "score: %s (step %d/%d)\n", envFmtScore(env.Score()), moves, limit)
 			continue
 		case "valid", "help":
 			va, err := env.ValidActions(ctx)
@@ -340,6 +398,7 @@ func envPlay(c *cli.Context) error {
 			return fmt.Errorf("action %d %q: %w", n+1, a, err)
 		}
 		n++
+		moves = envMoves(r, n)
 		if interactive { // the terminal already shows what was typed
 			a = ""
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/rs/zerolog/log"
@@ -20,6 +21,7 @@ const stateGeneralType = "empo2.train_state"
 var (
 	exportModelFlag = &cli.StringFlag{
 		Name:     "model",
+		Aliases:  []string{"m"},
 		Usage:    "base model GGUF the adapter was trained on",
 		Required: true,
 	}
@@ -30,6 +32,7 @@ var (
 	}
 	exportOutFlag = &cli.StringFlag{
 		Name:     "out",
+		Aliases:  []string{"o"},
 		Usage:    "GGUF to write",
 		Required: true,
 	}
@@ -38,9 +41,10 @@ var (
 		Usage: "write a full model with W + (alpha/r)·B·A merged into every adapted weight",
 	}
 	exportTypeFlag = &cli.StringFlag{
-		Name:  "type",
-		Usage: "tensor type of the written adapter tensors, or of the merged weights with --merged: f32 or f16",
-		Value: "f32",
+		Name:        "dtype",
+		Aliases:     []string{"type"}, // the old spelling
+		Usage:       "tensor type of the written adapter tensors, or of the merged weights with --merged: f32 or f16",
+		DefaultText: "f32 for an adapter; with --merged each weight keeps its base type (F32, F16; BF16 becomes F32)",
 	}
 )
 
@@ -53,7 +57,7 @@ func init() {
 			"   empo2 export --model base.gguf --lora adapter.gguf --merged --out merged.gguf\n\n" +
 			"The adapter loads in llama.cpp tools with --lora adapter.gguf; the merged file\n" +
 			"replaces the base model and needs no adapter.",
-		Flags:  []cli.Flag{exportModelFlag, exportLoraFlag, exportOutFlag, exportMergedFlag, exportTypeFlag},
+		Flags:  []cli.Flag{exportModelFlag, exportLoraFlag, exportOutFlag, exportMergedFlag, exportTypeFlag, exportFormatFlag, exportHFBaseFlag},
 		Action: exportAction,
 	})
 }
@@ -86,25 +90,61 @@ func readAdapterOrState(path string) (*lora.Adapter, error) {
 	return a, nil
 }
 
-// sameFile reports whether out names the same file as in: equal strings, or
-// both exist and os.SameFile says so (catches "./x" vs "x", symlinks, hard
-// links), so that no command overwrites its own input.
-func sameFile(out, in string) bool {
-	if out == in {
+// sameFile reports whether out names the same file as in (samePath), so
+// that no command overwrites its own input.
+func sameFile(out, in string) bool { return samePath(out, in) }
+
+// samePath reports whether a and b name the same file: both exist and
+// os.SameFile says so (hard links, symlinks), or their absolute paths with
+// every symlink of the existing part resolved are equal (also for files
+// that do not exist yet, e.g. a database's -wal).
+func samePath(a, b string) bool {
+	if a == b {
 		return true
 	}
-	so, err := os.Stat(out)
-	if err != nil {
-		return false
+	if sa, err := os.Stat(a); err == nil {
+		if sb, err := os.Stat(b); err == nil {
+			return os.SameFile(sa, sb)
+		}
 	}
-	si, err := os.Stat(in)
-	return err == nil && os.SameFile(so, si)
+	return resolvePath(a) == resolvePath(b)
+}
+
+// resolvePath is p made absolute with the symlinks of its longest existing
+// prefix resolved.
+func resolvePath(p string) string {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return filepath.Clean(p)
+	}
+	var rest []string
+	for cur := abs; ; {
+		if r, err := filepath.EvalSymlinks(cur); err == nil {
+			return filepath.Join(append([]string{r}, rest...)...)
+		}
+		parent := filepath.Dir(cur)
+		if parent == cur {
+			return abs
+		}
+		rest = append([]string{filepath.Base(cur)}, rest...)
+		cur = parent
+	}
 }
 
 func exportAction(c *cli.Context) error {
-	typ, err := parseTensorType(c.String(exportTypeFlag.Name))
-	if err != nil {
-		return err
+	if f := c.String(exportFormatFlag.Name); f != "gguf" {
+		return exportHF(c, f) // export_hf.go: Hugging Face PEFT / transformers folders
+	}
+	typ := lora.KeepType // --merged: each weight keeps its base type
+	if c.IsSet(exportTypeFlag.Name) || !c.Bool(exportMergedFlag.Name) {
+		name := c.String(exportTypeFlag.Name)
+		if !c.IsSet(exportTypeFlag.Name) {
+			name = "f32"
+		}
+		var err error
+		if typ, err = parseTensorType(name); err != nil {
+			return err
+		}
 	}
 	modelPath, loraPath, out := c.String(exportModelFlag.Name), c.String(exportLoraFlag.Name), c.String(exportOutFlag.Name)
 	if sameFile(out, modelPath) || sameFile(out, loraPath) {
@@ -126,12 +166,12 @@ func exportAction(c *cli.Context) error {
 		if err := lora.Merge(base, a, out, typ); err != nil {
 			return err
 		}
-		log.Info().Str("out", out).Int("merged", len(a.Pairs)).Float32("scale", a.Scale(a.Rank())).Msg("wrote merged model")
+		log.Info().Str("out", out).Int("merged", len(a.Pairs)).Str("rank", rankText(a)).Msg("wrote merged model")
 		return nil
 	}
 	if err := a.Write(out, typ); err != nil {
 		return err
 	}
-	log.Info().Str("out", out).Int("pairs", len(a.Pairs)).Int("rank", a.Rank()).Msg("wrote adapter")
+	log.Info().Str("out", out).Int("pairs", len(a.Pairs)).Str("rank", rankText(a)).Msg("wrote adapter")
 	return nil
 }

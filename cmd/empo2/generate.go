@@ -20,7 +20,7 @@ var (
 	llmPromptFlag    = &cli.StringFlag{Name: "prompt", Aliases: []string{"p"}, Usage: "prompt `TEXT` (special tokens such as <|im_start|> are parsed)", Required: true}
 	llmChatFlag      = &cli.BoolFlag{Name: "chat", Usage: "wrap the prompt as a user message in the model's chat template, ending with the assistant turn"}
 	llmSystemFlag    = &cli.StringFlag{Name: "system", Usage: "system message for --chat"}
-	llmThreadsFlag   = &cli.IntFlag{Name: "threads", Usage: "CPU threads (default: all cores)"}
+	llmThreadsFlag   = &cli.IntFlag{Name: "threads", Usage: "CPU threads; more than the cores is slower (warned)", DefaultText: "all cores"}
 	llmCtxFlag       = &cli.IntFlag{Name: "ctx", Usage: "tokens per sequence (prompt + output); 0: min(training context, 2048)"}
 	llmGPULayersFlag = &cli.IntFlag{Name: "gpu-layers", Usage: "layers to offload to a GPU backend (-1: all)"}
 	llmJSONFlag      = &cli.BoolFlag{Name: "json", Usage: "print JSON"}
@@ -29,11 +29,11 @@ var (
 var (
 	genMaxTokensFlag = &cli.IntFlag{Name: "max-tokens", Usage: "tokens to generate per sequence", Value: 128}
 	genTempFlag      = &cli.Float64Flag{Name: "temperature", Aliases: []string{"t"}, Usage: "sampling temperature (0: greedy)", Value: 0.8}
-	genSeedFlag      = &cli.Uint64Flag{Name: "seed", Usage: "sampling seed (sequence i uses (seed, i)); unset: a random seed, logged at info level (as llama.cpp's tools do)"}
+	genSeedFlag      = &cli.Uint64Flag{Name: "seed", Usage: "sampling seed (sequence i uses (seed, i)); a random seed is logged at info level when unset (as llama.cpp's tools do)", DefaultText: "random"}
 	genTopPFlag      = &cli.Float64Flag{Name: "top-p", Usage: "nucleus sampling threshold (1: off)", Value: 1}
 	genTopKFlag      = &cli.IntFlag{Name: "top-k", Usage: "keep the K most likely tokens (0: off)"}
 	genMinPFlag      = &cli.Float64Flag{Name: "min-p", Usage: "keep tokens with p >= min-p * p(top) (0: off)"}
-	genNFlag         = &cli.IntFlag{Name: "n", Usage: "sequences sampled from the prompt, decoded as one batch", Value: 1}
+	genNFlag         = &cli.IntFlag{Name: "sequences", Usage: "sequences sampled from the prompt, decoded as one batch (1..256)", Value: 1}
 	genStopFlag      = &cli.StringSliceFlag{Name: "stop", Usage: "stop `STRING` (repeatable)"}
 	genIgnoreEOGFlag = &cli.BoolFlag{Name: "ignore-eog", Usage: "keep sampling after end-of-generation tokens"}
 )
@@ -42,10 +42,10 @@ func init() {
 	register(&cli.Command{
 		Name:  "generate",
 		Usage: "sample text from a GGUF model (optionally with a LoRA adapter) through llama.cpp",
-		Description: "Decodes the prompt once and samples --n sequences from it in one batch.\n" +
+		Description: "Decodes the prompt once and samples --sequences sequences from it in one batch.\n" +
 			"Examples:\n" +
 			"  empo2 generate --model tiny.gguf --prompt 'Once upon a time' --max-tokens 32 --seed 1\n" +
-			"  empo2 generate --model m.gguf --lora a.gguf --chat --prompt 'Hi!' --n 4 --json",
+			"  empo2 generate --model m.gguf --lora a.gguf --chat --prompt 'Hi!' --sequences 4 --json",
 		Flags: []cli.Flag{llmModelFlag, llmLoraFlag, llmLoraScaleFlag, llmPromptFlag, llmChatFlag, llmSystemFlag,
 			genMaxTokensFlag, genTempFlag, genSeedFlag, genTopPFlag, genTopKFlag, genMinPFlag, genNFlag, genStopFlag, genIgnoreEOGFlag,
 			llmThreadsFlag, llmCtxFlag, llmGPULayersFlag, llmJSONFlag},
@@ -68,6 +68,9 @@ func (s *llmSession) Close() {
 }
 
 func openLLM(c *cli.Context, nSeq int) (*llmSession, error) {
+	if err := checkThreads(c); err != nil {
+		return nil, err
+	}
 	m, err := llama.LoadModel(c.String(llmModelFlag.Name), llama.ModelParams{GPULayers: c.Int(llmGPULayersFlag.Name)})
 	if err != nil {
 		return nil, err
@@ -97,6 +100,20 @@ func openLLM(c *cli.Context, nSeq int) (*llmSession, error) {
 	return s, nil
 }
 
+// checkThreads refuses a negative --threads and warns about more threads
+// than cores: ggml's threads then spin against each other (8 threads on 2
+// cores made a 4-token generation 300× slower).
+func checkThreads(c *cli.Context) error {
+	n := c.Int(llmThreadsFlag.Name)
+	if n < 0 {
+		return fmt.Errorf("--threads %d: want a positive number (or leave it out for all cores)", n)
+	}
+	if cores := runtime.NumCPU(); n > cores {
+		log.Warn().Int("threads", n).Int("cores", cores).Msg("more threads than cores: ggml's threads will wait on each other; expect a much slower run")
+	}
+	return nil
+}
+
 // promptTokens tokenizes --prompt, through the chat template with --chat.
 func (s *llmSession) promptTokens(c *cli.Context) ([]int32, error) {
 	text := c.String(llmPromptFlag.Name)
@@ -124,7 +141,11 @@ func (s *llmSession) promptTokens(c *cli.Context) ([]int32, error) {
 func generateAction(c *cli.Context) error {
 	n := c.Int(genNFlag.Name)
 	if n < 1 || n > 256 {
-		return fmt.Errorf("--n %d: want 1..256", n)
+		return fmt.Errorf("--sequences %d: want 1..256", n)
+	}
+	maxTok := c.Int(genMaxTokensFlag.Name)
+	if maxTok < 1 {
+		return fmt.Errorf("--max-tokens %d: want a positive number", maxTok)
 	}
 	s, err := openLLM(c, n)
 	if err != nil {
@@ -135,6 +156,12 @@ func generateAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	// Checked here, with the subtraction on the context side, so that no
+	// --max-tokens (even near MaxInt) can overflow the length check.
+	if room := s.ctx.NCtxSeq() - len(prompt); maxTok > room {
+		return fmt.Errorf("--max-tokens %d: the prompt (%d tokens) leaves room for at most %d tokens in the %d-token context per sequence (raise --ctx, up to the model's training context)",
+			maxTok, len(prompt), max(room, 0), s.ctx.NCtxSeq())
+	}
 	seed := c.Uint64(genSeedFlag.Name)
 	if !c.IsSet(genSeedFlag.Name) {
 		seed = rand.Uint64()
@@ -142,7 +169,7 @@ func generateAction(c *cli.Context) error {
 	}
 	seqs, err := s.ctx.Generate(c.Context, prompt, llama.SampleParams{
 		N:           n,
-		MaxTokens:   c.Int(genMaxTokensFlag.Name),
+		MaxTokens:   maxTok,
 		Temperature: float32(c.Float64(genTempFlag.Name)),
 		TopK:        c.Int(genTopKFlag.Name),
 		TopP:        float32(c.Float64(genTopPFlag.Name)),

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/rs/zerolog/log"
@@ -14,6 +15,7 @@ import (
 var (
 	loraModelFlag = &cli.StringFlag{
 		Name:     "model",
+		Aliases:  []string{"m"},
 		Usage:    "base model GGUF (Qwen2 family)",
 		Required: true,
 	}
@@ -29,6 +31,7 @@ var (
 	}
 	loraOutFlag = &cli.StringFlag{
 		Name:     "out",
+		Aliases:  []string{"o"},
 		Usage:    "adapter GGUF to write (llama.cpp format)",
 		Required: true,
 	}
@@ -47,12 +50,14 @@ var (
 		Value: strings.Join(lora.DefaultTargets, ","),
 	}
 	loraTypeFlag = &cli.StringFlag{
-		Name:  "type",
-		Usage: "tensor type of the adapter file: f32 or f16",
+		Name:    "dtype",
+		Aliases: []string{"type"}, // the old spelling
+		Usage:   "tensor type of the adapter file: f32 or f16",
 		Value: "f32",
 	}
 	loraValidateModelFlag = &cli.StringFlag{
 		Name:     "model",
+		Aliases:  []string{"m"},
 		Usage:    "base model GGUF",
 		Required: true,
 	}
@@ -83,6 +88,7 @@ func init() {
 				Flags:       []cli.Flag{loraValidateModelFlag, loraFileFlag},
 				Action:      loraValidate,
 			},
+			loraImportCommand, // lora_import.go
 		},
 	})
 }
@@ -95,7 +101,7 @@ func parseTensorType(s string) (gguf.GGMLType, error) {
 	case "f16":
 		return gguf.TypeF16, nil
 	}
-	return 0, fmt.Errorf("--type %q: want f32 or f16", s)
+	return 0, fmt.Errorf("--dtype %q: want f32 or f16", s)
 }
 
 func loraInit(c *cli.Context) error {
@@ -143,7 +149,7 @@ func loraInit(c *cli.Context) error {
 	for _, p := range a.Pairs {
 		params += len(p.A) + len(p.B)
 	}
-	log.Info().Str("out", out).Str("arch", a.Arch).Int("rank", a.Rank()).Float32("alpha", a.Alpha).
+	log.Info().Str("out", out).Str("arch", a.Arch).Str("rank", rankText(a)).Float32("alpha", a.Alpha).
 		Int("tensors", 2*len(a.Pairs)).Int("params", params).Msg("wrote LoRA adapter")
 	return nil
 }
@@ -153,7 +159,25 @@ func loraValidate(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(c.App.Writer, "ok: %d LoRA pairs, rank %d, alpha %g, architecture %s\n",
-		len(a.Pairs), a.Rank(), a.Alpha, a.Arch)
+	fmt.Fprintf(c.App.Writer, "ok: %d LoRA pairs, rank %s, alpha %g, architecture %s\n",
+		len(a.Pairs), rankText(a), a.Alpha, a.Arch)
 	return nil
+}
+
+// rankText is the adapter's rank, or its range when the pairs differ
+// ("4-8 (varies per tensor)"); Adapter.Rank is 0 then.
+func rankText(a *lora.Adapter) string {
+	lo, hi := 0, 0
+	for i, p := range a.Pairs {
+		if i == 0 || p.Rank < lo {
+			lo = p.Rank
+		}
+		if p.Rank > hi {
+			hi = p.Rank
+		}
+	}
+	if lo == hi {
+		return strconv.Itoa(lo)
+	}
+	return fmt.Sprintf("%d-%d (varies per tensor)", lo, hi)
 }

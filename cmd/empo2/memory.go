@@ -9,9 +9,12 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/rs/zerolog/log"
+	"github.com/schollz/progressbar/v3"
 	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
 
 	"github.com/empo2/empo2/llama"
 	"github.com/empo2/empo2/memstore"
@@ -22,22 +25,23 @@ var (
 	memNSFlag        = &cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, Usage: "namespace (a task variation, e.g. boil/3)"}
 	memNSReqFlag     = &cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, Usage: "namespace (a task variation, e.g. boil/3)", Required: true}
 	memJSONFlag      = &cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"}
-	memQueryFlag     = &cli.StringFlag{Name: "query", Aliases: []string{"q"}, Usage: "text to embed and search for", Required: true}
+	memQueryFlag     = &cli.StringFlag{Name: "query", Usage: "text to embed and search for", Required: true}
 	memKFlag         = &cli.IntFlag{Name: "k", Usage: "number of entries to return", Value: memstore.DefaultK}
 	memThreshFlag    = &cli.Float64Flag{Name: "threshold", Usage: "cosine similarity an entry must exceed", Value: memstore.DefaultThreshold}
 	memBySimFlag     = &cli.BoolFlag{Name: "by-similarity", Usage: "rank by similarity instead of stored score"}
-	memDimFlag       = &cli.IntFlag{Name: "dim", Usage: "dimension of the built-in hash embedder for a new database", Value: memstore.DefaultDim}
+	memDimFlag       = &cli.IntFlag{Name: "dim", Usage: "dimension of the built-in hash embedder a new database gets (import: when no record carries an embedding)", Value: memstore.DefaultDim}
 	memEmbedFlag     = &cli.StringFlag{Name: "embed-model", Usage: "llama.cpp embedding GGUF `FILE` (default: the built-in hash embedder)"}
-	memCapFlag       = &cli.IntFlag{Name: "cap", Usage: "entries kept per namespace, oldest evicted first (0: no cap); recorded in the database (default: its recorded cap, 1000 for a new one)"}
+	memCapFlag       = &cli.IntFlag{Name: "cap", Usage: "entries kept per namespace, oldest evicted first (0: no cap); recorded in the database", DefaultText: "the recorded cap, 1000 for a new database"}
 	memLimitFlag     = &cli.IntFlag{Name: "limit", Usage: "entries to show, newest first (0: all)", Value: 20}
 	memContentFlag   = &cli.StringFlag{Name: "content", Usage: "tip text to store", Required: true}
 	memKeyFlag       = &cli.StringFlag{Name: "key", Usage: "text whose embedding is the retrieval key (default: the content)"}
 	memScoreFlag     = &cli.Float64Flag{Name: "score", Usage: "score of the episode that wrote the tip"}
 	memStepFlag      = &cli.Int64Flag{Name: "step", Usage: "training step"}
 	memEpisodeFlag   = &cli.StringFlag{Name: "episode", Usage: "episode id"}
-	memOutFlag       = &cli.StringFlag{Name: "out", Aliases: []string{"o"}, Usage: "JSONL `FILE` to write (default: stdout)"}
+	memOutFlag       = &cli.StringFlag{Name: "out", Aliases: []string{"o"}, Usage: "JSONL `FILE` to write (default: stdout); never the database or its -wal/-shm"}
 	memKeepFlag      = &cli.IntFlag{Name: "keep", Usage: "keep only the N newest entries per namespace"}
-	memBeforeFlag    = &cli.StringFlag{Name: "before", Usage: "delete entries older than a duration (72h) or an RFC 3339 time"}
+	memBeforeFlag    = &cli.StringFlag{Name: "before", Usage: "delete entries older than a positive duration (72h: created more than 72 hours ago) or created before a past RFC 3339 time"}
+	memDryRunFlag    = &cli.BoolFlag{Name: "dry-run", Usage: "only count the entries that would be deleted"}
 	memBelowFlag     = &cli.Float64Flag{Name: "below-score", Usage: "delete entries whose score is below this"}
 	memAllFlag       = &cli.BoolFlag{Name: "all", Usage: "reset every namespace (and forget the embedder)"}
 	memCheckFlag     = &cli.BoolFlag{Name: "check", Usage: "also run SQLite's integrity check"}
@@ -68,8 +72,8 @@ func init() {
 			},
 			{
 				Name: "search", Usage: "retrieve the tips for a text as the trainer does",
-				Description: "Examples:\n   empo2 memory search --db mem.db -n boil/3 -q \"You are in the kitchen\"\n" +
-					"   empo2 memory search --db mem.db -n boil/3 -q \"stove\" --k 3 --threshold 0.3 --by-similarity --json",
+				Description: "Examples:\n   empo2 memory search --db mem.db -n boil/3 --query \"You are in the kitchen\"\n" +
+					"   empo2 memory search --db mem.db -n boil/3 --query \"stove\" --k 3 --threshold 0.3 --by-similarity --json",
 				Flags:  append(db, memNSReqFlag, memQueryFlag, memKFlag, memThreshFlag, memBySimFlag, memEmbedFlag, memTruncateFlag, memJSONFlag),
 				Action: memSearch,
 			},
@@ -96,8 +100,8 @@ func init() {
 			{
 				Name: "prune", Usage: "delete entries by age, score or count (criteria combine with OR)",
 				Description: "Examples:\n   empo2 memory prune --db mem.db --keep 100\n" +
-					"   empo2 memory prune --db mem.db -n boil/3 --before 72h --below-score 0",
-				Flags:  append(db, memNSFlag, memKeepFlag, memBeforeFlag, memBelowFlag, memJSONFlag),
+					"   empo2 memory prune --db mem.db -n boil/3 --before 72h --below-score 0 --dry-run",
+				Flags:  append(db, memNSFlag, memKeepFlag, memBeforeFlag, memBelowFlag, memDryRunFlag, memJSONFlag),
 				Action: memPrune,
 			},
 			{
@@ -110,20 +114,52 @@ func init() {
 	})
 }
 
-// memOpen opens the database named by --db. mustExist refuses to create a
-// new file (for commands that only read or delete).
-func memOpen(c *cli.Context, mustExist bool, opts ...memstore.Option) (*memstore.Store, error) {
+// openMode says how a command opens the database.
+type openMode int
+
+const (
+	openCreate   openMode = iota // read-write, created when missing (add, import)
+	openWrite                    // read-write, must exist (prune, reset)
+	openRead                     // read-only, with the vector index (search)
+	openMetaOnly                 // read-only, no embeddings read (stats, list, export)
+)
+
+// memOpen opens the database named by --db. Read commands open it
+// read-only (a read-only file or directory works, nothing is written);
+// commands other than add and import refuse to create a new file.
+func memOpen(c *cli.Context, mode openMode, opts ...memstore.Option) (*memstore.Store, error) {
 	path := c.String(memDBFlag.Name)
 	if strings.TrimSpace(path) == "" {
 		return nil, fmt.Errorf("--db is empty: give the memory database file")
 	}
-	if mustExist {
+	if mode != openCreate {
 		if _, err := os.Stat(path); err != nil {
 			return nil, fmt.Errorf("%w: %s", errMemNoSuchFile, path)
 		}
 	}
+	switch mode {
+	case openRead:
+		opts = append(opts, memstore.ReadOnly())
+	case openMetaOnly:
+		opts = append(opts, memstore.ReadOnly(), memstore.WithoutIndex())
+	case openWrite:
+		opts = append(opts, memstore.WithoutIndex())
+	}
 	return memstore.Open(path, nil, opts...)
 }
+
+// memRemoveIfNew removes a database file (and its -wal/-shm) that the
+// failed command itself created: a failure leaves no empty database behind.
+func memRemoveIfNew(path string, existed bool, err error) {
+	if err == nil || existed {
+		return
+	}
+	for _, suf := range []string{"", "-wal", "-shm", "-journal"} {
+		os.Remove(path + suf)
+	}
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 // memAttachEmbedder gives s an embedder: --embed-model when set, else the
 // built-in one the database records, else (a database without one) a hash
@@ -160,11 +196,15 @@ func memAttachEmbedder(c *cli.Context, s *memstore.Store, create bool) (func(), 
 }
 
 // memCap passes --cap only when given: otherwise the database's recorded cap applies.
-func memCap(c *cli.Context) []memstore.Option {
-	if c.IsSet(memCapFlag.Name) {
-		return []memstore.Option{memstore.WithCap(c.Int(memCapFlag.Name))}
+func memCap(c *cli.Context) ([]memstore.Option, error) {
+	if !c.IsSet(memCapFlag.Name) {
+		return nil, nil
 	}
-	return nil
+	n := c.Int(memCapFlag.Name)
+	if n < 0 {
+		return nil, fmt.Errorf("--cap %d: want 0 (no cap) or a positive number of entries per namespace", n)
+	}
+	return []memstore.Option{memstore.WithCap(n)}, nil
 }
 
 func truncate(s string, n int) string {
@@ -189,7 +229,7 @@ func fmtTime(t time.Time) string {
 }
 
 func memStats(c *cli.Context) error {
-	s, err := memOpen(c, true)
+	s, err := memOpen(c, openMetaOnly)
 	if err != nil {
 		return err
 	}
@@ -235,7 +275,7 @@ func memStats(c *cli.Context) error {
 }
 
 func memList(c *cli.Context) error {
-	s, err := memOpen(c, true)
+	s, err := memOpen(c, openMetaOnly)
 	if err != nil {
 		return err
 	}
@@ -292,7 +332,7 @@ func memSearch(c *cli.Context) error {
 	if strings.TrimSpace(c.String(memNSReqFlag.Name)) == "" {
 		return fmt.Errorf("--namespace is empty: give a namespace such as boil/3")
 	}
-	s, err := memOpen(c, true)
+	s, err := memOpen(c, openRead)
 	if err != nil {
 		return err
 	}
@@ -332,7 +372,7 @@ func memSearch(c *cli.Context) error {
 	return nil
 }
 
-func memAdd(c *cli.Context) error {
+func memAdd(c *cli.Context) (err error) {
 	if strings.TrimSpace(c.String(memContentFlag.Name)) == "" {
 		return fmt.Errorf("--content is empty: give the tip text to store")
 	}
@@ -342,11 +382,22 @@ func memAdd(c *cli.Context) error {
 	if score := c.Float64(memScoreFlag.Name); math.IsNaN(score) || math.IsInf(score, 0) {
 		return fmt.Errorf("--score %v: want a finite number", score)
 	}
-	s, err := memOpen(c, false, memCap(c)...)
+	for _, f := range []string{memContentFlag.Name, memKeyFlag.Name, memEpisodeFlag.Name, memNSReqFlag.Name} {
+		if !utf8.ValidString(c.String(f)) {
+			return fmt.Errorf("--%s is not valid UTF-8: the memory stores text only", f)
+		}
+	}
+	capOpt, err := memCap(c)
 	if err != nil {
 		return err
 	}
-	defer s.Close()
+	path := c.String(memDBFlag.Name)
+	existed := fileExists(path)
+	s, err := memOpen(c, openCreate, capOpt...)
+	if err != nil {
+		return err
+	}
+	defer func() { s.Close(); memRemoveIfNew(path, existed, err) }()
 	closeEmb, err := memAttachEmbedder(c, s, true)
 	defer closeEmb()
 	if err != nil {
@@ -372,15 +423,25 @@ func memAdd(c *cli.Context) error {
 }
 
 func memExport(c *cli.Context) error {
-	s, err := memOpen(c, true)
+	out := c.String(memOutFlag.Name)
+	if db := c.String(memDBFlag.Name); out != "" && out != "-" {
+		// Checked before anything is opened for writing: os.Create on the
+		// database itself would truncate it.
+		for _, suf := range []string{"", "-wal", "-shm", "-journal"} {
+			if samePath(out, db+suf) {
+				return fmt.Errorf("--out %s is the database %s%s: exporting would destroy it", out, db, suf)
+			}
+		}
+	}
+	s, err := memOpen(c, openMetaOnly)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
 	var w io.Writer = c.App.Writer
 	var f *os.File
-	if p := c.String(memOutFlag.Name); p != "" && p != "-" {
-		if f, err = os.Create(p); err != nil {
+	if out != "" && out != "-" {
+		if f, err = os.Create(out); err != nil {
 			return err
 		}
 		w = f
@@ -398,18 +459,31 @@ func memExport(c *cli.Context) error {
 	return nil
 }
 
-func memImport(c *cli.Context) error {
+func memImport(c *cli.Context) (err error) {
 	if c.NArg() == 0 {
 		return fmt.Errorf("memory import: name one or more JSONL files (- for stdin)")
 	}
-	s, err := memOpen(c, false, memCap(c)...)
+	capOpt, err := memCap(c)
 	if err != nil {
 		return err
 	}
-	defer s.Close()
-	// Attach an embedder only when one is asked for or recorded: a new
-	// database adopts the embedder of the file's records; --dim set
-	// explicitly makes a hash embedder for records without embeddings.
+	for _, p := range c.Args().Slice() {
+		if p != "-" && !fileExists(p) {
+			return fmt.Errorf("memory import: %s: no such file", p)
+		}
+	}
+	path := c.String(memDBFlag.Name)
+	existed := fileExists(path)
+	s, err := memOpen(c, openCreate, capOpt...)
+	if err != nil {
+		return err
+	}
+	defer func() { s.Close(); memRemoveIfNew(path, existed, err) }()
+	// An embedder is attached when one is asked for or recorded. Otherwise
+	// a new database adopts the embedder of the file's records, and records
+	// without embeddings are embedded by the built-in hash embedder of
+	// --dim (the same default as memory add).
+	var opt memstore.ImportOptions
 	id, _ := s.Embedder()
 	if id != "" || c.IsSet(memEmbedFlag.Name) || c.IsSet(memDimFlag.Name) {
 		closeEmb, err := memAttachEmbedder(c, s, true)
@@ -417,10 +491,13 @@ func memImport(c *cli.Context) error {
 		if err != nil {
 			return err
 		}
+	} else {
+		opt.DefaultEmbedder = memstore.NewHashEmbedder(c.Int(memDimFlag.Name))
 	}
 	var total memstore.ImportStats
 	for _, p := range c.Args().Slice() {
 		var r io.Reader = os.Stdin
+		var size int64 = -1
 		if p != "-" {
 			f, err := os.Open(p)
 			if err != nil {
@@ -428,8 +505,13 @@ func memImport(c *cli.Context) error {
 			}
 			defer f.Close()
 			r = f
+			if fi, err := f.Stat(); err == nil {
+				size = fi.Size()
+			}
 		}
-		st, err := s.Import(c.Context, r)
+		r, done := progressReader(r, size, "importing "+p)
+		st, err := s.ImportWith(c.Context, r, opt)
+		done()
 		if err != nil {
 			return fmt.Errorf("%s: %w", p, err)
 		}
@@ -444,28 +526,57 @@ func memImport(c *cli.Context) error {
 	return nil
 }
 
+// progressMinBytes is the input size from which long reads show a bar.
+const progressMinBytes = 4 << 20
+
+// progressReader wraps r in a progress bar on stderr (bytes read of size)
+// when stderr is a terminal and the input is big or of unknown size; done
+// finishes the bar.
+func progressReader(r io.Reader, size int64, desc string) (io.Reader, func()) {
+	return progressReaderTo(r, size, desc, os.Stderr, term.IsTerminal(int(os.Stderr.Fd())))
+}
+
+func progressReaderTo(r io.Reader, size int64, desc string, w io.Writer, show bool) (io.Reader, func()) {
+	if !show || (size >= 0 && size < progressMinBytes) {
+		return r, func() {}
+	}
+	bar := progressbar.NewOptions64(size,
+		progressbar.OptionSetWriter(w),
+		progressbar.OptionSetDescription(desc),
+		progressbar.OptionShowBytes(true),
+		progressbar.OptionThrottle(100*time.Millisecond),
+		progressbar.OptionClearOnFinish())
+	pr := progressbar.NewReader(r, bar)
+	return &pr, func() { bar.Finish() }
+}
+
 func memPrune(c *cli.Context) error {
-	o := memstore.PruneOptions{Namespace: c.String(memNSFlag.Name), Keep: c.Int(memKeepFlag.Name)}
+	o := memstore.PruneOptions{Namespace: c.String(memNSFlag.Name), Keep: c.Int(memKeepFlag.Name), DryRun: c.Bool(memDryRunFlag.Name)}
 	if c.IsSet(memKeepFlag.Name) && o.Keep <= 0 {
 		return fmt.Errorf("--keep %d: want a positive number", o.Keep)
 	}
-	if b := c.String(memBeforeFlag.Name); b != "" {
-		if d, err := time.ParseDuration(b); err == nil {
-			o.Before = time.Now().Add(-d)
-		} else if t, err := time.Parse(time.RFC3339, b); err == nil {
-			o.Before = t
-		} else {
-			return fmt.Errorf("--before %q: want a duration (72h) or an RFC 3339 time", b)
+	if c.IsSet(memBeforeFlag.Name) {
+		t, err := parseBefore(c.String(memBeforeFlag.Name), time.Now())
+		if err != nil {
+			return err
 		}
+		o.Before = t
 	}
 	if c.IsSet(memBelowFlag.Name) {
 		v := c.Float64(memBelowFlag.Name)
+		if math.IsNaN(v) {
+			return fmt.Errorf("--below-score NaN: want a number")
+		}
 		o.BelowScore = &v
 	}
 	if o.Keep <= 0 && o.Before.IsZero() && o.BelowScore == nil {
 		return fmt.Errorf("memory prune: give --keep, --before or --below-score")
 	}
-	s, err := memOpen(c, true)
+	mode := openWrite
+	if o.DryRun {
+		mode = openMetaOnly
+	}
+	s, err := memOpen(c, mode)
 	if err != nil {
 		return err
 	}
@@ -474,7 +585,34 @@ func memPrune(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	if o.DryRun {
+		if c.Bool(memJSONFlag.Name) {
+			return printJSON(c.App.Writer, map[string]any{"would_remove": n, "dry_run": true})
+		}
+		fmt.Fprintf(c.App.Writer, "would remove %d entries (dry run: nothing deleted)\n", n)
+		return nil
+	}
 	return printRemoved(c, n)
+}
+
+// parseBefore reads --before: a positive duration (entries created more
+// than that long before now) or an RFC 3339 time in the past. A negative or
+// zero duration, or a future time, would select every entry: refused.
+func parseBefore(b string, now time.Time) (time.Time, error) {
+	if d, err := time.ParseDuration(b); err == nil {
+		if d <= 0 {
+			return time.Time{}, fmt.Errorf("--before %s: want a positive age such as 72h (a zero or negative one would delete every entry)", b)
+		}
+		return now.Add(-d), nil
+	}
+	t, err := time.Parse(time.RFC3339, b)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("--before %q: want a positive duration (72h) or an RFC 3339 time", b)
+	}
+	if t.After(now) {
+		return time.Time{}, fmt.Errorf("--before %s is in the future: it would delete every entry", b)
+	}
+	return t, nil
 }
 
 func memReset(c *cli.Context) error {
@@ -483,7 +621,7 @@ func memReset(c *cli.Context) error {
 	if (ns == "") == !all {
 		return fmt.Errorf("memory reset: give exactly one of --namespace and --all")
 	}
-	s, err := memOpen(c, true)
+	s, err := memOpen(c, openWrite)
 	if err != nil {
 		return err
 	}

@@ -3,8 +3,10 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -35,6 +37,7 @@ var (
 	modelInitStdFlag     = &cli.Float64Flag{Name: "init-std", Usage: "weight std; 0 = 1/sqrt(fan-in) per matrix"}
 	modelInitRopeFlag    = &cli.Float64Flag{Name: "rope-base", Usage: "RoPE frequency base", Value: float64(modelDefaults.RopeBase)}
 	modelInitNameFlag    = &cli.StringFlag{Name: "name", Usage: "general.name (default empo2-tiny-qwen2, or empo2-tiny-bert)"}
+	modelInitMaxSizeFlag = &cli.StringFlag{Name: "max-size", Usage: "refuse to write a file larger than this (bytes, or with a unit: 500MiB, 64GiB, 2GB)", Value: "64GiB"}
 	modelInitArchFlag    = &cli.StringFlag{Name: "arch", Usage: "qwen2 (causal LM), or bert (encoder-only embedding model, WordPiece vocabulary, mean pooling; --kv-heads, --tied, --init-std and --rope-base do not apply, --vocab and --ctx default to 1024 and 128)", Value: "qwen2"}
 
 	modelInfoJSONFlag     = &cli.BoolFlag{Name: "json", Usage: "print JSON"}
@@ -57,7 +60,7 @@ func init() {
 					"   empo2 model init --arch bert --out embed.gguf   # a tiny BERT embedding model",
 				Flags: []cli.Flag{modelInitOutFlag, modelInitLayersFlag, modelInitHiddenFlag, modelInitHeadsFlag, modelInitKVHeadsFlag,
 					modelInitFFNFlag, modelInitVocabFlag, modelInitCtxFlag, modelInitSeedFlag, modelInitDTypeFlag, modelInitCorpusFlag,
-					modelInitTiedFlag, modelInitStdFlag, modelInitRopeFlag, modelInitNameFlag, modelInitArchFlag},
+					modelInitTiedFlag, modelInitStdFlag, modelInitRopeFlag, modelInitNameFlag, modelInitArchFlag, modelInitMaxSizeFlag},
 				Action: modelInit,
 			},
 			{
@@ -87,6 +90,9 @@ func modelInit(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return fmt.Errorf("model init: unexpected argument %q (the output file is --out)", c.Args().First())
 	}
+	if p := c.String(modelInitCorpusFlag.Name); p != "" && samePath(c.String(modelInitOutFlag.Name), p) {
+		return fmt.Errorf("model init: --out %s is the --corpus file: writing the model would destroy it", p)
+	}
 	if p := c.String(modelInitCorpusFlag.Name); p != "" {
 		st, err := os.Stat(p)
 		if err != nil {
@@ -115,6 +121,9 @@ func modelInit(c *cli.Context) error {
 		return fmt.Errorf("model init: %w", err)
 	}
 	out := c.String(modelInitOutFlag.Name)
+	if err := checkModelSize(c, out, cfg.FileBytes()); err != nil {
+		return err
+	}
 	start := time.Now()
 	var bar *progressbar.ProgressBar
 	var progress func(done, total int64)
@@ -144,11 +153,61 @@ func modelInit(c *cli.Context) error {
 		return fmt.Errorf("model init: %w", err)
 	}
 	log.Info().Str("out", out).Int64("params", cfg.ParamCount()).Int64("bytes", st.Size()).
-		Str("dtype", c.String(modelInitDTypeFlag.Name)).Dur("took", time.Since(start).Round(time.Millisecond)).Msg("wrote model")
-	fmt.Fprintf(c.App.Writer, "%s: qwen2, %d layers, hidden %d, %d heads (%d kv), ffn %d, vocab %d, ctx %d, %s, %s parameters, %d bytes\n",
+		Str("dtype", c.String(modelInitDTypeFlag.Name)).Str("took", logDur(time.Since(start))).Msg("wrote model")
+	fmt.Fprintf(c.App.Writer, "%s: qwen2, %d layers, hidden %d, %d heads (%d kv), ffn %d, vocab %d, ctx %d, %s, %s parameters, %s bytes\n",
 		out, cfg.Layers, cfg.Hidden, cfg.Heads, cfg.KVHeads, cfg.FFN, cfg.Vocab, cfg.Ctx, c.String(modelInitDTypeFlag.Name),
-		groupDigits(cfg.ParamCount()), st.Size())
+		groupDigits(cfg.ParamCount()), groupDigits(st.Size()))
 	return nil
+}
+
+// checkModelSize announces the size of the file about to be written and
+// refuses one above --max-size, before anything is written.
+func checkModelSize(c *cli.Context, out string, est int64) error {
+	limit, err := parseByteSize(c.String(modelInitMaxSizeFlag.Name))
+	if err != nil {
+		return fmt.Errorf("model init: --max-size: %w", err)
+	}
+	if est > limit {
+		return fmt.Errorf("model init: the model would be about %s bytes (%s), above --max-size %s: give smaller dimensions or raise --max-size",
+			groupDigits(est), humanBytes(est), c.String(modelInitMaxSizeFlag.Name))
+	}
+	log.Info().Str("out", out).Str("size", humanBytes(est)).Int64("bytes", est).Msg("writing model (estimated size)")
+	return nil
+}
+
+// parseByteSize reads "123", "500MiB", "64GiB", "2GB", "1.5TiB".
+func parseByteSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	units := []struct {
+		suf string
+		mul float64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1}}
+	mul := 1.0
+	for _, u := range units {
+		if strings.HasSuffix(strings.ToUpper(t), strings.ToUpper(u.suf)) {
+			t, mul = strings.TrimSpace(t[:len(t)-len(u.suf)]), u.mul
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(t, 64)
+	if err != nil || !(v > 0) || v*mul > math.MaxInt64/2 {
+		return 0, fmt.Errorf("%q: want a positive size such as 64GiB", s)
+	}
+	return int64(v * mul), nil
+}
+
+// humanBytes is n in binary units, e.g. "1.6 GiB".
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit && exp < 4; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTP"[exp])
 }
 
 // modelInitBERT writes a BERT embedding model with the Qwen2 flags that
@@ -172,6 +231,12 @@ func modelInitBERT(c *cli.Context, q modelgen.Config) error {
 		return fmt.Errorf("model init: %w", err)
 	}
 	out := c.String(modelInitOutFlag.Name)
+	// A BERT model is the same matrices without GQA: the Qwen2 estimate
+	// with kv-heads = heads and untied output bounds it from above.
+	if err := checkModelSize(c, out, modelgen.Config{Layers: cfg.Layers, Hidden: cfg.Hidden, Heads: cfg.Heads, KVHeads: cfg.Heads,
+		FFN: cfg.FFN, Vocab: cfg.Vocab, Ctx: cfg.Ctx, DType: cfg.DType}.FileBytes()); err != nil {
+		return err
+	}
 	if err := modelgen.WriteBERT(out, cfg); err != nil {
 		return fmt.Errorf("model init: %w", err)
 	}
@@ -179,8 +244,8 @@ func modelInitBERT(c *cli.Context, q modelgen.Config) error {
 	if err != nil {
 		return fmt.Errorf("model init: %w", err)
 	}
-	fmt.Fprintf(c.App.Writer, "%s: bert, %d layers, hidden %d, %d heads, ffn %d, vocab %d, ctx %d, %s, %s parameters, %d bytes\n",
-		out, cfg.Layers, cfg.Hidden, cfg.Heads, cfg.FFN, cfg.Vocab, cfg.Ctx, cfg.DType, groupDigits(cfg.ParamCount()), st.Size())
+	fmt.Fprintf(c.App.Writer, "%s: bert, %d layers, hidden %d, %d heads, ffn %d, vocab %d, ctx %d, %s, %s parameters, %s bytes\n",
+		out, cfg.Layers, cfg.Hidden, cfg.Heads, cfg.FFN, cfg.Vocab, cfg.Ctx, cfg.DType, groupDigits(cfg.ParamCount()), groupDigits(st.Size()))
 	return nil
 }
 

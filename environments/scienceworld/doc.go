@@ -1,6 +1,7 @@
-// Package scienceworld drives the real ScienceWorld simulator (Apache-2.0,
-// the Scala jar shipped inside the `scienceworld` Python wheel, with py4j
-// bundled) from Go, with no Python: each Env starts its own JVM running
+// Package scienceworld drives the real ScienceWorld simulator (Apache-2.0;
+// a 1.3.x jar with py4j's Java side on its class path: the one inside the
+// `scienceworld` Python package, or one built from the simulator's public
+// source) from Go, with no Python: each Env starts its own JVM running
 // py4j's GatewayServer on an ephemeral 127.0.0.1 port, constructs
 // scienceworld.runtime.pythonapi.PythonInterface and speaks py4j's text
 // protocol over TCP. The JVM's stdout (debug text on every step) is drained;
@@ -18,5 +19,7 @@
 // timeouts (see the Extra* constants).
 //
 // The jar comes from Options.Jar or $SCIENCEWORLD_JAR; docs/environments.md
-// says how to get it.
+// says what is needed and gives the figures measured on the real simulator
+// (v1.3.0 built from source: gold paths of all 30 tasks at variation 0
+// reach 100; the bridge steps 140–229 times a second on power-component).
 package scienceworld

@@ -26,10 +26,15 @@ type LoadOptions struct {
 	// MaxProducts keeps only the first products of the file (the original's
 	// num_products); 0 keeps all.
 	MaxProducts int
+	// KeepReviews shows the ratings and reviews of reviews*.json (or of the
+	// synthetic catalogue). The original's current load_products never
+	// loads them (the lines are commented out), so by default every item
+	// shows "Rating: N.A." and an empty Reviews page.
+	KeepReviews bool
 }
 
 func newCatalog(rd *rawData, lo LoadOptions) (*Catalog, error) {
-	products, err := buildProducts(rd, lo.MaxProducts)
+	products, err := buildProducts(rd, lo.MaxProducts, lo.KeepReviews)
 	if err != nil {
 		return nil, err
 	}
@@ -71,13 +76,16 @@ func LoadDir(dir string, lo LoadOptions) (*Catalog, error) {
 	return LoadFiles(f, lo)
 }
 
-// Synthetic builds the synthetic catalogue of n products.
-func Synthetic(n int, seed int64) (*Catalog, error) {
+// Synthetic builds the synthetic catalogue of n products (without reviews,
+// as the original shows them).
+func Synthetic(n int, seed int64) (*Catalog, error) { return syntheticWith(n, seed, false) }
+
+func syntheticWith(n int, seed int64, keepReviews bool) (*Catalog, error) {
 	rd, err := syntheticRaw(n, seed)
 	if err != nil {
 		return nil, err
 	}
-	return newCatalog(rd, LoadOptions{})
+	return newCatalog(rd, LoadOptions{KeepReviews: keepReviews})
 }
 
 // Product returns the product with the given ASIN.
@@ -125,13 +133,13 @@ type catEntry struct {
 // cachedCatalog returns the catalogue of dir ("" = the default synthetic
 // one), loading it once per process.
 func cachedCatalog(dir string, lo LoadOptions) (*Catalog, error) {
-	key := fmt.Sprintf("synthetic:%d", lo.MaxProducts)
+	key := fmt.Sprintf("synthetic:%d:%v", lo.MaxProducts, lo.KeepReviews)
 	if dir != "" {
 		abs, err := filepath.Abs(dir)
 		if err != nil {
 			abs = dir
 		}
-		key = fmt.Sprintf("dir:%s:%d", abs, lo.MaxProducts)
+		key = fmt.Sprintf("dir:%s:%d:%v", abs, lo.MaxProducts, lo.KeepReviews)
 	}
 	catMu.Lock()
 	e, ok := catCache[key]
@@ -146,7 +154,7 @@ func cachedCatalog(dir string, lo LoadOptions) (*Catalog, error) {
 			if lo.MaxProducts > 0 {
 				n = lo.MaxProducts
 			}
-			e.cat, e.err = Synthetic(n, DefaultSyntheticSeed)
+			e.cat, e.err = syntheticWith(n, DefaultSyntheticSeed, lo.KeepReviews)
 		} else {
 			e.cat, e.err = LoadDir(dir, lo)
 		}

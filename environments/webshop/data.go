@@ -21,6 +21,7 @@ var (
 	ErrBadData     = errors.New("webshop: malformed data file")
 	ErrNoGoals     = errors.New("webshop: no goals in the catalogue")
 	ErrUnknownASIN = errors.New("webshop: unknown product")
+	ErrBadOption   = errors.New("webshop: bad option")
 )
 
 // OptionGroup is one customization of a product ("color": ["black", "navy"]),
@@ -44,6 +45,7 @@ type HumanInstruction struct {
 	Instruction string
 	Attributes  []string
 	Options     []string
+	OptionNames []string // set when instruction_options is a {name: value} object
 }
 
 // Product is one catalogue entry after the original's load_products clean-up.
@@ -97,6 +99,7 @@ type Goal struct {
 	PriceUpper      float64
 	Options         []string          // goal option values
 	OptionsByName   map[string]string // synthetic goals: option name → value; nil for human goals
+	OptionNames     []string          // the name of each of Options when the goal's options are a dict (synthetic goals; human ones given as an object), else nil
 	Human           bool
 }
 
@@ -300,9 +303,16 @@ func stringList(raw json.RawMessage) []string {
 
 // optionValues decodes instruction_options: a list, or a {name: value} map.
 func optionValues(raw json.RawMessage) []string {
+	v, _ := optionValuesNamed(raw)
+	return v
+}
+
+// optionValuesNamed is optionValues that also returns the names (sorted)
+// when the options are a {name: value} object, nil for a list.
+func optionValuesNamed(raw json.RawMessage) (values, names []string) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
-		return nil
+		return nil, nil
 	}
 	if raw[0] == '{' {
 		groups := map[string]string{}
@@ -316,10 +326,10 @@ func optionValues(raw json.RawMessage) []string {
 			for i, k := range keys {
 				out[i] = groups[k]
 			}
-			return out
+			return out, keys
 		}
 	}
-	return stringList(raw)
+	return stringList(raw), nil
 }
 
 // Files names the data files of a catalogue.
@@ -404,10 +414,12 @@ func readFiles(f Files) (*rawData, error) {
 }
 
 // buildProducts applies the original's load_products clean-up.
-func buildProducts(rd *rawData, limit int) ([]*Product, error) {
+func buildProducts(rd *rawData, limit int, keepReviews bool) ([]*Product, error) {
 	reviews := map[string]rawReviewEntry{}
-	for _, r := range rd.reviews {
-		reviews[r.ASIN] = r
+	if keepReviews {
+		for _, r := range rd.reviews {
+			reviews[r.ASIN] = r
+		}
 	}
 	raws := rd.products
 	if limit > 0 && limit < len(raws) {
@@ -465,10 +477,12 @@ func buildProducts(rd *rawData, limit int) ([]*Product, error) {
 			p.InstructionAttributes = a.InstructionAttributes
 		}
 		for _, h := range rd.human[asin] {
+			values, names := optionValuesNamed(h.InstructionOptions)
 			p.HumanInstructions = append(p.HumanInstructions, HumanInstruction{
 				Instruction: h.Instruction,
 				Attributes:  h.InstructionAttributes,
-				Options:     optionValues(h.InstructionOptions),
+				Options:     values,
+				OptionNames: names,
 			})
 		}
 		p.titleLower = strings.ToLower(p.Title)
@@ -548,11 +562,12 @@ func syntheticGoals(products []*Product, prices map[string]float64) []Goal {
 				break
 			}
 			byName := map[string]string{}
-			var values, parts []string
+			var values, names, parts []string
 			for gi, g := range groups {
 				v := g.Values[idx[gi]]
 				byName[g.Name] = v
 				values = append(values, v)
+				names = append(names, g.Name)
 				parts = append(parts, g.Name+": "+v)
 			}
 			optText := ""
@@ -570,6 +585,7 @@ func syntheticGoals(products []*Product, prices map[string]float64) []Goal {
 				PriceUpper:      upper,
 				Options:         values,
 				OptionsByName:   byName,
+				OptionNames:     names,
 			})
 			k := len(groups) - 1
 			for k >= 0 {
@@ -609,6 +625,7 @@ func humanGoals(products []*Product, prices map[string]float64) []Goal {
 				Attributes:      h.Attributes,
 				PriceUpper:      upper,
 				Options:         h.Options,
+				OptionNames:     h.OptionNames,
 				Human:           true,
 			})
 		}

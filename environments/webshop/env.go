@@ -50,6 +50,8 @@ type config struct {
 	lo        LoadOptions
 	stepLimit int
 	correct   bool
+	rule      RewardRule
+	lenient   bool // actions=lenient: case-insensitive name, trimmed parts
 }
 
 func parseOptions(o environments.Options) (config, error) {
@@ -66,12 +68,33 @@ func parseOptions(o environments.Options) (config, error) {
 	case "human":
 		c.human = true
 	default:
-		return c, fmt.Errorf("webshop: goals %q (Extra[goals] or %s): want synthetic or human", g, GoalsEnvVar)
+		return c, fmt.Errorf("%w: goals %q (Extra[goals] or %s): want synthetic or human", ErrBadOption, g, GoalsEnvVar)
+	}
+	switch v := strings.ToLower(o.Extra["reward"]); v {
+	case "", "original":
+	case "fixed":
+		c.rule = RewardFixed
+	default:
+		return c, fmt.Errorf("%w: Extra[reward] = %q: want original or fixed", ErrBadOption, v)
+	}
+	switch v := strings.ToLower(o.Extra["reviews"]); v {
+	case "", "none":
+	case "keep":
+		c.lo.KeepReviews = true
+	default:
+		return c, fmt.Errorf("%w: Extra[reviews] = %q: want none or keep", ErrBadOption, v)
+	}
+	switch v := strings.ToLower(o.Extra["actions"]); v {
+	case "", "original":
+	case "lenient":
+		c.lenient = true
+	default:
+		return c, fmt.Errorf("%w: Extra[actions] = %q: want original or lenient", ErrBadOption, v)
 	}
 	if s := o.Extra["products"]; s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 0 {
-			return c, fmt.Errorf("webshop: Extra[products] = %q: want a product count", s)
+			return c, fmt.Errorf("%w: Extra[products] = %q: want a product count", ErrBadOption, s)
 		}
 		c.lo.MaxProducts = n
 	}
@@ -150,6 +173,8 @@ type Env struct {
 	goals     []Goal
 	stepLimit int
 	correct   bool // replace an invalid click by the most similar clickable
+	rule      RewardRule
+	lenient   bool
 
 	goal       *Goal
 	variation  int
@@ -185,7 +210,7 @@ func New(o environments.Options) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Env{cat: cat, goals: goals, stepLimit: c.stepLimit, correct: c.correct}, nil
+	return &Env{cat: cat, goals: goals, stepLimit: c.stepLimit, correct: c.correct, rule: c.rule, lenient: c.lenient}, nil
 }
 
 // Catalog returns the catalogue the environment plays in.
@@ -230,12 +255,14 @@ func (e *Env) Reset(ctx context.Context, task string, variation int, seed int64)
 }
 
 // parseAction splits an action as the original's parse_action does with
-// re.match(r'(.+)\[(.+)\]', action): on the first line, the argument ends at
-// the last ']' and starts after the last '[' before it that leaves it
+// re.match(r'(.+)\[(.+)\]', action): on the first line, the argument ends
+// at the last ']' and starts after the last '[' before it that leaves it
 // non-empty; the name is everything before that '[' (non-empty); text after
-// the ']' is ignored. Unlike the original, the name is lower-cased and both
-// parts are trimmed (the argument is lower-cased as in the original).
-func parseAction(action string) (name, arg string, ok bool) {
+// the ']' is ignored. The argument is lower-cased (step() does), nothing is
+// trimmed and the name keeps its case: "click[ next > ]" names no
+// clickable, "Click[next >]" is no click, while "click[Next >]" is
+// "next >". With lenient the name is lower-cased and both parts trimmed.
+func parseActionMode(action string, lenient bool) (name, arg string, ok bool) {
 	line, _, _ := strings.Cut(action, "\n")
 	j := strings.LastIndexByte(line, ']')
 	if j < 2 {
@@ -245,7 +272,18 @@ func parseAction(action string) (name, arg string, ok bool) {
 	if i < 1 {
 		return "", "", false
 	}
-	return strings.ToLower(strings.TrimSpace(line[:i])), strings.ToLower(strings.TrimSpace(line[i+1 : j])), true
+	name, arg = line[:i], strings.ToLower(line[i+1:j])
+	if lenient {
+		name, arg = strings.ToLower(strings.TrimSpace(name)), strings.TrimSpace(arg)
+	}
+	return name, arg, true
+}
+
+// parseAction is parseActionMode with the original's rules.
+func parseAction(action string) (name, arg string, ok bool) { return parseActionMode(action, false) }
+
+func (e *Env) parse(action string) (name, arg string, ok bool) {
+	return parseActionMode(action, e.lenient)
 }
 
 // Step applies "search[keywords]" (from any page, as the original's step)
@@ -268,26 +306,26 @@ func (e *Env) Step(ctx context.Context, action string) (environments.StepResult,
 	var stepErr error
 	reward := 0.0
 	corrected := ""
-	if e.correct && e.page != pageSearch && !e.isValidClick(action) && !isSearch(action) && len(e.order) > 0 {
+	if e.correct && e.page != pageSearch && !e.isValidClick(action) && !e.isSearch(action) && len(e.order) > 0 {
 		// Compare the argument (or the whole text) with the clickables' texts,
 		// so that the brackets do not get in the way of the word overlap.
 		text := action
-		if _, arg, ok := parseAction(action); ok {
-			text = arg
+		if _, arg, ok := e.parse(action); ok {
+			text = strings.TrimSpace(arg)
 		}
 		fixed, _ := environments.CorrectAction(text, e.order)
 		if next := "click[" + fixed + "]"; next != action {
 			corrected, action = action, next
 		}
 	}
-	if name, arg, ok := parseAction(action); ok {
+	if name, arg, ok := e.parse(action); ok {
 		switch {
 		case name == "search" && arg != "":
 			// As the original's step(): a search runs from any page, not only
 			// from the one with the search bar.
 			valid = true
 			stepErr = e.search(arg, 1)
-		case name == "click":
+		case name == "click" && arg != "search":
 			if f, ok := e.clickable[arg]; ok {
 				valid = true
 				f()
@@ -305,7 +343,7 @@ func (e *Env) Step(ctx context.Context, action string) (environments.StepResult,
 		info["corrected_from"] = corrected
 	}
 	if e.page == pageDone {
-		info["won"] = e.reward >= 1-1e-9
+		info["won"] = e.reward == 1 // success is reward 1.0 exactly
 		info["raw_reward"] = e.reward
 		ri := e.rewardInfo
 		info["r_type"] = ri.Type.RType
@@ -328,13 +366,13 @@ func (e *Env) Step(ctx context.Context, action string) (environments.StepResult,
 }
 
 // isSearch reports whether action is a search with keywords.
-func isSearch(action string) bool {
-	name, arg, ok := parseAction(action)
+func (e *Env) isSearch(action string) bool {
+	name, arg, ok := e.parse(action)
 	return ok && name == "search" && arg != ""
 }
 
 func (e *Env) isValidClick(action string) bool {
-	name, arg, ok := parseAction(action)
+	name, arg, ok := e.parse(action)
 	if !ok || name != "click" {
 		return false
 	}
@@ -505,7 +543,7 @@ func (e *Env) toSub(name string) {
 
 func (e *Env) buy() {
 	p := e.product
-	ri := Reward(p, e.goal, e.cat.Prices[p.ASIN], e.options)
+	ri := RewardWith(p, e.goal, e.cat.Prices[p.ASIN], e.options, e.rule)
 	e.reward, e.rewardInfo = ri.Reward, ri
 	e.done = true
 	e.page = pageDone

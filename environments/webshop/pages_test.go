@@ -14,7 +14,9 @@ const instr = "Find me long lasting lipstick with color: nude, and size: large, 
 // TestObservationSnapshots walks every page of the tiny shop and compares the
 // text observations with golden strings.
 func TestObservationSnapshots(t *testing.T) {
-	e, err := New(envOpts(tinyShop(t)))
+	o := envOpts(tinyShop(t))
+	o.Extra = map[string]string{"reviews": "keep"} // the reviews file's rating and review
+	e, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +133,7 @@ func TestInvalidActions(t *testing.T) {
 		t.Fatal(err)
 	}
 	obs := rr.Observation
-	for _, a := range []string{"", "search", "search[]", "search[   ]", "click[b000000001]", "click[next >]", "buy[it]", "look around"} {
+	for _, a := range []string{"", "search", "search[]", "click[b000000001]", "click[next >]", "buy[it]", "look around", "Search[lipstick]", " search[lipstick]"} {
 		r := mustStep(t, e, a)
 		if r.Observation != obs || r.Reward != 0 || r.Done || r.Info["valid"] != false {
 			t.Fatalf("invalid action %q on the search page: %+v", a, r)
@@ -144,12 +146,16 @@ func TestInvalidActions(t *testing.T) {
 			t.Fatalf("invalid action %q on the results page: %+v", a, r)
 		}
 	}
-	// Case and surrounding blanks do not matter, as in the original (lower-cased arguments).
-	if r := mustStep(t, e, "  click[ NEXT > ] "); r.Info["valid"] != true || !strings.Contains(r.Observation, "Page 2 (Total results: 13)") {
-		t.Fatalf("click[ NEXT > ]: %+v", r)
+	// The argument's case does not matter (the original lower-cases it);
+	// blanks around it do.
+	if r := mustStep(t, e, "  click[ NEXT > ] "); r.Info["valid"] != false {
+		t.Fatalf("  click[ NEXT > ] : %+v", r)
 	}
-	if e.steps != 18 {
-		t.Fatalf("steps = %d, want 18 (invalid actions count as steps)", e.steps)
+	if r := mustStep(t, e, "click[NEXT >]"); r.Info["valid"] != true || !strings.Contains(r.Observation, "Page 2 (Total results: 13)") {
+		t.Fatalf("click[NEXT >]: %+v", r)
+	}
+	if e.steps != 20 {
+		t.Fatalf("steps = %d, want 20 (invalid actions count as steps)", e.steps)
 	}
 	// A search runs from any page, as in the original's step(): here from an
 	// item page; the chosen options are forgotten.
@@ -351,10 +357,12 @@ func TestCorrectActions(t *testing.T) {
 	}
 }
 
-// TestPartialPurchase buys the right product with the wrong options: "ruby |
-// red" normalises to "red", which is no goal option but occurs in the title
-// ("Acme Red Lipstick") and so counts, as in the original; "small" is not
-// "large". Reward (1 attribute + 1 option + price) / (1 + 2 + 1) = 0.75.
+// TestPartialPurchase: the lipstick with the wrong options. "ruby | red"
+// normalises to "red", which matches neither goal option ("nude", and the
+// tuple ('size', 'large')) and earns nothing even though "red" is in the
+// title (the original has no text fallback); "small" is not "large"
+// (tokens {small} vs {size, large}). Reward (1 attribute + 0 options +
+// price) / (1 + 2 + 1) = 0.5.
 func TestPartialPurchase(t *testing.T) {
 	e, err := New(envOpts(tinyShop(t)))
 	if err != nil {
@@ -368,10 +376,10 @@ func TestPartialPurchase(t *testing.T) {
 	for _, a := range []string{"search[red lipstick]", "click[b000000001]", "click[ruby | red]", "click[small]", "click[buy now]"} {
 		r = mustStep(t, e, a)
 	}
-	if !r.Done || r.Reward != 75 || e.Score() != 75 || r.Info["won"] != false || r.Info["raw_reward"] != 0.75 || r.Info["r_option"] != 0.5 {
+	if !r.Done || r.Reward != 50 || e.Score() != 50 || r.Info["won"] != false || r.Info["raw_reward"] != 0.5 || r.Info["r_option"] != 0.0 {
 		t.Fatalf("partial purchase: %+v", r)
 	}
-	if !strings.Contains(r.Observation, "Your score (min 0.0, max 1.0) [SEP] 0.75 [SEP]") {
+	if !strings.Contains(r.Observation, "Your score (min 0.0, max 1.0) [SEP] 0.5 [SEP]") {
 		t.Fatalf("done page: %s", r.Observation)
 	}
 	// Another product type of the same brand: the shared proper noun "acme"
@@ -389,29 +397,87 @@ func TestPartialPurchase(t *testing.T) {
 }
 
 // TestParseAction: the split of re.match(r'(.+)\[(.+)\]', action), worked
-// out by hand, plus this package's lower-casing and trimming.
+// out by hand; the argument is lower-cased (as step() does), nothing is
+// trimmed and the name keeps its case. Lenient mode trims both and
+// lower-cases the name.
 func TestParseAction(t *testing.T) {
 	for _, c := range []struct {
 		in, name, arg string
 		ok            bool
+		lenient       bool
 	}{
-		{"click[buy now]", "click", "buy now", true},
-		{"search[Red Shoes]", "search", "red shoes", true},
-		{"click[buy now].", "click", "buy now", true},                // text after the last ']' is ignored
-		{"click[buy now] because it fits", "click", "buy now", true}, // likewise
-		{"search[a [b] c]", "search[a", "b] c", true},                // greedy name: the last '[' before the last ']'
-		{"click[[x]]", "click[", "x]", true},
-		{"click[x]\nclick[y]", "click", "x", true}, // '.' stops at the first line break
-		{"  Click [ Next > ] ", "click", "next >", true},
-		{"click[]", "", "", false}, // the argument needs a character
-		{"[x]", "", "", false},     // so does the name
-		{"click", "", "", false},
-		{"", "", "", false},
-		{"\nclick[x]", "", "", false},
+		{"click[buy now]", "click", "buy now", true, false},
+		{"search[Red Shoes]", "search", "red shoes", true, false},
+		{"click[Next >]", "click", "next >", true, false},                   // the argument is lower-cased
+		{"click[ next > ]", "click", " next > ", true, false},               // but not trimmed: no such clickable
+		{"Click[next >]", "Click", "next >", true, false},                   // the name keeps its case: no click
+		{"click[buy now].", "click", "buy now", true, false},                // text after the last ']' is ignored
+		{"click[buy now] because it fits", "click", "buy now", true, false}, // likewise
+		{"search[a [b] c]", "search[a ", "b] c", true, false},               // greedy name: the last '[' before the last ']'
+		{"click[[x]]", "click[", "x]", true, false},
+		{"click[x]\nclick[y]", "click", "x", true, false}, // '.' stops at the first line break
+		{"  Click [ Next > ] ", "  Click ", " next > ", true, false},
+		{"  Click [ Next > ] ", "click", "next >", true, true},
+		{"click[]", "", "", false, false}, // the argument needs a character
+		{"[x]", "", "", false, false},     // so does the name
+		{"click", "", "", false, false},
+		{"", "", "", false, false},
+		{"\nclick[x]", "", "", false, false},
 	} {
-		name, arg, ok := parseAction(c.in)
+		name, arg, ok := parseActionMode(c.in, c.lenient)
 		if name != c.name || arg != c.arg || ok != c.ok {
-			t.Errorf("parseAction(%q) = %q, %q, %v; want %q, %q, %v", c.in, name, arg, ok, c.name, c.arg, c.ok)
+			t.Errorf("parseActionMode(%q, %v) = %q, %q, %v; want %q, %q, %v", c.in, c.lenient, name, arg, ok, c.name, c.arg, c.ok)
 		}
+	}
+}
+
+// TestStrictActions plays the original's action rules through the
+// environment: "click[Next >]" pages, "click[ next > ]" and "Click[next >]"
+// change nothing, "search[   ]" runs a search (its keywords are not empty);
+// with actions=lenient the spaced and capitalised forms work.
+func TestStrictActions(t *testing.T) {
+	for _, lenient := range []bool{false, true} {
+		o := envOpts(tinyShop(t))
+		if lenient {
+			o.Extra = map[string]string{"actions": "lenient"}
+		}
+		e, err := New(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.Reset(bg, "webshop", 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		if r := mustStep(t, e, "search[   ]"); r.Info["valid"] != !lenient || (!lenient && !strings.Contains(r.Observation, "Page 1 (Total results: 0)")) {
+			t.Fatalf("lenient=%v: search[   ]: %+v", lenient, r)
+		}
+		mustStep(t, e, "search[lipstick]")
+		for _, a := range []string{"click[ next > ]", "Click[next >]"} {
+			if r := mustStep(t, e, a); r.Info["valid"] != lenient {
+				t.Fatalf("lenient=%v: %q: %+v", lenient, a, r)
+			}
+			if lenient {
+				mustStep(t, e, "click[< prev]")
+			}
+		}
+		if r := mustStep(t, e, "click[Next >]"); r.Info["valid"] != true || !strings.Contains(r.Observation, "Page 2") {
+			t.Fatalf("lenient=%v: click[Next >]: %+v", lenient, r)
+		}
+	}
+}
+
+// TestBadOptions: an unknown option value is an ErrBadOption.
+func TestBadOptions(t *testing.T) {
+	for _, kv := range [][2]string{{"reward", "bogus"}, {"reviews", "all"}, {"actions", "loose"}, {"goals", "robots"}, {"products", "-3"}} {
+		o := envOpts("")
+		o.Extra = map[string]string{kv[0]: kv[1]}
+		if _, err := New(o); !errors.Is(err, ErrBadOption) {
+			t.Errorf("%s=%s: %v, want ErrBadOption", kv[0], kv[1], err)
+		}
+	}
+	o := envOpts("")
+	o.Extra = map[string]string{"reward": "Fixed", "reviews": "keep", "actions": "lenient"}
+	if _, err := New(o); err != nil {
+		t.Fatal(err)
 	}
 }

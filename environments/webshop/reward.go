@@ -6,13 +6,9 @@ import (
 	"unicode"
 
 	"github.com/jdkato/prose/v2"
-	fuzzy "github.com/paul-mannino/go-fuzzywuzzy"
 )
 
 // The reward of a purchase, re-expressed from the original's goal.py.
-
-// exactMatchOptions are option names compared exactly (not fuzzily).
-var exactMatchOptions = map[string]bool{"size": true}
 
 // colorSet is the original's list of base colours: an option value that
 // contains one of them is reduced to the first one found.
@@ -43,34 +39,9 @@ func normalizeColor(s string) string {
 	return s
 }
 
-// fullProcess is thefuzz's full_process(s, force_ascii=True): the code
-// points U+0080–U+00FF are deleted (ascii_only), then rapidfuzz's
-// default_process turns every character that is not a letter or a number
-// into a blank, lower-cases and trims. Code points above U+00FF are kept
-// (a letter) or blanked (anything else): "women’s" gives "women s", where
-// go-fuzzywuzzy's own cleaning would delete the apostrophe ("womens").
-func fullProcess(s string) string {
-	var b strings.Builder
-	b.Grow(len(s))
-	for _, r := range s {
-		switch {
-		case r >= 0x80 && r <= 0xff:
-		case unicode.IsLetter(r) || unicode.IsNumber(r):
-			b.WriteRune(unicode.ToLower(r))
-		default:
-			b.WriteByte(' ')
-		}
-	}
-	return strings.TrimSpace(b.String())
-}
-
-// tokenSetRatio is thefuzz's token_set_ratio (0–100) with its default
-// processing: go-fuzzywuzzy's TokenSetRatio (the same sorted intersection /
-// remainder comparison with the indel ratio as rapidfuzz) on fullProcess'ed
-// strings, 0 when either is empty.
-func tokenSetRatio(a, b string) int {
-	return fuzzy.TokenSetRatio(fullProcess(a), fullProcess(b), false, false)
-}
+// tokenSetRatio is the original's fuzz.token_set_ratio (thefuzz 0.19.0
+// with difflib, see fuzz.go).
+func tokenSetRatio(a, b string) int { return tokenSetRatio019(a, b, ratioDifflib) }
 
 // nounsOf is the tagger typeReward uses (tests swap in a hand-made one).
 var nounsOf = nouns
@@ -193,35 +164,70 @@ func attributeMatches(p *Product, g *Goal) int {
 	return n
 }
 
-// optionMatches counts the chosen options (name → value) that match a goal
-// option, with the original's colour normalisation, exact matching of sizes
-// and fall-back to the product's text.
-func optionMatches(p *Product, goalOptions []string, chosen map[string]string) int {
-	goals := make([]string, len(goalOptions))
-	for i, o := range goalOptions {
-		goals[i] = normalizeColor(o)
-	}
-	n := 0
-	for k, v := range chosen {
-		v = normalizeColor(v)
-		matched := false
-		if exactMatchOptions[strings.ToLower(k)] {
-			for _, g := range goals {
-				if g == v {
-					matched = true
-					break
-				}
-			}
-		} else {
-			for _, g := range goals {
-				if tokenSetRatio(g, v) > 85 {
-					matched = true
+// RewardRule selects how options are scored.
+type RewardRule int
+
+const (
+	// RewardOriginal is the original's current goal.py, bug for bug (the
+	// default, so that scores compare with published WebShop numbers).
+	RewardOriginal RewardRule = iota
+	// RewardFixed corrects the original's colour asymmetry: a synthetic
+	// goal option is compared by its value, colour-normalised like the
+	// bought value, instead of as the text of a (name, value) tuple.
+	RewardFixed
+)
+
+// goalOptionTexts are the goal options as get_option_reward sees them after
+// normalize_color, for the given rule.
+//
+// Human goals usually carry a list of option strings: each is
+// colour-normalised (the first base colour it contains). Synthetic goals
+// (and human ones whose options are an object) carry a dict, which
+// get_reward passes as goal_options.items(): (name, value) tuples. For a
+// tuple, normalize_color's `norm_color in t` is tuple membership, true only
+// when the name or the value equals a base colour exactly; otherwise the
+// tuple stays a tuple and thefuzz turns it into its str(),
+// "('color', 'grey wash')", whose processed tokens are color, grey, wash.
+// So a synthetic "grey wash" goal is compared with the bought value
+// normalised to "ash" ("grey wash" contains "ash", earlier in the list than
+// "grey") and never matches: the asymmetry RewardFixed corrects.
+func goalOptionTexts(g *Goal, rule RewardRule) []string {
+	out := make([]string, len(g.Options))
+	for i, v := range g.Options {
+		switch {
+		case len(g.OptionNames) != len(g.Options) || rule == RewardFixed:
+			out[i] = normalizeColor(v)
+		default:
+			name := g.OptionNames[i]
+			out[i] = pyTupleStr(name, v)
+			for _, c := range colorSet {
+				if c == name || c == v {
+					out[i] = c
 					break
 				}
 			}
 		}
-		if matched || inProductText(p, v) {
-			n++
+	}
+	return out
+}
+
+// optionMatches is get_option_reward's count: for each goal option, 1 when
+// some chosen option value (colour-normalised) has a token-set ratio > 85
+// with it. Every option, sizes included, is matched fuzzily, and nothing
+// is credited from the product's text, so the count never exceeds the
+// number of goal options.
+func optionMatches(g *Goal, chosen map[string]string, rule RewardRule) int {
+	bought := make([]string, 0, len(chosen))
+	for _, v := range chosen {
+		bought = append(bought, normalizeColor(v))
+	}
+	n := 0
+	for _, gopt := range goalOptionTexts(g, rule) {
+		for _, b := range bought {
+			if tokenSetRatio(b, gopt) > 85 {
+				n++
+				break
+			}
 		}
 	}
 	return n
@@ -239,13 +245,19 @@ type RewardInfo struct {
 }
 
 // Reward scores buying product p at price with the chosen options (name →
-// value) against goal g: (attribute + option + price matches) /
-// (attributes + goal options + 1), times the type factor.
+// value) against goal g with the original's rule (RewardOriginal).
 func Reward(p *Product, g *Goal, price float64, chosen map[string]string) RewardInfo {
+	return RewardWith(p, g, price, chosen, RewardOriginal)
+}
+
+// RewardWith is get_reward: (attribute + option + price matches) /
+// (goal attributes + goal options + 1), times the type factor. Each count is
+// at most its denominator term, so the reward is in [0, 1].
+func RewardWith(p *Product, g *Goal, price float64, chosen map[string]string, rule RewardRule) RewardInfo {
 	ri := RewardInfo{
 		Type:           typeReward(p, g),
 		AttrMatches:    attributeMatches(p, g),
-		OptionMatches:  optionMatches(p, g.Options, chosen),
+		OptionMatches:  optionMatches(g, chosen, rule),
 		PriceOK:        g.PriceUpper > 0 && price <= g.PriceUpper,
 		NumAttributes:  len(g.Attributes),
 		NumGoalOptions: len(g.Options),

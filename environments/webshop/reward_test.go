@@ -51,13 +51,15 @@ func TestRewardHandMade(t *testing.T) {
 		{"all options right", 40, map[string]string{"color": "black forest", "size": "large"}, 5.0 / 6, 2, 2},
 		{"price above the bound", 60, map[string]string{"color": "black forest", "size": "large"}, 4.0 / 6, 2, 2},
 		{"price equal to the bound", 50, map[string]string{"color": "black forest", "size": "large"}, 5.0 / 6, 2, 2},
-		// Sizes match exactly only: "x-large" is not "large", and "x-large" is nowhere in the text.
-		{"wrong size", 40, map[string]string{"color": "black forest", "size": "x-large"}, 4.0 / 6, 2, 1},
+		// Sizes match fuzzily like any option: {x, large} vs {large} share all
+		// of "large", token-set ratio 100.
+		{"x-large for large", 40, map[string]string{"color": "black forest", "size": "x-large"}, 5.0 / 6, 2, 2},
 		// "navy blue" normalises to "blue" (first colour of the list found), not "black".
 		{"wrong colour", 40, map[string]string{"color": "navy blue", "size": "large"}, 4.0 / 6, 2, 1},
 		{"no options chosen", 40, map[string]string{}, 3.0 / 6, 2, 0},
-		// An option found in the product's text counts even when no goal option matches.
-		{"option in the text", 40, map[string]string{"color": "leather", "size": "large"}, 5.0 / 6, 2, 2},
+		// An option found in the product's text ("leather") earns nothing
+		// when no goal option matches it (no text fallback).
+		{"option in the text", 40, map[string]string{"color": "leather", "size": "large"}, 4.0 / 6, 2, 1},
 	}
 	for _, c := range cases {
 		ri := Reward(p, g, c.price, c.chosen)
@@ -163,7 +165,7 @@ func TestTokenSetRatio(t *testing.T) {
 		{"high quality", "quality high", 100},
 		{"gluten free", "Gluten-Free, non GMO", 100}, // a subset scores 100
 		{"navy", "blue", 0},
-		{"abc", "abd", 67}, // indel ratio, as python-Levenshtein / rapidfuzz
+		{"abc", "abd", 67}, // difflib: block "ab", 2·2/6 = 66.7 → 67
 	} {
 		if got := tokenSetRatio(c.a, c.b); got != c.want {
 			t.Errorf("tokenSetRatio(%q, %q) = %d, want %d", c.a, c.b, got, c.want)

@@ -1,0 +1,212 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/rs/zerolog/log"
+	"github.com/urfave/cli/v2"
+
+	"github.com/empo2/empo2/environments"
+	"github.com/empo2/empo2/trainer"
+)
+
+// `empo2 env demos`: demonstrations as chat JSONL for `empo2 sft`
+// (docs/sft.md).
+
+var (
+	demosTasksFlag   = &cli.StringSliceFlag{Name: "tasks", Usage: "task `NAMES` (comma-separated or repeated; default: every task not held out)"}
+	demosSplitFlag   = &cli.StringFlag{Name: "split", Usage: "variation split: train, dev or test", Value: "train"}
+	demosVarsFlag    = &cli.IntFlag{Name: "variations", Usage: "at most `N` variations per task, the first of the split (0: all)"}
+	demosOutFlag     = &cli.StringFlag{Name: "out", Aliases: []string{"o"}, Usage: "JSONL `FILE` to write", Required: true}
+	demosPerStepFlag = &cli.BoolFlag{Name: "per-step", Usage: "one record per step (default: one packed record per episode; last-k history needs this)"}
+	demosKindFlag    = &cli.StringFlag{Name: "kind", Usage: "gold (the environment's gold actions) or explore (gold work, observable room search instead of its moves; needs the teleport simplification, e.g. --simplifications easy)", Value: trainer.DemoGold}
+	demosNoTipsFlag  = &cli.BoolFlag{Name: "no-tips", Usage: "leave out the tip-writing turn after each episode"}
+	demosHeldFlag    = &cli.BoolFlag{Name: "held-out", Usage: "with no --tasks, also include held-out tasks"}
+	demosSeedFlag    = &cli.Int64Flag{Name: "seed", Usage: "reset seed", Value: 0}
+	demosTextFlag    = &cli.StringFlag{Name: "text", Usage: "also write every message's text to `FILE` (a corpus for `empo2 model init --corpus`, so a generated tokenizer fits the environment)"}
+
+	promptHistoryFlag = &cli.StringFlag{Name: "history", Usage: "prompt history: full or last-k", Value: trainer.HistoryFull}
+	promptKFlag       = &cli.IntFlag{Name: "history-k", Usage: "turns kept with --history last-k", Value: trainer.DefaultPromptConfig().HistoryK}
+	promptFormatFlag  = &cli.StringFlag{Name: "action-format", Usage: "naive (one action line) or cot (<action>…</action>)", Value: trainer.FormatNaive}
+	promptSystemFlag  = &cli.StringFlag{Name: "system", Usage: "system `TEXT` (default: the trainer's)"}
+)
+
+// envDemosCommand is the `env demos` subcommand (listed in env.go).
+func envDemosCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "demos",
+		Usage:     "write gold (or exploring) demonstrations as chat JSONL in the trainer's prompt format, for `empo2 sft`",
+		ArgsUsage: "ENV",
+		Description: "Each episode is played through the environment and written in exactly the prompt format of\n" +
+			"the rollouts (system text, task, history, action format), followed by a tip-writing turn.\n" +
+			"Only episodes that end done with a positive score are written. See docs/sft.md.",
+		Flags: append([]cli.Flag{demosTasksFlag, demosSplitFlag, demosVarsFlag, demosOutFlag, demosPerStepFlag, demosKindFlag,
+			demosNoTipsFlag, demosHeldFlag, demosSeedFlag, demosTextFlag, promptHistoryFlag, promptKFlag, promptFormatFlag, promptSystemFlag}, envOptionFlags()...),
+		Action: envDemos,
+	}
+}
+
+// promptConfigFlags reads the prompt flags.
+func promptConfigFlags(c *cli.Context) (trainer.PromptConfig, error) {
+	pc := trainer.DefaultPromptConfig()
+	pc.History = c.String(promptHistoryFlag.Name)
+	pc.HistoryK = c.Int(promptKFlag.Name)
+	pc.ActionFormat = c.String(promptFormatFlag.Name)
+	pc.System = c.String(promptSystemFlag.Name)
+	return pc.Normalize()
+}
+
+func envDemos(c *cli.Context) error {
+	if c.NArg() != 1 {
+		return fmt.Errorf("want ENV, got %d arguments (environments: %s)", c.NArg(), strings.Join(environments.Names(), ", "))
+	}
+	name := c.Args().First()
+	spec, err := environments.Lookup(name)
+	if err != nil {
+		return err
+	}
+	opts, err := envOptions(c)
+	if err != nil {
+		return err
+	}
+	split, err := environments.ParseSplit(c.String(demosSplitFlag.Name))
+	if err != nil {
+		return err
+	}
+	pc, err := promptConfigFlags(c)
+	if err != nil {
+		return err
+	}
+	kind := c.String(demosKindFlag.Name)
+	if kind != trainer.DemoGold && kind != trainer.DemoExplore {
+		return fmt.Errorf("--kind %q: want %s or %s", kind, trainer.DemoGold, trainer.DemoExplore)
+	}
+	perStep := c.Bool(demosPerStepFlag.Name)
+	if pc.History != trainer.HistoryFull && !perStep {
+		return fmt.Errorf("--history %s changes the prompt at every step: add --per-step", pc.History)
+	}
+	if c.Int(demosVarsFlag.Name) < 0 {
+		return fmt.Errorf("--variations %d is negative", c.Int(demosVarsFlag.Name))
+	}
+	all, err := spec.Tasks(opts)
+	if err != nil {
+		return err
+	}
+	var tasks []environments.Task
+	if names := splitList(c.StringSlice(demosTasksFlag.Name)); len(names) > 0 {
+		for _, n := range names {
+			t, err := environments.FindTask(all, n)
+			if err != nil {
+				return err
+			}
+			tasks = append(tasks, t)
+		}
+	} else {
+		for _, t := range all {
+			if !t.HeldOut || c.Bool(demosHeldFlag.Name) {
+				tasks = append(tasks, t)
+			}
+		}
+	}
+	env, err := spec.New(opts)
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	out := c.String(demosOutFlag.Name)
+	tmp, err := os.CreateTemp(filepath.Dir(out), ".demos-*.jsonl")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	w := bufio.NewWriter(tmp)
+	var text strings.Builder
+	dcfg := trainer.DemoConfig{Prompt: pc, PerStep: perStep, NoTips: c.Bool(demosNoTipsFlag.Name)}
+	var episodes, steps, records, skipped int
+	for _, t := range tasks {
+		vars, err := t.VariationsIn(split)
+		if err != nil {
+			return err
+		}
+		if n := c.Int(demosVarsFlag.Name); n > 0 && n < len(vars) {
+			vars = vars[:n]
+		}
+		for _, v := range vars {
+			var d trainer.Demo
+			if kind == trainer.DemoExplore {
+				d, err = trainer.ExploreDemo(c.Context, env, name, t.Name, v, c.Int64(demosSeedFlag.Name))
+			} else {
+				d, err = trainer.GoldDemo(c.Context, env, name, t.Name, v, c.Int64(demosSeedFlag.Name))
+			}
+			if err != nil {
+				return err
+			}
+			if !d.Done || d.Score <= 0 {
+				skipped++
+				log.Warn().Str("task", t.Name).Int("variation", v).Float64("score", d.Score).Bool("done", d.Done).Msg("demo does not complete the task: skipped")
+				continue
+			}
+			recs, err := trainer.DemoRecords(d, dcfg)
+			if err != nil {
+				return err
+			}
+			if err := trainer.WriteChatJSONL(w, recs); err != nil {
+				return err
+			}
+			if c.String(demosTextFlag.Name) != "" {
+				for _, r := range recs {
+					for _, m := range r.Messages {
+						text.WriteString(m.Content)
+						text.WriteByte('\n')
+					}
+				}
+			}
+			episodes++
+			steps += len(d.Steps)
+			records += len(recs)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if episodes == 0 {
+		return fmt.Errorf("%w: no demonstration completed its task (%d skipped); nothing written", trainer.ErrDemo, skipped)
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), out); err != nil {
+		return err
+	}
+	if p := c.String(demosTextFlag.Name); p != "" {
+		if err := os.WriteFile(p, []byte(text.String()), 0o644); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(c.App.Writer, "wrote %s: %d episodes, %d steps, %d records (%s demos, %s split, history %s); %d skipped\n",
+		out, episodes, steps, records, kind, split, pc.History, skipped)
+	return nil
+}
+
+// splitList flattens comma-separated values.
+func splitList(vals []string) []string {
+	var out []string
+	for _, v := range vals {
+		for _, s := range strings.Split(v, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}

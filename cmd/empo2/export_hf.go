@@ -1,0 +1,121 @@
+package main
+
+// `empo2 export --format peft|hf`: the Hugging Face side of export (lora/peft.go,
+// lora/hf.go). export.go dispatches here for every format but gguf.
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog/log"
+	"github.com/schollz/progressbar/v3"
+	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
+
+	"github.com/empo2/empo2/gguf"
+	"github.com/empo2/empo2/lora"
+	"github.com/empo2/empo2/safetensors"
+)
+
+var (
+	exportFormatFlag = &cli.StringFlag{
+		Name: "format",
+		Usage: "gguf: llama.cpp adapter (or merged model with --merged); " +
+			"peft: Hugging Face PEFT LoRA folder (adapter_model.safetensors + adapter_config.json); " +
+			"hf: with --merged, a transformers Qwen2ForCausalLM folder (config, safetensors, tokenizer). " +
+			"For peft and hf, --out is a directory",
+		Value: "gguf",
+	}
+	exportHFBaseFlag = &cli.StringFlag{
+		Name:  "hf-base",
+		Usage: "with --format peft: base_model_name_or_path written into adapter_config.json (a Hub id or the folder of the base model; default: the base GGUF's general.name)",
+	}
+)
+
+// parseSafetensorsDType maps --type to a safetensors dtype for the
+// Hugging Face formats (they also take bf16).
+func parseSafetensorsDType(s string) (safetensors.DType, error) {
+	switch strings.ToLower(s) {
+	case "f32":
+		return safetensors.F32, nil
+	case "f16":
+		return safetensors.F16, nil
+	case "bf16":
+		return safetensors.BF16, nil
+	}
+	return "", fmt.Errorf("--dtype %q: want f32, f16 or bf16", s)
+}
+
+// exportHF writes a PEFT adapter or a merged transformers model folder.
+func exportHF(c *cli.Context, format string) error {
+	format = strings.ToLower(format)
+	if format != "peft" && format != "hf" {
+		return fmt.Errorf("--format %q: want gguf, peft or hf", format)
+	}
+	merged := c.Bool(exportMergedFlag.Name)
+	if format == "peft" && merged {
+		return fmt.Errorf("--format peft writes the adapter alone; for a merged model use --format hf --merged")
+	}
+	if format == "hf" && !merged {
+		return fmt.Errorf("--format hf writes a merged model: add --merged (or use --format peft for the adapter alone)")
+	}
+	var dtype safetensors.DType // "" = default of the format
+	if c.IsSet(exportTypeFlag.Name) {
+		var err error
+		if dtype, err = parseSafetensorsDType(c.String(exportTypeFlag.Name)); err != nil {
+			return err
+		}
+	}
+	modelPath, loraPath, out := c.String(exportModelFlag.Name), c.String(exportLoraFlag.Name), c.String(exportOutFlag.Name)
+	if sameFile(out, modelPath) || sameFile(out, loraPath) {
+		return fmt.Errorf("--out %s would overwrite an input", out)
+	}
+	if st, err := os.Stat(out); err == nil && !st.IsDir() {
+		return fmt.Errorf("--out %s exists and is not a directory (--format %s writes a folder)", out, format)
+	}
+	base, err := gguf.Open(modelPath)
+	if err != nil {
+		return fmt.Errorf("reading base model: %w", err)
+	}
+	defer base.Close()
+	a, err := readAdapterOrState(loraPath)
+	if err != nil {
+		return err
+	}
+	if err := lora.Validate(a, base); err != nil {
+		return fmt.Errorf("%s does not fit %s: %w", loraPath, modelPath, err)
+	}
+	start := time.Now()
+	if format == "peft" {
+		if err := lora.ExportPEFT(a, base, out, lora.PEFTOptions{DType: dtype, BaseModel: c.String(exportHFBaseFlag.Name)}); err != nil {
+			return err
+		}
+		log.Info().Str("out", out).Int("pairs", len(a.Pairs)).Int("rank", a.Rank()).Float32("alpha", a.Alpha).
+			Str("took", time.Since(start).Round(time.Millisecond).String()).Msg("wrote PEFT adapter")
+		return nil
+	}
+	var bar *progressbar.ProgressBar
+	opt := lora.HFOptions{DType: dtype}
+	if term.IsTerminal(int(os.Stderr.Fd())) {
+		opt.Progress = func(done, total int64) {
+			if bar == nil {
+				bar = progressbar.NewOptions64(total, progressbar.OptionSetWriter(os.Stderr),
+					progressbar.OptionSetDescription("writing "+out), progressbar.OptionShowBytes(true),
+					progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
+			}
+			bar.Set64(done)
+		}
+	}
+	err = lora.ExportHF(base, a, out, opt)
+	if bar != nil {
+		bar.Finish()
+	}
+	if err != nil {
+		return err
+	}
+	log.Info().Str("out", out).Int("merged", len(a.Pairs)).Str("took", time.Since(start).Round(time.Millisecond).String()).
+		Msg("wrote transformers model folder")
+	return nil
+}

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog/log"
+	"github.com/schollz/progressbar/v3"
+	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
+
+	"github.com/empo2/empo2/report"
+)
+
+var (
+	reportOutFlag    = &cli.StringFlag{Name: "out", Aliases: []string{"o"}, Usage: "output `DIR` for report.html and the pictures (created)", Required: true}
+	reportSmoothFlag = &cli.IntFlag{Name: "smooth", Usage: "moving-average window `W` in steps (0 = auto: steps/10, 1..50; 1 = no smoothing)"}
+	reportFormatFlag = &cli.StringFlag{Name: "format", Usage: "picture formats, comma-separated: png, svg", Value: "png,svg"}
+	reportDPIFlag    = &cli.IntFlag{Name: "dpi", Usage: "PNG resolution", Value: 110}
+	reportEmbedFlag  = &cli.BoolFlag{Name: "embed", Usage: "embed the pictures in report.html as data URIs (one file to share)"}
+	reportTitleFlag  = &cli.StringFlag{Name: "title", Usage: "page title", Value: "EMPO² training report"}
+)
+
+func init() {
+	register(&cli.Command{
+		Name:      "report",
+		Usage:     "draw learning curves and eval results of run directories into PNG/SVG pictures and report.html",
+		ArgsUsage: "RUN [RUN…]",
+		Description: "Reads each run directory's config.yaml, metrics.jsonl, eval.jsonl and eval/*.json\n" +
+			"(written by `empo2 train` and `empo2 eval --json`). Runs whose configs are equal once\n" +
+			"the seed is removed are drawn as one curve: the mean over seeds with a min–max band.\n" +
+			"report.html loads nothing from the network (pictures beside it, or --embed). See docs/report.md.\n" +
+			"Examples:\n" +
+			"  empo2 report r --out report\n" +
+			"  empo2 report runs/empo2-s1 runs/empo2-s2 runs/grpo-s1 runs/grpo-s2 --out cmp --smooth 10 --format png",
+		Flags:  []cli.Flag{reportOutFlag, reportSmoothFlag, reportFormatFlag, reportDPIFlag, reportEmbedFlag, reportTitleFlag},
+		Action: reportAction,
+	})
+}
+
+func reportAction(c *cli.Context) error {
+	if c.NArg() == 0 {
+		return fmt.Errorf("report: give at least one run directory (usage: empo2 report RUN [RUN…] --out DIR)")
+	}
+	opt := report.Options{
+		Out:     c.String(reportOutFlag.Name),
+		Smooth:  c.Int(reportSmoothFlag.Name),
+		Formats: strings.Split(c.String(reportFormatFlag.Name), ","),
+		DPI:     c.Int(reportDPIFlag.Name),
+		Embed:   c.Bool(reportEmbedFlag.Name),
+		Title:   c.String(reportTitleFlag.Name),
+		Logf:    func(format string, args ...any) { log.Debug().Msgf(format, args...) },
+	}
+	// A progress bar over the pictures on a terminal (a report of many long
+	// runs takes seconds); nothing otherwise.
+	var bar *progressbar.ProgressBar
+	if term.IsTerminal(int(os.Stderr.Fd())) {
+		opt.Progress = func(done, total int) {
+			if bar == nil {
+				bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription("drawing"),
+					progressbar.OptionShowCount(), progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
+			}
+			_ = bar.Set(done)
+		}
+	}
+	res, err := report.Generate(c.Args().Slice(), opt)
+	if bar != nil {
+		_ = bar.Finish()
+	}
+	if err != nil {
+		return err
+	}
+	for _, w := range res.Warnings {
+		log.Warn().Msg(w)
+	}
+	for _, s := range res.Skipped {
+		log.Debug().Msgf("not drawn: %s", s)
+	}
+	abs, _ := filepath.Abs(res.HTML)
+	fmt.Fprintf(c.App.Writer, "wrote %s (%d pictures in %s)\n", abs, len(res.Files), filepath.Dir(abs))
+	return nil
+}

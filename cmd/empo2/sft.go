@@ -1,0 +1,279 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"runtime"
+	"strconv"
+	"time"
+
+	"github.com/rs/zerolog/log"
+	"github.com/schollz/progressbar/v3"
+	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
+
+	"github.com/empo2/empo2/cgo"
+	"github.com/empo2/empo2/gguf"
+	"github.com/empo2/empo2/llama"
+	"github.com/empo2/empo2/lora"
+	"github.com/empo2/empo2/trainer"
+)
+
+// `empo2 sft`: supervised fine-tuning of a LoRA adapter on chat JSONL
+// (docs/sft.md).
+
+// errFullNotImplemented: --full (training every weight) is not built; LoRA
+// at a high rank is what the measured recipe uses (docs/sft.md).
+var errFullNotImplemented = errors.New("sft --full is not implemented: train a LoRA adapter (raise --rank) and merge it with `empo2 export --merged` for a new base GGUF")
+
+var (
+	sftModelFlag   = &cli.StringFlag{Name: "model", Aliases: []string{"m"}, Usage: "base model GGUF `FILE` (Qwen2 architecture; required)"}
+	sftDataFlag    = &cli.StringFlag{Name: "data", Usage: "training chats, JSONL `FILE` ({\"messages\":[{\"role\",\"content\"}…]} per line; required)"}
+	sftValFlag     = &cli.StringFlag{Name: "val", Usage: "validation chats, JSONL `FILE` (loss after every epoch)"}
+	sftOutFlag     = &cli.StringFlag{Name: "out", Aliases: []string{"o"}, Usage: "adapter GGUF `FILE` to write (required)"}
+	sftRankFlag    = &cli.IntFlag{Name: "rank", Usage: "LoRA rank", Value: 16}
+	sftAlphaFlag   = &cli.Float64Flag{Name: "alpha", Usage: "LoRA alpha (scale alpha/rank; default 2·rank)"}
+	sftTargetsFlag = &cli.StringFlag{Name: "targets", Usage: "LoRA targets (comma-separated: q,k,v,o,gate,up,down)", Value: "q,k,v,o,gate,up,down"}
+	sftEpochsFlag  = &cli.IntFlag{Name: "epochs", Usage: "passes over the data", Value: 3}
+	sftLRFlag      = &cli.Float64Flag{Name: "lr", Usage: "peak learning rate (AdamW, cosine decay)", Value: 1e-3}
+	sftMinLRFlag   = &cli.Float64Flag{Name: "min-lr", Usage: "final learning rate of the cosine schedule", Value: 1e-4}
+	sftWarmupFlag  = &cli.IntFlag{Name: "warmup", Usage: "linear warmup steps", Value: 10}
+	sftWDFlag      = &cli.Float64Flag{Name: "weight-decay", Usage: "AdamW decoupled weight decay"}
+	sftClipFlag    = &cli.Float64Flag{Name: "clip", Usage: "global gradient-norm clip (0: off)", Value: 1}
+	sftBatchFlag   = &cli.IntFlag{Name: "batch-tokens", Usage: "tokens per optimizer step (packed sequences, context included)", Value: 4096}
+	sftMaxLenFlag  = &cli.IntFlag{Name: "max-len", Usage: "packing length and per-record cut in tokens (0: the model's context)"}
+	sftNoPackFlag  = &cli.BoolFlag{Name: "no-pack", Usage: "one record per sequence (no packing)"}
+	sftSeedFlag    = &cli.Int64Flag{Name: "seed", Usage: "seed of the shuffling and the LoRA init", Value: 1}
+	sftCkptFlag    = &cli.StringFlag{Name: "checkpoint", Usage: "training-state `FILE` (default: OUT with .state.gguf)"}
+	sftSaveFlag    = &cli.IntFlag{Name: "save-every", Usage: "write the checkpoint every `N` steps (and after every epoch)", Value: 50}
+	sftResumeFlag  = &cli.BoolFlag{Name: "resume", Usage: "continue from the checkpoint if it exists"}
+	sftInitFlag    = &cli.StringFlag{Name: "init", Usage: "start from this adapter GGUF `FILE` instead of a fresh one (same rank, alpha, targets)"}
+	sftThreadsFlag = &cli.IntFlag{Name: "threads", Usage: "CPU threads (default: all cores)"}
+	sftFullFlag    = &cli.BoolFlag{Name: "full", Usage: "train all weights (not implemented; see docs/sft.md)"}
+	sftJSONFlag    = &cli.BoolFlag{Name: "json", Usage: "print the epoch summaries as JSON lines"}
+	sftMicroFlag   = &cli.IntFlag{Name: "micro-tokens", Usage: "padded tokens per forward/backward call (memory bound; 0: --max-len)"}
+)
+
+func init() {
+	register(&cli.Command{
+		Name:  "sft",
+		Usage: "supervised fine-tuning of a LoRA adapter on chat JSONL (loss on assistant tokens only)",
+		Description: "Tokenizes every chat exactly as the rollouts do (trainer.Renderer), packs them up to --max-len,\n" +
+			"shuffles with --seed, and trains cross-entropy on the assistant tokens (contents and end-of-turn\n" +
+			"tokens) with AdamW. Writes OUT and a resumable checkpoint. Data: `empo2 env demos` or your own\n" +
+			"{\"messages\":[…]} lines (docs/sft.md). Subcommand `sft eval` plays episodes greedily.",
+		Flags: []cli.Flag{sftModelFlag, sftDataFlag, sftValFlag, sftOutFlag, sftRankFlag, sftAlphaFlag, sftTargetsFlag, sftEpochsFlag,
+			sftLRFlag, sftMinLRFlag, sftWarmupFlag, sftWDFlag, sftClipFlag, sftBatchFlag, sftMaxLenFlag, sftNoPackFlag, sftSeedFlag,
+			sftCkptFlag, sftSaveFlag, sftResumeFlag, sftInitFlag, sftThreadsFlag, sftFullFlag, sftJSONFlag, sftMicroFlag},
+		Action:      sftAction,
+		Subcommands: []*cli.Command{sftEvalCommand()},
+	})
+}
+
+func sftThreads(c *cli.Context) int {
+	if t := c.Int(sftThreadsFlag.Name); t > 0 {
+		return t
+	}
+	return runtime.NumCPU()
+}
+
+func sftAction(c *cli.Context) error {
+	if c.Bool(sftFullFlag.Name) {
+		return errFullNotImplemented
+	}
+	if c.NArg() > 0 {
+		return fmt.Errorf("sft takes no arguments, got %q (use --data FILE)", c.Args().Slice())
+	}
+	// checked here, not by the flag parser, so that `sft eval` does not need them
+	for _, f := range []string{sftModelFlag.Name, sftDataFlag.Name, sftOutFlag.Name} {
+		if c.String(f) == "" {
+			return fmt.Errorf("--%s is required", f)
+		}
+	}
+	for _, f := range []string{c.String(sftModelFlag.Name), c.String(sftDataFlag.Name)} {
+		if _, err := os.Stat(f); err != nil {
+			return err
+		}
+	}
+	targets, err := lora.ParseTargets(c.String(sftTargetsFlag.Name))
+	if err != nil {
+		return err
+	}
+	rank, alpha := c.Int(sftRankFlag.Name), c.Float64(sftAlphaFlag.Name)
+	if !c.IsSet(sftAlphaFlag.Name) {
+		alpha = float64(2 * rank)
+	}
+	if rank < 1 {
+		return fmt.Errorf("--rank %d must be ≥ 1", rank)
+	}
+	if !(alpha >= 0) || math.IsInf(alpha, 0) {
+		return fmt.Errorf("--alpha %v must be ≥ 0", alpha)
+	}
+	modelPath := c.String(sftModelFlag.Name)
+	threads := sftThreads(c)
+	lm, err := llama.LoadModel(modelPath, llama.ModelParams{})
+	if err != nil {
+		return err
+	}
+	defer lm.Close()
+	rend, err := trainer.NewRenderer(lm, trainer.DefaultPromptConfig())
+	if err != nil {
+		return err
+	}
+	policy, err := cgo.Load(modelPath, cgo.LoRAConfig{Rank: rank, Alpha: float32(alpha), Targets: targets, Seed: c.Int64(sftSeedFlag.Name)},
+		cgo.Options{Threads: threads, MaxTokens: max(c.Int(sftMicroFlag.Name), c.Int(sftMaxLenFlag.Name))})
+	if err != nil {
+		return err
+	}
+	defer policy.Close()
+	ctxLen := policy.Info().Ctx
+	cfg := trainer.SFTConfig{
+		Epochs: c.Int(sftEpochsFlag.Name), LR: c.Float64(sftLRFlag.Name), MinLR: c.Float64(sftMinLRFlag.Name),
+		Warmup: c.Int(sftWarmupFlag.Name), WeightDecay: c.Float64(sftWDFlag.Name), MaxGradNorm: c.Float64(sftClipFlag.Name),
+		BatchTokens: c.Int(sftBatchFlag.Name), MaxLen: c.Int(sftMaxLenFlag.Name), MicroTokens: c.Int(sftMicroFlag.Name),
+		NoPack: c.Bool(sftNoPackFlag.Name), Seed: c.Int64(sftSeedFlag.Name), SaveEvery: c.Int(sftSaveFlag.Name),
+		Resume: c.Bool(sftResumeFlag.Name),
+	}
+	if cfg.MaxLen <= 0 || cfg.MaxLen > ctxLen {
+		if cfg.MaxLen > ctxLen {
+			log.Warn().Int("max_len", cfg.MaxLen).Int("ctx", ctxLen).Msg("--max-len exceeds the model context: using the context")
+		}
+		cfg.MaxLen = ctxLen
+	}
+	if cfg.MinLR > cfg.LR {
+		cfg.MinLR = cfg.LR
+	}
+	out := c.String(sftOutFlag.Name)
+	cfg.Checkpoint = c.String(sftCkptFlag.Name)
+	if cfg.Checkpoint == "" {
+		cfg.Checkpoint = trimExt(out) + ".state.gguf"
+	}
+	load := func(path string) ([]trainer.SFTSample, trainer.TokenizeStats, error) {
+		recs, err := trainer.ReadChatFile(path)
+		if err != nil {
+			return nil, trainer.TokenizeStats{}, err
+		}
+		return trainer.TokenizeChats(rend, recs, cfg.MaxLen)
+	}
+	train, tst, err := load(c.String(sftDataFlag.Name))
+	if err != nil {
+		return err
+	}
+	if len(train) == 0 {
+		return fmt.Errorf("%w: no record of %s has an assistant token within %d tokens", trainer.ErrSFTData, c.String(sftDataFlag.Name), cfg.MaxLen)
+	}
+	var val []trainer.SFTSample
+	if p := c.String(sftValFlag.Name); p != "" {
+		if val, _, err = load(p); err != nil {
+			return err
+		}
+	}
+	steps := trainer.SFTSteps(train, cfg)
+	log.Info().Int("records", tst.Records).Int("tokens", tst.Tokens).Int("trained_tokens", tst.Trained).
+		Int("truncated", tst.Truncated).Int("dropped", tst.Dropped).Int("val_records", len(val)).
+		Int64("steps", steps).Int("max_len", cfg.MaxLen).Int("threads", threads).Msg("sft data")
+	if tst.Truncated > 0 {
+		log.Warn().Int("records", tst.Truncated).Int("max_len", cfg.MaxLen).Msg("records longer than --max-len were cut (their tail is not trained)")
+	}
+	u, err := trainer.NewSFTUpdater(policy, cfg, steps)
+	if err != nil {
+		return err
+	}
+	if p := c.String(sftInitFlag.Name); p != "" {
+		a, err := lora.Read(p)
+		if err != nil {
+			return err
+		}
+		if err := u.LoadAdapter(a); err != nil {
+			return err
+		}
+	}
+	var bar *progressbar.ProgressBar
+	if term.IsTerminal(int(os.Stderr.Fd())) {
+		bar = progressbar.NewOptions64(steps, progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription("sft"),
+			progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true), progressbar.OptionThrottle(200*time.Millisecond),
+			progressbar.OptionClearOnFinish())
+	}
+	lastLog := time.Now()
+	cfg.Progress = func(p trainer.SFTProgress) {
+		if bar != nil {
+			bar.Describe(fmt.Sprintf("sft epoch %d/%d loss %.4f", p.Epoch, p.Epochs, p.Loss))
+			_ = bar.Set64(p.Step)
+			return
+		}
+		if time.Since(lastLog) >= 10*time.Second || p.Step == p.Steps {
+			lastLog = time.Now()
+			log.Info().Int("epoch", p.Epoch).Int64("step", p.Step).Int64("steps", p.Steps).Float64("loss", p.Loss).
+				Float64("lr", p.LR).Float64("grad_norm", p.GradNorm).Dur("elapsed", p.Elapsed).Msg("sft")
+		}
+	}
+	w := c.App.Writer
+	writeAdapter := func(steps int64, loss float64) error {
+		a, err := u.Adapter()
+		if err != nil {
+			return err
+		}
+		a.Meta["empo2.sft.data"] = c.String(sftDataFlag.Name)
+		a.Meta["empo2.sft.steps"] = strconv.FormatInt(steps, 10)
+		a.Meta["empo2.sft.train_loss"] = strconv.FormatFloat(loss, 'g', 6, 64)
+		return a.Write(out, gguf.TypeF32)
+	}
+	cfg.EpochDone = func(e trainer.SFTEpoch) {
+		if bar != nil {
+			bar.Clear()
+		}
+		// the adapter of every finished epoch, so it can be evaluated while training goes on
+		if err := writeAdapter(u.Step, e.TrainLoss); err != nil {
+			log.Error().Err(err).Str("out", out).Msg("writing the epoch's adapter")
+		}
+		if c.Bool(sftJSONFlag.Name) {
+			type ej struct {
+				Epoch     int      `json:"epoch"`
+				TrainLoss float64  `json:"train_loss"`
+				ValLoss   *float64 `json:"val_loss,omitempty"`
+				Tokens    int      `json:"trained_tokens"`
+				Seconds   float64  `json:"seconds"`
+			}
+			o := ej{Epoch: e.Epoch, TrainLoss: e.TrainLoss, Tokens: e.Tokens, Seconds: e.Elapsed.Seconds()}
+			if !math.IsNaN(e.ValLoss) {
+				v := e.ValLoss
+				o.ValLoss = &v
+			}
+			_ = json.NewEncoder(w).Encode(o)
+			return
+		}
+		val := "-"
+		if !math.IsNaN(e.ValLoss) {
+			val = strconv.FormatFloat(e.ValLoss, 'f', 4, 64)
+		}
+		fmt.Fprintf(w, "epoch %d: train loss %.4f, val loss %s, %d trained tokens, %s\n", e.Epoch, e.TrainLoss, val, e.Tokens, e.Elapsed.Round(time.Second))
+	}
+	var ev trainer.Evaluator = policy
+	res, err := trainer.RunSFT(u, ev, train, val, cfg)
+	if bar != nil {
+		_ = bar.Finish()
+	}
+	if err != nil {
+		return err
+	}
+	loss := math.NaN()
+	if n := len(res.Epochs); n > 0 {
+		loss = res.Epochs[n-1].TrainLoss
+	}
+	if err := writeAdapter(res.Steps, loss); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "wrote %s (rank %d, alpha %g, %d steps); checkpoint %s\n", out, rank, alpha, res.Steps, cfg.Checkpoint)
+	return nil
+}
+
+// trimExt drops a ".gguf" extension.
+func trimExt(p string) string {
+	if len(p) > 5 && p[len(p)-5:] == ".gguf" {
+		return p[:len(p)-5]
+	}
+	return p
+}

@@ -1,0 +1,133 @@
+package gguf
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const tempChildEnv = "EMPO2_GGUF_TEMP_CHILD"
+
+// TestInterruptedWriteRemovesTemp: a process writing a GGUF through
+// WriteFile and interrupted by SIGTERM or SIGINT leaves no temporary file
+// and dies by that signal; the target path is untouched.
+func TestInterruptedWriteRemovesTemp(t *testing.T) {
+	if path := os.Getenv(tempChildEnv); path != "" {
+		w := NewWriter()
+		w.AddKV("general.architecture", "test")
+		_ = w.AddTensorFunc("slow", []uint64{1 << 20}, TypeF32, func(out io.Writer) error {
+			buf := make([]byte, 1<<16)
+			for i := 0; i < 64; i++ {
+				if _, err := out.Write(buf); err != nil {
+					return err
+				}
+				if i == 4 {
+					fmt.Println("writing")
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			return nil
+		})
+		err := w.WriteFile(path)
+		fmt.Println("finished", err)
+		os.Exit(5) // not reached when the signal kills the process
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "m.gguf")
+		cmd := exec.Command(os.Args[0], "-test.run=^TestInterruptedWriteRemovesTemp$", "-test.count=1")
+		cmd.Env = append(os.Environ(), tempChildEnv+"="+path)
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(out)
+		for sc.Scan() && sc.Text() != "writing" {
+		}
+		if tmps := temps(t, dir); len(tmps) != 1 {
+			t.Fatalf("%v: want one temporary file while writing, have %v", sig, tmps)
+		}
+		if err := cmd.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+		rest, _ := io.ReadAll(out)
+		werr := cmd.Wait()
+		ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
+		if !ok || !ws.Signaled() || ws.Signal() != sig {
+			t.Errorf("%v: child ended with %v (%s), want death by the signal", sig, werr, rest)
+		}
+		if tmps := temps(t, dir); len(tmps) != 0 {
+			t.Errorf("%v: temporary files left: %v", sig, tmps)
+		}
+		if _, err := os.Stat(path); !os.IsNotExist(err) {
+			t.Errorf("%v: the target exists after an interrupted write", sig)
+		}
+	}
+}
+
+// TestStaleTempsRemoved: temporary files of our naming left by a dead
+// process (SIGKILL) are removed by the next write to the same path; those
+// of a live process, of other paths and of other naming stay.
+func TestStaleTempsRemoved(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "m.gguf")
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Skip("no `true` to get a dead pid:", err)
+	}
+	deadPID := dead.Process.Pid
+	old := time.Now().Add(-2 * time.Hour)
+	files := map[string]bool{ // name -> should survive
+		fmt.Sprintf(".m.gguf.tmp-%d-123456", deadPID):  false,
+		".m.gguf.tmp-987654":                           false, // older naming, two hours old
+		fmt.Sprintf(".m.gguf.tmp-%d-42", os.Getppid()): true,  // a live process
+		fmt.Sprintf(".other.gguf.tmp-%d-1", deadPID):   true,
+		fmt.Sprintf(".m.gguf.tmp-%d-12x", deadPID):     true, // not our naming
+		"m.gguf.tmp-1-1":                               true,
+	}
+	for name := range files {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("partial"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := NewWriter()
+	w.AddKV("general.architecture", "test")
+	if err := w.WriteFile(path); err != nil {
+		t.Fatal(err)
+	}
+	for name, keep := range files {
+		_, err := os.Stat(filepath.Join(dir, name))
+		if keep != (err == nil) {
+			t.Errorf("%s: exists %v, want %v", name, err == nil, keep)
+		}
+	}
+}
+
+func temps(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		if strings.Contains(e.Name(), ".tmp-") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}

@@ -1,0 +1,542 @@
+// Command exptable turns the output directory of scripts/experiment.sh into
+// the results table of docs/results.md (mean ± sample std over seeds) and a
+// diagnosis page (mode mix, masking rate, clip fraction, KL, retrieval,
+// quoted tips) read from each run's metrics.jsonl and exported memory.
+//
+//	go build -o exptable ./scripts/exptable
+//	exptable -out build/experiment -diagnosis build/experiment/diagnosis.md > table.md
+//
+// Layout read (docs/experiment.md): OUT/warmstart/eval/*.json and
+// OUT/runs/<arm>-s<seed>/{eval/*.json,metrics.jsonl,memory.jsonl}, with the
+// eval file names the script writes: test-off.json, pool.json,
+// ood-rl-test.json, ood-heldout.json (schemas of `empo2 eval --json`).
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// ErrLayout: the directory is not an experiment output.
+var ErrLayout = errors.New("exptable: not an experiment output directory")
+
+// evalSetting is one memory setting of `empo2 eval --json`.
+type evalSetting struct {
+	ScoreMean   float64 `json:"score_mean"`
+	SuccessRate float64 `json:"success_rate"`
+	Episodes    int     `json:"episodes"`
+}
+
+type evalFile struct {
+	MemoryOff *evalSetting `json:"memory_off"`
+	MemoryOn  *evalSetting `json:"memory_on"`
+}
+
+type oodSeries struct {
+	ScorePerTrial   []float64 `json:"score_per_trial"`
+	SuccessPerTrial []float64 `json:"success_per_trial"`
+}
+
+type oodFile struct {
+	Variations int       `json:"variations"`
+	Trials     int       `json:"trials"`
+	MemoryOn   oodSeries `json:"memory_on"`
+	MemoryOff  oodSeries `json:"memory_off"`
+}
+
+// stepLine is the subset of metrics.jsonl used here.
+type stepLine struct {
+	Step              int            `json:"step"`
+	Mode              string         `json:"mode"`
+	Modes             map[string]int `json:"modes"`
+	Episodes          int            `json:"episodes"`
+	ScoreMean         float64        `json:"score_mean"`
+	SuccessRate       float64        `json:"success_rate"`
+	TipsRetrievedMean float64        `json:"tips_retrieved_mean"`
+	TipsWritten       int            `json:"tips_written"`
+	ClipFrac          float64        `json:"clip_frac"`
+	ApproxKL          float64        `json:"approx_kl"`
+	GradNorm          float64        `json:"grad_norm"`
+	MaskedSeqs        int            `json:"masked_seqs"`
+	Sequences         int            `json:"sequences"`
+	ZeroVarGroups     int            `json:"zero_var_groups"`
+	TrainedTokens     int            `json:"trained_tokens"`
+	GenTokens         int            `json:"gen_tokens"`
+	EnvSteps          int            `json:"env_steps"`
+	TStep             float64        `json:"t_step"`
+	Updates           int            `json:"updates"`
+}
+
+type memLine struct {
+	Namespace string  `json:"namespace"`
+	Content   string  `json:"content"`
+	Score     float64 `json:"score"`
+	Step      int64   `json:"step"`
+}
+
+// run is one policy: the warm start or one trained run.
+type run struct {
+	arm   string
+	seed  string
+	test  *evalFile
+	pool  *evalFile
+	oodRL *oodFile
+	oodHO *oodFile
+	steps []stepLine
+	tips  []memLine
+}
+
+var runName = regexp.MustCompile(`^(.+)-s(\d+)$`)
+
+func main() {
+	out := flag.String("out", "", "experiment output `DIR` (scripts/experiment.sh's OUT)")
+	diag := flag.String("diagnosis", "", "also write the diagnosis page to `FILE`")
+	flag.Parse()
+	if *out == "" {
+		fmt.Fprintln(os.Stderr, "exptable: -out DIR is required")
+		os.Exit(2)
+	}
+	runs, err := load(*out)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	writeTable(os.Stdout, runs)
+	if *diag != "" {
+		f, err := os.Create(*diag)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "exptable:", err)
+			os.Exit(1)
+		}
+		writeDiagnosis(f, runs)
+		if err := f.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, "exptable:", err)
+			os.Exit(1)
+		}
+	}
+}
+
+// load reads the warm start and every run directory under out/runs.
+func load(out string) ([]*run, error) {
+	var runs []*run
+	if ws, err := loadRun(filepath.Join(out, "warmstart"), "warm start", "-"); err == nil {
+		runs = append(runs, ws)
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	dirs, err := os.ReadDir(filepath.Join(out, "runs"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("exptable: %w", err)
+	}
+	for _, d := range dirs {
+		m := runName.FindStringSubmatch(d.Name())
+		if !d.IsDir() || m == nil {
+			continue
+		}
+		r, err := loadRun(filepath.Join(out, "runs", d.Name()), m[1], m[2])
+		if err != nil {
+			return nil, err
+		}
+		runs = append(runs, r)
+	}
+	if len(runs) == 0 {
+		return nil, fmt.Errorf("%w: %s has neither warmstart/ nor runs/<arm>-s<seed>/", ErrLayout, out)
+	}
+	return runs, nil
+}
+
+func loadRun(dir, arm, seed string) (*run, error) {
+	if _, err := os.Stat(dir); err != nil {
+		return nil, err
+	}
+	r := &run{arm: arm, seed: seed}
+	for _, f := range []struct {
+		name string
+		dst  any
+	}{
+		{"test-off.json", &evalFile{}},
+		{"pool.json", &evalFile{}},
+		{"ood-rl-test.json", &oodFile{}},
+		{"ood-heldout.json", &oodFile{}},
+	} {
+		b, err := os.ReadFile(filepath.Join(dir, "eval", f.name))
+		if errors.Is(err, os.ErrNotExist) {
+			continue // not evaluated (yet): the table shows a dash
+		}
+		if err != nil {
+			return nil, fmt.Errorf("exptable: %w", err)
+		}
+		if err := json.Unmarshal(b, f.dst); err != nil {
+			return nil, fmt.Errorf("exptable: %s: %w", filepath.Join(dir, "eval", f.name), err)
+		}
+		switch v := f.dst.(type) {
+		case *evalFile:
+			if f.name == "test-off.json" {
+				r.test = v
+			} else {
+				r.pool = v
+			}
+		case *oodFile:
+			if f.name == "ood-rl-test.json" {
+				r.oodRL = v
+			} else {
+				r.oodHO = v
+			}
+		}
+	}
+	var err error
+	if r.steps, err = readJSONL[stepLine](filepath.Join(dir, "metrics.jsonl")); err != nil {
+		return nil, err
+	}
+	if r.tips, err = readJSONL[memLine](filepath.Join(dir, "memory.jsonl")); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// readJSONL reads one JSON object per line; a missing file is empty; a
+// repeated step (resumed run) is kept as written (the caller sees both).
+func readJSONL[T any](path string) ([]T, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("exptable: %w", err)
+	}
+	defer f.Close()
+	var out []T
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" {
+			continue
+		}
+		var v T
+		if err := json.Unmarshal([]byte(line), &v); err != nil {
+			return nil, fmt.Errorf("exptable: %s:%d: %w", path, n, err)
+		}
+		out = append(out, v)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("exptable: %s: %w", path, err)
+	}
+	return out, nil
+}
+
+// meanStd is the mean and the sample standard deviation (n−1; 0 for n = 1).
+func meanStd(xs []float64) (mean, std float64) {
+	if len(xs) == 0 {
+		return math.NaN(), math.NaN()
+	}
+	for _, x := range xs {
+		mean += x
+	}
+	mean /= float64(len(xs))
+	if len(xs) < 2 {
+		return mean, 0
+	}
+	for _, x := range xs {
+		std += (x - mean) * (x - mean)
+	}
+	return mean, math.Sqrt(std / float64(len(xs)-1))
+}
+
+// cell formats mean ± std of the values get returns for the runs (ok false:
+// the run lacks the value); scale 100 shows rates as percent.
+func cell(runs []*run, get func(*run) (float64, bool), scale float64) string {
+	var xs []float64
+	for _, r := range runs {
+		if v, ok := get(r); ok {
+			xs = append(xs, v*scale)
+		}
+	}
+	if len(xs) == 0 {
+		return "—"
+	}
+	m, s := meanStd(xs)
+	if len(xs) == 1 {
+		return fmt.Sprintf("%.1f", m)
+	}
+	return fmt.Sprintf("%.1f ± %.1f", m, s)
+}
+
+// groups returns the runs by arm: the warm start first, then the arms in a
+// fixed order (others alphabetically).
+func groups(runs []*run) (arms []string, by map[string][]*run) {
+	by = map[string][]*run{}
+	for _, r := range runs {
+		if _, ok := by[r.arm]; !ok {
+			arms = append(arms, r.arm)
+		}
+		by[r.arm] = append(by[r.arm], r)
+	}
+	order := map[string]int{"warm start": 0, "grpo": 1, "empo2": 2, "empo2-paper": 3, "memory-only": 4}
+	sort.SliceStable(arms, func(i, j int) bool {
+		oi, iok := order[arms[i]]
+		oj, jok := order[arms[j]]
+		switch {
+		case iok && jok:
+			return oi < oj
+		case iok != jok:
+			return iok
+		}
+		return arms[i] < arms[j]
+	})
+	return arms, by
+}
+
+func setting(f *evalFile, on bool) *evalSetting {
+	if f == nil {
+		return nil
+	}
+	if on {
+		return f.MemoryOn
+	}
+	return f.MemoryOff
+}
+
+func evalGet(pick func(*run) *evalFile, on, success bool) func(*run) (float64, bool) {
+	return func(r *run) (float64, bool) {
+		s := setting(pick(r), on)
+		if s == nil {
+			return 0, false
+		}
+		if success {
+			return s.SuccessRate, true
+		}
+		return s.ScoreMean, true
+	}
+}
+
+// oodGet is the score (or success rate) of trial k (0-based; −1 = last).
+func oodGet(pick func(*run) *oodFile, on, success bool, k int) func(*run) (float64, bool) {
+	return func(r *run) (float64, bool) {
+		f := pick(r)
+		if f == nil {
+			return 0, false
+		}
+		s := f.MemoryOff
+		if on {
+			s = f.MemoryOn
+		}
+		xs := s.ScorePerTrial
+		if success {
+			xs = s.SuccessPerTrial
+		}
+		if len(xs) == 0 {
+			return 0, false
+		}
+		if k < 0 || k >= len(xs) {
+			k = len(xs) - 1
+		}
+		return xs[k], true
+	}
+}
+
+func trials(runs []*run) int {
+	for _, r := range runs {
+		for _, f := range []*oodFile{r.oodRL, r.oodHO} {
+			if f != nil && len(f.MemoryOn.ScorePerTrial) > 0 {
+				return len(f.MemoryOn.ScorePerTrial)
+			}
+		}
+	}
+	return 0
+}
+
+func writeTable(w io.Writer, runs []*run) {
+	arms, by := groups(runs)
+	test := func(r *run) *evalFile { return r.test }
+	pool := func(r *run) *evalFile { return r.pool }
+	oodRL := func(r *run) *oodFile { return r.oodRL }
+	oodHO := func(r *run) *oodFile { return r.oodHO }
+	K := trials(runs)
+
+	fmt.Fprintln(w, "Mean ± sample standard deviation over seeds (n = seeds); success in %, score 0–100 (−100 on a wrong focus).")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "**Held-out variations and the training pool** (temperature 0.4; pool memory on = the run's own memory)")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| arm | n | held-out success, memory off | held-out score, memory off | pool success, off | pool success, on | pool score, off | pool score, on |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- |")
+	for _, a := range arms {
+		rs := by[a]
+		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %s | %s |\n", a, len(rs),
+			cell(rs, evalGet(test, false, true), 100), cell(rs, evalGet(test, false, false), 1),
+			cell(rs, evalGet(pool, false, true), 100), cell(rs, evalGet(pool, true, true), 100),
+			cell(rs, evalGet(pool, false, false), 1), cell(rs, evalGet(pool, true, false), 1))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "**Adaptation with memory and no weight updates** (score, trial 1 → trial %d; control = the same trials without memory)\n\n", K)
+	fmt.Fprintln(w, "| arm | held-out variations, memory on | control | boil + freeze (OOD), memory on | control | OOD success trial 1 → K, memory on |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- |")
+	arrow := func(rs []*run, pick func(*run) *oodFile, on, success bool, scale float64) string {
+		return cell(rs, oodGet(pick, on, success, 0), scale) + " → " + cell(rs, oodGet(pick, on, success, -1), scale)
+	}
+	for _, a := range arms {
+		rs := by[a]
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", a,
+			arrow(rs, oodRL, true, false, 1), arrow(rs, oodRL, false, false, 1),
+			arrow(rs, oodHO, true, false, 1), arrow(rs, oodHO, false, false, 1),
+			arrow(rs, oodHO, true, true, 100))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "**Training budget and last steps** (per run, mean ± std over seeds; last = mean of the last 5 steps)")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| arm | steps | episodes | env steps | generated tokens | trained tokens | seconds | train success, last | train score, last |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+	for _, a := range arms {
+		rs := by[a]
+		if len(rs[0].steps) == 0 {
+			continue
+		}
+		sum := func(f func(stepLine) float64) func(*run) (float64, bool) {
+			return func(r *run) (float64, bool) {
+				if len(r.steps) == 0 {
+					return 0, false
+				}
+				t := 0.0
+				for _, s := range r.steps {
+					t += f(s)
+				}
+				return t, true
+			}
+		}
+		last := func(f func(stepLine) float64) func(*run) (float64, bool) {
+			return func(r *run) (float64, bool) {
+				if len(r.steps) == 0 {
+					return 0, false
+				}
+				tail := r.steps[max(0, len(r.steps)-5):]
+				t := 0.0
+				for _, s := range tail {
+					t += f(s)
+				}
+				return t / float64(len(tail)), true
+			}
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", a,
+			cell(rs, sum(func(stepLine) float64 { return 1 }), 1),
+			cell(rs, sum(func(s stepLine) float64 { return float64(s.Episodes) }), 1),
+			cell(rs, sum(func(s stepLine) float64 { return float64(s.EnvSteps) }), 1),
+			cell(rs, sum(func(s stepLine) float64 { return float64(s.GenTokens) }), 1),
+			cell(rs, sum(func(s stepLine) float64 { return float64(s.TrainedTokens) }), 1),
+			cell(rs, sum(func(s stepLine) float64 { return s.TStep }), 1),
+			cell(rs, last(func(s stepLine) float64 { return s.SuccessRate }), 100),
+			cell(rs, last(func(s stepLine) float64 { return s.ScoreMean }), 1))
+	}
+}
+
+// writeDiagnosis: what the issue asks to look at when EMPO² does not win.
+func writeDiagnosis(w io.Writer, runs []*run) {
+	arms, by := groups(runs)
+	fmt.Fprintln(w, "# Diagnosis per arm (from metrics.jsonl and memory.jsonl)")
+	for _, a := range arms {
+		rs := by[a]
+		if len(rs[0].steps) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\n## %s\n\n", a)
+		fmt.Fprintln(w, "| seed | steps per mode | score per mode | masked / sequences | zero-variance groups | clip frac (mean) | approx KL (mean / max) | grad norm (mean) | tips retrieved per step (memory steps) | tips written |")
+		fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+		for _, r := range rs {
+			modes := map[string]int{}
+			modeScore := map[string]float64{}
+			var masked, seqs, zero, written, upd, memSteps int
+			var clip, kl, klMax, gn, retr float64
+			for _, s := range r.steps {
+				modes[s.Mode]++
+				modeScore[s.Mode] += s.ScoreMean
+				masked += s.MaskedSeqs
+				seqs += s.Sequences
+				zero += s.ZeroVarGroups
+				written += s.TipsWritten
+				if s.Updates > 0 {
+					upd++
+					clip += s.ClipFrac
+					kl += s.ApproxKL
+					klMax = math.Max(klMax, math.Abs(s.ApproxKL))
+					gn += s.GradNorm
+				}
+				if s.Mode != "on-policy" {
+					memSteps++
+					retr += s.TipsRetrievedMean
+				}
+			}
+			var names []string
+			for m := range modes {
+				names = append(names, m)
+			}
+			sort.Strings(names)
+			var mm, ms []string
+			for _, m := range names {
+				mm = append(mm, fmt.Sprintf("%s %d", m, modes[m]))
+				ms = append(ms, fmt.Sprintf("%s %.1f", m, modeScore[m]/float64(modes[m])))
+			}
+			div := func(a float64, n int) string {
+				if n == 0 {
+					return "—"
+				}
+				return fmt.Sprintf("%.4g", a/float64(n))
+			}
+			maskRate := "—"
+			if seqs > 0 {
+				maskRate = fmt.Sprintf("%d / %d (%.1f%%)", masked, seqs, 100*float64(masked)/float64(seqs))
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %d | %s | %s / %.4g | %s | %s | %d |\n", r.seed,
+				strings.Join(mm, ", "), strings.Join(ms, ", "), maskRate, zero,
+				div(clip, upd), div(kl, upd), klMax, div(gn, upd), div(retr, memSteps), written)
+		}
+		quoteTips(w, rs)
+	}
+}
+
+// quoteTips prints real tips of the first run with a memory: the distinct
+// tip texts (the part before the per-step suffix) of the best and the worst
+// episodes, as stored.
+func quoteTips(w io.Writer, rs []*run) {
+	for _, r := range rs {
+		if len(r.tips) == 0 {
+			continue
+		}
+		type tip struct {
+			text, ns string
+			score    float64
+			step     int64
+		}
+		seen := map[string]bool{}
+		var ts []tip
+		for _, m := range r.tips {
+			t := m.Content
+			if i := strings.Index(t, " (At this step the action was"); i >= 0 {
+				t = t[:i]
+			}
+			if seen[t] {
+				continue
+			}
+			seen[t] = true
+			ts = append(ts, tip{t, m.Namespace, m.Score, m.Step})
+		}
+		sort.SliceStable(ts, func(i, j int) bool { return ts[i].score > ts[j].score })
+		fmt.Fprintf(w, "\nTips of seed %s (%d entries, %d distinct tips); the three best and the three worst episodes' tips, verbatim:\n\n", r.seed, len(r.tips), len(ts))
+		pick := ts
+		if len(ts) > 6 {
+			pick = append(append([]tip{}, ts[:3]...), ts[len(ts)-3:]...)
+		}
+		for _, t := range pick {
+			fmt.Fprintf(w, "- `%s` step %d, score %g: %q\n", t.ns, t.step, t.score, t.text)
+		}
+		return
+	}
+}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func write(t *testing.T, path, body string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMeanStd(t *testing.T) {
+	m, s := meanStd([]float64{1, 2, 3, 4})
+	if m != 2.5 || math.Abs(s-math.Sqrt(5.0/3)) > 1e-12 {
+		t.Fatalf("meanStd = %v, %v; want 2.5, sqrt(5/3) (sample std)", m, s)
+	}
+	if m, s := meanStd([]float64{7}); m != 7 || s != 0 {
+		t.Fatalf("one value: %v ± %v", m, s)
+	}
+	if m, _ := meanStd(nil); !math.IsNaN(m) {
+		t.Fatalf("no values: %v", m)
+	}
+}
+
+// TestTable builds a small experiment directory by hand and checks the
+// figures the table and the diagnosis derive from it.
+func TestTable(t *testing.T) {
+	out := t.TempDir()
+	write(t, filepath.Join(out, "warmstart/eval/test-off.json"),
+		`{"memory_off":{"score_mean":-20,"success_rate":0.1,"episodes":10,"tasks":{}},"split":"test"}`)
+	for seed, rate := range map[string]string{"1": "0.5", "2": "0.7"} {
+		dir := filepath.Join(out, "runs", "empo2-s"+seed)
+		write(t, filepath.Join(dir, "eval/test-off.json"), `{"memory_off":{"score_mean":40,"success_rate":`+rate+`,"episodes":10}}`)
+		write(t, filepath.Join(dir, "eval/pool.json"),
+			`{"memory_off":{"score_mean":10,"success_rate":0.25,"episodes":4},"memory_on":{"score_mean":30,"success_rate":0.75,"episodes":4}}`)
+		write(t, filepath.Join(dir, "eval/ood-heldout.json"),
+			`{"tasks":["boil","freeze"],"variations":4,"trials":3,
+			  "memory_on":{"score_per_trial":[10,20,`+map[string]string{"1": "30", "2": "50"}[seed]+`],"success_per_trial":[0,0.25,0.5]},
+			  "memory_off":{"score_per_trial":[10,10,10],"success_per_trial":[0,0,0]}}`)
+		write(t, filepath.Join(dir, "metrics.jsonl"),
+			`{"step":0,"mode":"on-policy","episodes":16,"score_mean":10,"success_rate":0.25,"env_steps":100,"sequences":16,"masked_seqs":0,"updates":2,"approx_kl":0.01,"clip_frac":0.1,"t_step":3}
+{"step":1,"mode":"off-policy","episodes":16,"score_mean":30,"success_rate":0.5,"env_steps":80,"sequences":16,"masked_seqs":4,"updates":2,"approx_kl":-0.03,"clip_frac":0.3,"tips_retrieved_mean":2,"tips_written":16,"t_step":5}
+`)
+		write(t, filepath.Join(dir, "memory.jsonl"),
+			`{"namespace":"find-living-thing/0","content":"The frog is in the greenhouse. (At this step the action was \"look around\"; the episode ended with score 100/100.)","score":100,"step":1}
+{"namespace":"find-living-thing/0","content":"The frog is in the greenhouse. (At this step the action was \"focus on frog\"; the episode ended with score 100/100.)","score":100,"step":1}
+`)
+	}
+	write(t, filepath.Join(out, "runs/notarun/x"), "")
+	runs, err := load(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != 3 {
+		t.Fatalf("%d runs, want warm start + 2 seeds", len(runs))
+	}
+	var tab, diag bytes.Buffer
+	writeTable(&tab, runs)
+	writeDiagnosis(&diag, runs)
+	got := tab.String()
+	for _, want := range []string{
+		"| warm start | 1 | 10.0 | -20.0 | — |",
+		"| empo2 | 2 | 60.0 ± 14.1 | 40.0 ± 0.0 | 25.0 ± 0.0 | 75.0 ± 0.0 | 10.0 ± 0.0 | 30.0 ± 0.0 |",
+		"10.0 ± 0.0 → 40.0 ± 14.1 | 10.0 ± 0.0 → 10.0 ± 0.0 | 0.0 ± 0.0 → 50.0 ± 0.0 |",
+		"trial 1 → trial 3",
+		"| empo2 | 2.0 ± 0.0 | 32.0 ± 0.0 | 180.0 ± 0.0 |",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("table lacks %q:\n%s", want, got)
+		}
+	}
+	d := diag.String()
+	for _, want := range []string{
+		"| 1 | off-policy 1, on-policy 1 | off-policy 30.0, on-policy 10.0 | 4 / 32 (12.5%) | 0 | 0.2 | -0.01 / 0.03 |",
+		`"The frog is in the greenhouse."`,
+		"2 entries, 1 distinct tips",
+	} {
+		if !strings.Contains(d, want) {
+			t.Errorf("diagnosis lacks %q:\n%s", want, d)
+		}
+	}
+	if strings.Contains(d, "## warm start") {
+		t.Error("the warm start has no training metrics and gets no diagnosis section")
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	if _, err := load(t.TempDir()); !errors.Is(err, ErrLayout) {
+		t.Fatalf("empty dir: %v, want ErrLayout", err)
+	}
+	out := t.TempDir()
+	write(t, filepath.Join(out, "runs/grpo-s1/eval/test-off.json"), `{"memory_off":`)
+	if _, err := load(out); err == nil || !strings.Contains(err.Error(), "test-off.json") {
+		t.Fatalf("broken JSON: %v, want an error naming the file", err)
+	}
+	out = t.TempDir()
+	write(t, filepath.Join(out, "runs/grpo-s1/metrics.jsonl"), "{\"step\":0}\nnot json\n")
+	if _, err := load(out); err == nil || !strings.Contains(err.Error(), "metrics.jsonl:2") {
+		t.Fatalf("broken metrics line: %v, want file:line", err)
+	}
+}

@@ -1,0 +1,189 @@
+package trainer
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/empo2/empo2/trainer/presets"
+)
+
+var updateDoc = flag.Bool("update-doc", false, "rewrite the configuration table of docs/train.md")
+
+// TestConfigDocsMatch: every key of Config is documented in configDocs and
+// every documented key exists (one place for every hyperparameter); the
+// docs/train.md table is ConfigReference verbatim.
+func TestConfigDocsMatch(t *testing.T) {
+	keys := leafKeys()
+	seen := map[string]bool{}
+	for _, k := range keys {
+		seen[k] = true
+		if configDocs[k] == "" {
+			t.Errorf("key %q has no documentation in configDocs", k)
+		}
+	}
+	for k := range configDocs {
+		if !seen[k] {
+			t.Errorf("configDocs documents %q, which Config does not have", k)
+		}
+	}
+	const path = "../docs/train.md"
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const begin, end = "<!-- config-reference:begin -->\n", "<!-- config-reference:end -->"
+	i, j := strings.Index(string(doc), begin), strings.Index(string(doc), end)
+	if i < 0 || j < i {
+		t.Fatalf("%s lacks the config-reference markers", path)
+	}
+	want := string(doc[:i+len(begin)]) + ConfigReference() + string(doc[j:])
+	if *updateDoc {
+		if err := os.WriteFile(path, []byte(want), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	} else if want != string(doc) {
+		t.Errorf("docs/train.md's table is not the current ConfigReference(); regenerate it: go test ./trainer -run TestConfigDocsMatch -update-doc")
+	}
+}
+
+func TestPresets(t *testing.T) {
+	for _, name := range presets.Names() {
+		c, err := LoadConfig("", name, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if err := c.Validate(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		switch name {
+		case "empo2":
+			if c.Mode.MemoryProb != 0.25 || c.Mode.OffPolicyProb != 0.68 || !c.Mode.Update {
+				t.Errorf("empo2: %+v", c.Mode)
+			}
+		case "grpo":
+			if c.Mode.MemoryProb != 0 || c.Memory.WriteTips {
+				t.Errorf("grpo: %+v %+v", c.Mode, c.Memory)
+			}
+		case "memory-only":
+			if c.Mode.MemoryProb != 1 || c.Mode.Update || !c.Memory.WriteTips {
+				t.Errorf("memory-only: %+v", c.Mode)
+			}
+		}
+	}
+	if _, err := LoadConfig("", "nope", nil); !errors.Is(err, ErrRunConfig) || !strings.Contains(err.Error(), "memory-only") {
+		t.Fatalf("unknown preset: %v", err)
+	}
+}
+
+// TestConfigStrict: an unknown key is an error naming the key and its line;
+// the file's preset applies under the file; --set overrides; print-config
+// round-trips.
+func TestConfigStrict(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "c.yaml")
+	os.WriteFile(f, []byte("preset: grpo\nsteps: 7\nupdate:\n  lr: 0.001\n  lerning_rate: 3\n"), 0o644)
+	_, err := LoadConfig(f, "", nil)
+	if !errors.Is(err, ErrRunConfig) || !strings.Contains(err.Error(), "lerning_rate") || !strings.Contains(err.Error(), "line 5") {
+		t.Fatalf("want an error naming lerning_rate at line 5, got %v", err)
+	}
+	os.WriteFile(f, []byte("preset: grpo\nsteps: 7\nupdate:\n  lr: 0.001\n"), 0o644)
+	c, err := LoadConfig(f, "", []string{"batch.tasks=3", "tasks=[a, b]", "mode.per=rollout"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Preset != "grpo" || c.Mode.MemoryProb != 0 || c.Steps != 7 || c.Update.LR != 0.001 || c.Batch.Tasks != 3 ||
+		len(c.Tasks) != 2 || c.Tasks[1] != "b" || c.Mode.Per != "rollout" {
+		t.Fatalf("resolved config %+v", c)
+	}
+	c2, _ := LoadConfig(f, "empo2", nil) // --preset beats the file's preset key
+	if c2.Mode.MemoryProb != 0.25 || c2.Steps != 7 {
+		t.Fatalf("--preset empo2 over a grpo file: %+v", c2.Mode)
+	}
+	for _, bad := range []string{"batch.taks=3", "nokey", "batch.tasks=[1", "batch.tasks=abc"} {
+		if err := c.Set(bad); !errors.Is(err, ErrRunConfig) {
+			t.Errorf("--set %s: %v", bad, err)
+		}
+	}
+	var buf bytes.Buffer
+	if err := PrintConfig(&buf, c); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "# "+configDocs["mode.offpolicy_prob"]) || !strings.Contains(buf.String(), "(default 0.25)") {
+		t.Fatalf("print-config lacks documentation:\n%s", buf.String())
+	}
+	var back Config
+	d := yaml.NewDecoder(&buf)
+	d.KnownFields(true)
+	if err := d.Decode(&back); err != nil {
+		t.Fatal(err)
+	}
+	if back.Batch != c.Batch || back.Update != c.Update || back.Mode != c.Mode || back.Steps != c.Steps {
+		t.Fatalf("print-config round trip: %+v vs %+v", back, c)
+	}
+	c.Mode.MemoryProb = 1.5
+	if err := c.Validate(); !errors.Is(err, ErrRunConfig) {
+		t.Fatalf("p = 1.5 accepted: %v", err)
+	}
+}
+
+// TestDrawMode: the reference's thresholds 0.17 and 0.25, and the empirical
+// frequencies of PlanStep's per-step draws.
+func TestDrawMode(t *testing.T) {
+	for _, c := range []struct {
+		u    float64
+		want string
+	}{{0, ModeOffPolicy}, {0.1699, ModeOffPolicy}, {0.1701, ModeOnPolicyTips}, {0.2499, ModeOnPolicyTips}, {0.25, ModeOnPolicy}, {0.99, ModeOnPolicy}} {
+		if got := DrawMode(c.u, 0.25, 0.68); got != c.want {
+			t.Errorf("DrawMode(%v) = %s, want %s", c.u, got, c.want)
+		}
+	}
+	cfg := DefaultConfig()
+	pool := []TaskVar{{"a", 0}, {"a", 1}, {"b", 0}}
+	counts := map[string]int{}
+	const n = 20000
+	for s := 1; s <= n; s++ {
+		jobs, modes := PlanStep(&cfg, pool, s)
+		if len(jobs) != cfg.Batch.Tasks*cfg.Batch.Rollouts {
+			t.Fatal(len(jobs))
+		}
+		for _, m := range modes {
+			if m != modes[0] {
+				t.Fatal("per-step mode differs within a step")
+			}
+		}
+		counts[modes[0]]++
+		if jobs[0].UseMemory != (modes[0] != ModeOnPolicy) {
+			t.Fatal("UseMemory disagrees with the mode")
+		}
+	}
+	for m, p := range map[string]float64{ModeOffPolicy: 0.17, ModeOnPolicyTips: 0.08, ModeOnPolicy: 0.75} {
+		if got := float64(counts[m]) / n; got < p-0.015 || got > p+0.015 {
+			t.Errorf("mode %s frequency %.3f, want %.2f", m, got, p)
+		}
+	}
+	// Same (seed, step): same plan; another step: another plan.
+	j1, _ := PlanStep(&cfg, pool, 5)
+	j2, _ := PlanStep(&cfg, pool, 5)
+	j3, _ := PlanStep(&cfg, pool, 6)
+	if j1[0] != j2[0] || j1[0].Seed == j3[0].Seed {
+		t.Fatal("plans are not a function of (seed, step)")
+	}
+	cfg.Mode.Per = "rollout"
+	mixed := false
+	for s := 1; s < 50 && !mixed; s++ {
+		_, modes := PlanStep(&cfg, pool, s)
+		for _, m := range modes {
+			mixed = mixed || m != modes[0]
+		}
+	}
+	if !mixed {
+		t.Fatal("mode.per rollout never mixed modes within a step")
+	}
+}

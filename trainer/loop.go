@@ -1,0 +1,387 @@
+package trainer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/empo2/empo2/cgo"
+	"github.com/empo2/empo2/environments"
+)
+
+// ErrTrain wraps failures of a training step.
+var ErrTrain = errors.New("trainer: training step failed")
+
+// Random streams: every random draw of step s comes from
+// stepRNG(seed, s, stream), so a resumed run draws exactly what an
+// uninterrupted one would.
+const (
+	streamMode uint64 = 1 + iota
+	streamTasks
+	streamJobs
+	streamShuffle
+	streamEval
+)
+
+// splitmix64 (Steele, Lea & Flood 2014, "Fast splittable pseudorandom
+// number generators") finalizer: a bijective mix of 64 bits.
+func splitmix64(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+
+// stepRNG is the random source of one (seed, step, stream).
+func stepRNG(seed int64, step int, stream uint64) *rand.Rand {
+	a := splitmix64(uint64(seed) ^ splitmix64(stream))
+	b := splitmix64(uint64(step)*0x632be59bd9b4e019 + stream)
+	return rand.New(rand.NewPCG(a, b))
+}
+
+// DrawMode maps one uniform u ∈ [0,1) to the EMPO² mode (reference code):
+// u < p·q off-policy, p·q ≤ u < p on-policy with tips, else on-policy.
+// With p = 0.25, q = 0.68 the thresholds are 0.17 and 0.25.
+func DrawMode(u, p, q float64) string {
+	switch {
+	case u < p*q:
+		return ModeOffPolicy
+	case u < p:
+		return ModeOnPolicyTips
+	}
+	return ModeOnPolicy
+}
+
+// TaskVar is one task variation.
+type TaskVar struct {
+	Task      string
+	Variation int
+}
+
+// TrainPool lists the (task, variation) pairs of split for the selected
+// tasks (all tasks that are not held out when names is empty); a name
+// "task/N" selects variation N alone, whatever its split.
+func TrainPool(tasks []environments.Task, names []string, split environments.Split) ([]TaskVar, error) {
+	var sel []environments.Task
+	var out []TaskVar
+	if len(names) == 0 {
+		for _, t := range tasks {
+			if !t.HeldOut {
+				sel = append(sel, t)
+			}
+		}
+	} else {
+		for _, n := range names {
+			n = strings.TrimSpace(n)
+			// "task/variation" names one variation, whatever its split.
+			if i := strings.LastIndex(n, "/"); i > 0 {
+				if v, err := strconv.Atoi(n[i+1:]); err == nil {
+					t, err := environments.FindTask(tasks, n[:i])
+					if err == nil {
+						err = environments.CheckVariation(t, v)
+					}
+					if err != nil {
+						return nil, fmt.Errorf("%w: %w", ErrRunConfig, err)
+					}
+					out = append(out, TaskVar{t.Name, v})
+					continue
+				}
+			}
+			t, err := environments.FindTask(tasks, n)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrRunConfig, err)
+			}
+			sel = append(sel, t)
+		}
+	}
+	for _, t := range sel {
+		vs, err := t.VariationsIn(split)
+		if err != nil {
+			return nil, err
+		}
+		for _, v := range vs {
+			out = append(out, TaskVar{t.Name, v})
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: no %s variations for tasks %v", ErrRunConfig, split, names)
+	}
+	return out, nil
+}
+
+// PlanStep draws step's mode(s) and jobs: B task variations from pool
+// (without replacement when B ≤ |pool|), G rollouts each (Group = the
+// variation's index in the step), each job with its own sampling seed.
+// modes[i] is job i's mode (all equal unless cfg.Mode.Per is "rollout").
+func PlanStep(cfg *Config, pool []TaskVar, step int) (jobs []Job, modes []string) {
+	mr := stepRNG(cfg.Seed, step, streamMode)
+	stepMode := DrawMode(mr.Float64(), cfg.Mode.MemoryProb, cfg.Mode.OffPolicyProb)
+	tr := stepRNG(cfg.Seed, step, streamTasks)
+	B, G := cfg.Batch.Tasks, cfg.Batch.Rollouts
+	picks := make([]TaskVar, B)
+	if B <= len(pool) {
+		perm := tr.Perm(len(pool))
+		for b := range picks {
+			picks[b] = pool[perm[b]]
+		}
+	} else {
+		for b := range picks {
+			picks[b] = pool[tr.IntN(len(pool))]
+		}
+	}
+	jr := stepRNG(cfg.Seed, step, streamJobs)
+	for b, tv := range picks {
+		for g := 0; g < G; g++ {
+			m := stepMode
+			if cfg.Mode.Per == "rollout" {
+				m = DrawMode(mr.Float64(), cfg.Mode.MemoryProb, cfg.Mode.OffPolicyProb)
+			}
+			jobs = append(jobs, Job{Task: tv.Task, Variation: tv.Variation, Group: b,
+				Seed: int64(jr.Uint64() >> 1), UseMemory: m != ModeOnPolicy})
+			modes = append(modes, m)
+		}
+	}
+	return jobs, modes
+}
+
+// StepMetrics is one line of metrics.jsonl (issue 11.5; `empo2 report`
+// reads these names).
+type StepMetrics struct {
+	Step              int            `json:"step"`
+	Mode              string         `json:"mode"`
+	Modes             map[string]int `json:"modes,omitempty"` // episodes per mode (mode.per: rollout)
+	Time              string         `json:"time"`
+	Seed              int64          `json:"seed"`
+	Episodes          int            `json:"episodes"`
+	ScoreMean         float64        `json:"score_mean"`
+	SuccessRate       float64        `json:"success_rate"`
+	RewardMean        float64        `json:"reward_mean"`
+	IntrinsicMean     float64        `json:"intrinsic_mean"`
+	TipsRetrievedMean float64        `json:"tips_retrieved_mean"`
+	TipsWritten       int            `json:"tips_written"`
+	Loss              float64        `json:"loss"`
+	ClipFrac          float64        `json:"clip_frac"`
+	ApproxKL          float64        `json:"approx_kl"`
+	Entropy           float64        `json:"entropy"`
+	GradNorm          float64        `json:"grad_norm"`
+	LR                float64        `json:"lr"`
+	Updates           int            `json:"updates"`
+	MaskedSeqs        int            `json:"masked_seqs"`
+	ZeroVarGroups     int            `json:"zero_var_groups"`
+	Sequences         int            `json:"sequences"`
+	TrainedTokens     int            `json:"trained_tokens"`
+	SampleTokens      int            `json:"sample_tokens"`
+	UnpackedTokens    int            `json:"unpacked_tokens"`
+	GenTokens         int            `json:"gen_tokens"`
+	EnvSteps          int            `json:"env_steps"`
+	PromptSeen        int            `json:"prompt_tokens_seen"`
+	PromptDecoded     int            `json:"prompt_tokens_decoded"`
+	RolloutTokPerS    float64        `json:"rollout_tokens_per_s"`
+	EnvStepsPerS      float64        `json:"env_steps_per_s"`
+	TRollout          float64        `json:"t_rollout"`
+	TEmbedRetrieve    float64        `json:"t_embed_retrieve"`
+	TTips             float64        `json:"t_tips"`
+	TOldLogp          float64        `json:"t_old_logp"`
+	TUpdate           float64        `json:"t_update"`
+	TStep             float64        `json:"t_step"`
+}
+
+// UpdateSummary aggregates the optimizer steps of one training step.
+type UpdateSummary struct {
+	First    Metrics // the step's first update (on-policy: ratios exactly 1)
+	Updates  int
+	Loss     float64 // means over updates
+	ClipFrac float64 // token-weighted means
+	KL       float64
+	Entropy  float64
+	GradNorm float64
+	LR       float64
+	Masked   int // sequences the objective masked (first epoch)
+	Tokens   int // trained tokens (first epoch)
+}
+
+// RunUpdates runs epochs passes over the samples in mini-batches of
+// miniBatch sequences (0: all in one), shuffled per epoch with rng.
+func RunUpdates(u *Updater, samples []Sample, epochs, miniBatch int, rng *rand.Rand) (UpdateSummary, error) {
+	var s UpdateSummary
+	if len(samples) == 0 {
+		return s, nil
+	}
+	mb := miniBatch
+	if mb <= 0 || mb > len(samples) {
+		mb = len(samples)
+	}
+	var wsum float64
+	for e := 0; e < epochs; e++ {
+		order := rng.Perm(len(samples))
+		for lo := 0; lo < len(order); lo += mb {
+			idx := order[lo:min(lo+mb, len(order))]
+			batch := make([]cgo.Sequence, len(idx))
+			for k, i := range idx {
+				batch[k] = samples[i].Seq
+			}
+			m, err := u.Update(batch)
+			if err != nil {
+				return s, err
+			}
+			if m.Skipped {
+				continue
+			}
+			if s.Updates == 0 {
+				s.First = m
+			}
+			s.Updates++
+			w := float64(m.Tokens)
+			s.Loss += m.Loss
+			s.ClipFrac += w * m.ClipFrac
+			s.KL += w * m.ApproxKL
+			s.Entropy += w * m.Entropy
+			s.GradNorm += m.GradNorm
+			s.LR = m.LR
+			wsum += w
+			if e == 0 {
+				s.Masked += m.MaskedSequences
+				s.Tokens += m.Tokens
+			}
+		}
+	}
+	if s.Updates > 0 {
+		s.Loss /= float64(s.Updates)
+		s.GradNorm /= float64(s.Updates)
+	}
+	if wsum > 0 {
+		s.ClipFrac /= wsum
+		s.KL /= wsum
+		s.Entropy /= wsum
+	}
+	return s, nil
+}
+
+// StepRunner is what a training step needs from the rollout side
+// (*Roller implements it).
+type StepRunner interface {
+	Run(ctx context.Context, jobs []Job) ([]Episode, RolloutStats, error)
+	WriteTips(ctx context.Context, eps []Episode, trainStep int64) (int, error)
+}
+
+// Loop runs training steps.
+type Loop struct {
+	Cfg     Config
+	Runner  StepRunner
+	Updater *Updater  // always set: it holds the adapter that checkpoints save
+	Prober  LogProber // the training model (old log-probs); nil with old_logp: rollout
+	Pool    []TaskVar // train split
+	// Success decides whether an episode succeeded (nil: Episode.Success).
+	Success func(*Episode) bool
+}
+
+// Step runs training step `step` (1-based): plan, rollouts, tips, samples,
+// updates. It returns the step's metrics; on error (including a cancelled
+// ctx) the step is abandoned — the caller rolls the memory back to the last
+// checkpoint.
+func (l *Loop) Step(ctx context.Context, step int) (StepMetrics, error) {
+	t0 := time.Now()
+	cfg := &l.Cfg
+	jobs, modes := PlanStep(cfg, l.Pool, step)
+	m := StepMetrics{Step: step, Mode: modes[0], Seed: cfg.Seed}
+	if cfg.Mode.Per == "rollout" {
+		m.Mode = "mixed"
+		m.Modes = map[string]int{}
+		for _, md := range modes {
+			m.Modes[md]++
+		}
+	}
+	eps, rs, err := l.Runner.Run(ctx, jobs)
+	if err != nil {
+		return m, fmt.Errorf("%w: rollouts: %w", ErrTrain, err)
+	}
+	if len(eps) != len(jobs) {
+		return m, fmt.Errorf("%w: %d episodes for %d jobs", ErrTrain, len(eps), len(jobs))
+	}
+	m.TRollout = rs.TRollout.Seconds()
+	m.TEmbedRetrieve = rs.TEmbedRetrieve.Seconds()
+	m.GenTokens, m.EnvSteps = rs.GenTokens, rs.EnvSteps
+	m.PromptSeen, m.PromptDecoded = rs.PromptTokensSeen, rs.PromptTokensDecoded
+	if s := rs.TRollout.Seconds(); s > 0 {
+		m.RolloutTokPerS = float64(rs.GenTokens) / s
+		m.EnvStepsPerS = float64(rs.EnvSteps) / s
+	}
+	m.Episodes = len(eps)
+	var retrieved, nsteps float64
+	for i := range eps {
+		ep := &eps[i]
+		m.ScoreMean += ep.Score
+		ok := ep.Success
+		if l.Success != nil {
+			ok = l.Success(ep)
+		}
+		if ok {
+			m.SuccessRate++
+		}
+		m.RewardMean += EpisodeReward(ep, cfg.Advantage.RewardScale)
+		m.IntrinsicMean += ep.Intrinsic
+		for _, r := range ep.Steps {
+			retrieved += float64(r.Retrieved)
+			nsteps++
+		}
+	}
+	n := float64(max(len(eps), 1))
+	m.ScoreMean /= n
+	m.SuccessRate /= n
+	m.RewardMean /= n
+	m.IntrinsicMean /= n
+	if nsteps > 0 {
+		m.TipsRetrievedMean = retrieved / nsteps
+	}
+	if cfg.Memory.WriteTips {
+		t := time.Now()
+		w, err := l.Runner.WriteTips(ctx, eps, int64(step))
+		if err != nil {
+			return m, fmt.Errorf("%w: writing tips: %w", ErrTrain, err)
+		}
+		m.TipsWritten = w
+		m.TTips = time.Since(t).Seconds()
+	}
+	if cfg.Mode.Update {
+		if err := ctx.Err(); err != nil {
+			return m, err
+		}
+		t := time.Now()
+		var lp LogProber
+		if cfg.Update.OldLogp == "recompute" {
+			lp = l.Prober
+		}
+		samples, st, err := BuildSamples(eps, modes, cfg.SampleConfig(), lp, cfg.Update.MicroBatch)
+		if err != nil {
+			return m, fmt.Errorf("%w: %w", ErrTrain, err)
+		}
+		m.TOldLogp = time.Since(t).Seconds()
+		m.MaskedSeqs = st.MaskedSteps
+		m.ZeroVarGroups = st.ZeroVarGroups
+		m.Sequences = st.Sequences
+		m.SampleTokens, m.UnpackedTokens = st.SampleTokens, st.UnpackedTokens
+		t = time.Now()
+		us, err := RunUpdates(l.Updater, samples, cfg.Update.PPOEpochs, cfg.Update.MiniBatch, stepRNG(cfg.Seed, step, streamShuffle))
+		if err != nil {
+			return m, fmt.Errorf("%w: %w", ErrTrain, err)
+		}
+		m.TUpdate = time.Since(t).Seconds()
+		m.Loss, m.ClipFrac, m.ApproxKL, m.Entropy, m.GradNorm = us.Loss, us.ClipFrac, us.KL, us.Entropy, us.GradNorm
+		m.LR, m.Updates = us.LR, us.Updates
+		m.MaskedSeqs += us.Masked
+		m.TrainedTokens = us.Tokens
+	}
+	m.TStep = time.Since(t0).Seconds()
+	m.Time = time.Now().UTC().Format(time.RFC3339)
+	for _, v := range []*float64{&m.Loss, &m.ClipFrac, &m.ApproxKL, &m.Entropy, &m.GradNorm} {
+		if math.IsNaN(*v) || math.IsInf(*v, 0) {
+			return m, fmt.Errorf("%w: non-finite update statistic at step %d", ErrTrain, step)
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,112 @@
+package trainer
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Packing.
+//
+// With full-trajectory history and no per-step tips in the training prompt,
+// the prompt of step i+1 is the prompt of step i, its response, and the new
+// observation:
+//
+//	P_{i+1} = P_i ‖ R_i ‖ obs_{i+1}
+//
+// so one sequence S = P_n ‖ R_n contains every step's (prompt, response)
+// pair, response i at [|P_i|, |P_i|+|R_i|). Attention is causal, so the
+// log-prob of every token of R_i in S is exactly its log-prob after P_i.
+// With the token-mean loss (Σ over trained tokens / their count) the loss
+// and gradient of S with the spans R_1…R_n trained equal those of the n
+// per-step sequences, while the forward pass reads |S| tokens instead of
+// Σ_i |P_i|+|R_i| ≈ n·|S|/2. TestPackingSameGradients checks this.
+
+// extends reports whether prompt starts with prev (the packed tokens so far).
+func extends(prompt, prev []int32) bool {
+	return len(prompt) > len(prev) && slices.Equal(prompt[:len(prev)], prev)
+}
+
+// appendStep adds step si (training prompt, response) to s: s.Seq.Tokens
+// becomes prompt ‖ response (prompt extends the tokens s had), the response
+// span is trained with advantage adv and the rollout's old log-probs.
+// beh, when non-nil, is the behaviour sequence (prompt with tips ‖
+// response) on which π_old is recomputed for this span.
+func appendStep(s *Sample, si int, prompt []int32, rec *StepRecord, adv float32, beh []int32) {
+	start := len(prompt)
+	n := start + len(rec.Response)
+	toks := make([]int32, 0, n)
+	toks = append(append(toks, prompt...), rec.Response...)
+	grow := func(b []bool) []bool { return append(b, make([]bool, n-len(b))...) }
+	growF := func(f []float32) []float32 { return append(f, make([]float32, n-len(f))...) }
+	s.Seq.Tokens = toks
+	s.Seq.Trained = grow(s.Seq.Trained)
+	s.Seq.OldLogp = growF(s.Seq.OldLogp)
+	s.Seq.Advantage = growF(s.Seq.Advantage)
+	for k := range rec.Response {
+		s.Seq.Trained[start+k] = true
+		s.Seq.OldLogp[start+k] = rec.OldLogp[k]
+		s.Seq.Advantage[start+k] = adv
+	}
+	s.Steps = append(s.Steps, si)
+	s.Spans = append(s.Spans, [2]int{start, n})
+	s.behaviour = append(s.behaviour, beh)
+}
+
+// recomputeOld replaces the old log-probs of every span by the training
+// graph's: on the sample's own tokens when the span has no behaviour
+// sequence, else on the behaviour sequence (whose response is its tail).
+// Sequences go to lp in chunks of microBatch (0: all at once).
+func recomputeOld(samples []Sample, lp LogProber, microBatch int) error {
+	type ref struct{ s, span int } // span −1: the whole training sequence
+	var seqs [][]int32
+	var refs []ref
+	for i := range samples {
+		s := &samples[i]
+		own := false
+		for j, b := range s.behaviour {
+			if b != nil {
+				seqs = append(seqs, b)
+				refs = append(refs, ref{i, j})
+			} else {
+				own = true
+			}
+		}
+		if own {
+			seqs = append(seqs, s.Seq.Tokens)
+			refs = append(refs, ref{i, -1})
+		}
+	}
+	mb := microBatch
+	if mb <= 0 {
+		mb = len(seqs)
+	}
+	for lo := 0; lo < len(seqs); lo += mb {
+		hi := min(lo+mb, len(seqs))
+		out, err := lp.LogProbsBatch(seqs[lo:hi])
+		if err != nil {
+			return fmt.Errorf("%w: recomputing old log-probs: %w", ErrSamples, err)
+		}
+		if len(out) != hi-lo {
+			return fmt.Errorf("%w: %d log-prob rows for %d sequences", ErrSamples, len(out), hi-lo)
+		}
+		for k, lps := range out {
+			r := refs[lo+k]
+			s := &samples[r.s]
+			if len(lps) != len(seqs[lo+k]) {
+				return fmt.Errorf("%w: %d log-probs for %d tokens", ErrSamples, len(lps), len(seqs[lo+k]))
+			}
+			if r.span < 0 {
+				for j, sp := range s.Spans {
+					if s.behaviour[j] == nil {
+						copy(s.Seq.OldLogp[sp[0]:sp[1]], lps[sp[0]:sp[1]])
+					}
+				}
+				continue
+			}
+			sp := s.Spans[r.span]
+			n := sp[1] - sp[0]
+			copy(s.Seq.OldLogp[sp[0]:sp[1]], lps[len(lps)-n:])
+		}
+	}
+	return nil
+}

@@ -1,0 +1,291 @@
+package trainer
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+
+	"github.com/empo2/empo2/cgo"
+)
+
+// ErrSamples: episodes cannot be turned into training samples (a step
+// record whose slices disagree, a log-prob provider that fails).
+var ErrSamples = errors.New("trainer: bad training samples")
+
+// SampleConfig turns episodes into training sequences.
+type SampleConfig struct {
+	RewardScale      float64 // R = RewardScale·Score + Intrinsic
+	StdNorm          bool    // GRPO: divide by the group std
+	Eps              float64 // added to the std
+	LowProbMask      string  // "off-policy" | "tips" | "always" | "never"
+	LowProbThreshold float32 // δ (−5)
+	Pack             bool    // one sequence per episode where prompts extend
+	RecomputeOldLogp bool    // π_old from the training graph instead of the rollout
+}
+
+// SampleConfig derives the sample settings of a run configuration.
+func (c *Config) SampleConfig() SampleConfig {
+	return SampleConfig{RewardScale: c.Advantage.RewardScale, StdNorm: c.Advantage.StdNorm, Eps: c.Advantage.Eps,
+		LowProbMask: c.Update.LowProbMask, LowProbThreshold: c.Update.LowProbThreshold,
+		Pack: c.Update.Pack && c.Update.Aggregation != cgo.AggSeqMeanTokenMean, RecomputeOldLogp: c.Update.OldLogp == "recompute"}
+}
+
+// SampleStats describes the samples of one step.
+type SampleStats struct {
+	Episodes       int // episodes with a non-zero advantage
+	ZeroVarGroups  int // groups whose rewards are all equal (no signal)
+	Steps          int // step samples (responses) before masking
+	MaskedSteps    int // responses dropped by low-probability masking
+	Sequences      int // training sequences (after packing)
+	PackedEpisodes int // episodes trained as fewer sequences than steps
+	TrainedTokens  int // response tokens in the loss (after masking)
+	SampleTokens   int // tokens of the training sequences (one epoch's forward work)
+	UnpackedTokens int // tokens the same samples need one sequence per step
+}
+
+// Sample is one training sequence and where it came from.
+type Sample struct {
+	Seq     cgo.Sequence
+	Episode int      // index into the episodes
+	Steps   []int    // step indices trained in this sequence
+	Spans   [][2]int // [start,end) response spans in Seq.Tokens, one per step
+	Mode    string   // mode of the episode
+	// behaviour: the tokens π_old was computed on per step when they differ
+	// from the training tokens (off-policy: the prompt with its tips).
+	behaviour [][]int32
+}
+
+// EpisodeReward is the EMPO² episode reward: the final score scaled, plus
+// the intrinsic (novelty) reward of memory rollouts; it is every step's
+// reward ("final reward as step reward").
+func EpisodeReward(ep *Episode, scale float64) float64 {
+	return scale*ep.Score + ep.Intrinsic
+}
+
+// GroupAdvantages returns the GRPO advantage of every episode (Shao et al.
+// 2024, "DeepSeekMath", §4.1.2, outcome supervision): within the group of
+// episodes sharing Job.Group,
+//
+//	A_i = (R_i − mean(R)) / (std(R) + eps)     (stdNorm)
+//	A_i =  R_i − mean(R)                        (otherwise)
+//
+// with the unbiased std (torch.std, as verl's GRPO estimator). A group of
+// one episode, or whose rewards are all equal, carries no signal: its
+// advantages are 0 and skip[i] is true so that its samples are not built.
+func GroupAdvantages(eps []Episode, rewards []float64, stdNorm bool, eps0 float64) (adv []float64, skip []bool, zeroVarGroups int) {
+	adv = make([]float64, len(eps))
+	skip = make([]bool, len(eps))
+	groups := map[int][]int{}
+	var keys []int
+	for i := range eps {
+		g := eps[i].Group
+		if _, ok := groups[g]; !ok {
+			keys = append(keys, g)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	sort.Ints(keys)
+	for _, g := range keys {
+		idx := groups[g]
+		var mean float64
+		for _, i := range idx {
+			mean += rewards[i]
+		}
+		mean /= float64(len(idx))
+		var ss float64
+		equal := true
+		for _, i := range idx {
+			d := rewards[i] - mean
+			ss += d * d
+			if rewards[i] != rewards[idx[0]] {
+				equal = false
+			}
+		}
+		if len(idx) < 2 || equal {
+			zeroVarGroups++
+			for _, i := range idx {
+				skip[i] = true
+			}
+			continue
+		}
+		std := math.Sqrt(ss / float64(len(idx)-1))
+		for _, i := range idx {
+			a := rewards[i] - mean
+			if stdNorm {
+				a /= std + eps0
+			}
+			adv[i] = a
+		}
+	}
+	return adv, skip, zeroVarGroups
+}
+
+// maskApplies reports whether low-probability masking applies to a sample of
+// an episode in mode.
+func maskApplies(rule, mode string) bool {
+	switch rule {
+	case "always":
+		return true
+	case "tips":
+		return mode == ModeOffPolicy || mode == ModeOnPolicyTips
+	case "off-policy":
+		return mode == ModeOffPolicy
+	}
+	return false
+}
+
+// trainPrompt is the prompt a step is trained on: on-policy samples keep
+// what the policy saw; off-policy samples are cut to the prompt without the
+// tip block (exactly the tokens of the same chat rendered with no tips).
+func trainPrompt(rec *StepRecord, mode string) []int32 {
+	if mode == ModeOffPolicy {
+		return rec.PromptWithoutTips()
+	}
+	return rec.Prompt
+}
+
+// LogProber computes log π(tokens[t] | tokens[:t]) for t ≥ 1 (element 0 is
+// 0); *cgo.Model implements it.
+type LogProber interface {
+	LogProbsBatch(seqs [][]int32) ([][]float32, error)
+}
+
+// BuildSamples turns a step's episodes into training sequences.
+//
+// modes[i] is episode i's mode. Advantages come from GroupAdvantages over
+// EpisodeReward; every response token of an episode gets its advantage.
+// With cfg.Pack, consecutive steps whose training prompt starts with the
+// previous step's prompt and response (full history, no per-step tips) are
+// one sequence with every response span trained (token-mean loss: the same
+// loss and gradient as one sequence per step, far fewer tokens). π_old is
+// the rollout's log-probs, or (RecomputeOldLogp) the training graph's on the
+// behaviour tokens: the training sequences themselves on-policy, the
+// prompt with its tips off-policy (ratio = π_θ(a|s) / π_old(a|s, tips)).
+// Low-probability masking (EMPO²) drops a whole response whose minimum old
+// log-prob is < δ; for packed sequences it is applied per response span
+// here, so packing never changes which responses are trained.
+// microBatch bounds the sequences per LogProbsBatch call (0: all at once).
+func BuildSamples(eps []Episode, modes []string, cfg SampleConfig, lp LogProber, microBatch int) ([]Sample, SampleStats, error) {
+	var st SampleStats
+	if len(modes) != len(eps) {
+		return nil, st, fmt.Errorf("%w: %d modes for %d episodes", ErrSamples, len(modes), len(eps))
+	}
+	rewards := make([]float64, len(eps))
+	for i := range eps {
+		rewards[i] = EpisodeReward(&eps[i], cfg.RewardScale)
+	}
+	adv, skip, zv := GroupAdvantages(eps, rewards, cfg.StdNorm, cfg.Eps)
+	st.ZeroVarGroups = zv
+	var samples []Sample
+	for i := range eps {
+		if skip[i] || len(eps[i].Steps) == 0 {
+			continue
+		}
+		st.Episodes++
+		ss, err := episodeSamples(i, &eps[i], modes[i], float32(adv[i]), cfg.Pack)
+		if err != nil {
+			return nil, st, err
+		}
+		samples = append(samples, ss...)
+	}
+	if cfg.RecomputeOldLogp && len(samples) > 0 {
+		if lp == nil {
+			return nil, st, fmt.Errorf("%w: recomputing π_old needs the training model", ErrSamples)
+		}
+		if err := recomputeOld(samples, lp, microBatch); err != nil {
+			return nil, st, err
+		}
+	}
+	out := samples[:0]
+	for _, s := range samples {
+		st.Steps += len(s.Spans)
+		mask := maskApplies(cfg.LowProbMask, s.Mode)
+		s.Seq.LowProbMask = mask
+		for _, sp := range s.Spans {
+			st.UnpackedTokens += sp[1]
+			if mask && minOver(s.Seq.OldLogp[sp[0]:sp[1]]) < cfg.LowProbThreshold {
+				for t := sp[0]; t < sp[1]; t++ {
+					s.Seq.Trained[t] = false
+				}
+				st.MaskedSteps++
+				continue
+			}
+			st.TrainedTokens += sp[1] - sp[0]
+		}
+		if !anyTrue(s.Seq.Trained) {
+			continue
+		}
+		if len(s.Spans) > 1 {
+			st.PackedEpisodes++
+		}
+		st.SampleTokens += len(s.Seq.Tokens)
+		out = append(out, s)
+	}
+	st.Sequences = len(out)
+	return out, st, nil
+}
+
+func minOver(x []float32) float32 {
+	m := float32(math.Inf(1))
+	for _, v := range x {
+		m = min(m, v)
+	}
+	return m
+}
+
+func anyTrue(b []bool) bool {
+	for _, v := range b {
+		if v {
+			return true
+		}
+	}
+	return false
+}
+
+// checkRecord validates one step record's slices.
+func checkRecord(ep, step int, rec *StepRecord) error {
+	if len(rec.Response) == 0 {
+		return fmt.Errorf("%w: episode %d step %d has an empty response", ErrSamples, ep, step)
+	}
+	if len(rec.OldLogp) != len(rec.Response) {
+		return fmt.Errorf("%w: episode %d step %d: %d old log-probs for %d response tokens", ErrSamples, ep, step, len(rec.OldLogp), len(rec.Response))
+	}
+	if len(rec.Prompt) == 0 {
+		return fmt.Errorf("%w: episode %d step %d has an empty prompt", ErrSamples, ep, step)
+	}
+	if ts := rec.TipSpan; ts[0] < 0 || ts[1] < ts[0] || ts[1] > len(rec.Prompt) {
+		return fmt.Errorf("%w: episode %d step %d: tip span %v outside a %d-token prompt", ErrSamples, ep, step, ts, len(rec.Prompt))
+	}
+	return nil
+}
+
+// episodeSamples builds the sequences of one episode (see pack.go).
+func episodeSamples(ei int, ep *Episode, mode string, adv float32, pack bool) ([]Sample, error) {
+	var out []Sample
+	var cur *Sample
+	for si := range ep.Steps {
+		rec := &ep.Steps[si]
+		if err := checkRecord(ei, si, rec); err != nil {
+			return nil, err
+		}
+		prompt := trainPrompt(rec, mode)
+		var beh []int32
+		if mode == ModeOffPolicy && rec.TipSpan[1] > rec.TipSpan[0] {
+			beh = append(append([]int32(nil), rec.Prompt...), rec.Response...)
+		}
+		if pack && cur != nil && extends(prompt, cur.Seq.Tokens) {
+			appendStep(cur, si, prompt, rec, adv, beh)
+			continue
+		}
+		if cur != nil {
+			out = append(out, *cur)
+		}
+		cur = &Sample{Episode: ei, Mode: mode}
+		appendStep(cur, si, prompt, rec, adv, beh)
+	}
+	if cur != nil {
+		out = append(out, *cur)
+	}
+	return out, nil
+}

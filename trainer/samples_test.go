@@ -1,0 +1,275 @@
+package trainer
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/empo2/empo2/cgo"
+)
+
+// synthEpisode builds an episode whose prompts extend like full-history
+// chats: P_{i+1} = P_i(without tips) ‖ R_i ‖ obs. Tip blocks use token ids
+// ≥ tipBase (nothing else does) and sit at the end of the prompt before a
+// 2-token generation prompt.
+const tipBase = 200
+
+func synthEpisode(r *rand.Rand, group int, score float64, steps int, tips bool, vocab int32) Episode {
+	ep := Episode{Job: Job{Task: "t", Group: group}, Score: score}
+	base := []int32{1, 2, 3}
+	for i := 0; i < 3+r.IntN(3); i++ {
+		base = append(base, 4+r.Int32N(vocab-10))
+	}
+	for s := 0; s < steps; s++ {
+		obs := []int32{}
+		for i := 0; i < 2+r.IntN(4); i++ {
+			obs = append(obs, 4+r.Int32N(vocab-10))
+		}
+		noTips := append(append([]int32(nil), base...), obs...)
+		gen := []int32{5, 6}
+		rec := StepRecord{}
+		if tips {
+			tip := []int32{tipBase, tipBase + 1 + int32(s%3), tipBase + 4}
+			rec.Prompt = append(append(append([]int32(nil), noTips...), tip...), gen...)
+			rec.TipSpan = [2]int{len(noTips), len(noTips) + len(tip)}
+		} else {
+			rec.Prompt = append(append([]int32(nil), noTips...), gen...)
+		}
+		n := 1 + r.IntN(4)
+		for i := 0; i < n; i++ {
+			rec.Response = append(rec.Response, 4+r.Int32N(vocab-10))
+			rec.OldLogp = append(rec.OldLogp, -0.1-3*r.Float32())
+		}
+		ep.Steps = append(ep.Steps, rec)
+		base = append(append(append([]int32(nil), noTips...), gen...), rec.Response...)
+	}
+	return ep
+}
+
+func TestGroupAdvantages(t *testing.T) {
+	eps := []Episode{{Job: Job{Group: 0}}, {Job: Job{Group: 0}}, {Job: Job{Group: 0}}, {Job: Job{Group: 1}}, {Job: Job{Group: 1}}, {Job: Job{Group: 2}}}
+	r := []float64{1, 0, 0.5, 0.3, 0.3, 0.9}
+	adv, skip, zv := GroupAdvantages(eps, r, true, 0)
+	// group 0: mean 0.5, unbiased std 0.5 → 1, −1, 0
+	for i, w := range []float64{1, -1, 0} {
+		if math.Abs(adv[i]-w) > 1e-12 || skip[i] {
+			t.Fatalf("adv[%d] = %v (skip %v), want %v", i, adv[i], skip[i], w)
+		}
+	}
+	if zv != 2 || !skip[3] || !skip[4] || !skip[5] || adv[3] != 0 {
+		t.Fatalf("zero-variance groups: zv=%d skip=%v adv=%v", zv, skip, adv)
+	}
+	adv, _, _ = GroupAdvantages(eps, r, false, 0)
+	if adv[0] != 0.5 || adv[1] != -0.5 {
+		t.Fatalf("no std norm: %v", adv)
+	}
+}
+
+// TestOffPolicyNoTipTokens: no tip token reaches an off-policy training
+// input, while on-policy-tips samples keep them; the behaviour (π_old)
+// sequences of off-policy samples are the prompts WITH tips; masking drops
+// exactly the responses whose min old log-prob < δ where the rule applies.
+func TestOffPolicyNoTipTokens(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	var eps []Episode
+	for g := 0; g < 2; g++ {
+		for k := 0; k < 3; k++ {
+			eps = append(eps, synthEpisode(r, g, float64(10*k+g), 4, true, 100))
+		}
+	}
+	// one response very unlikely under π_old
+	eps[1].Steps[2].OldLogp[0] = -7
+	dc := DefaultConfig()
+	cfg := dc.SampleConfig()
+	cfg.RecomputeOldLogp = false
+	for _, pack := range []bool{false, true} {
+		cfg.Pack = pack
+		off := slices.Repeat([]string{ModeOffPolicy}, len(eps))
+		ss, st, err := BuildSamples(eps, off, cfg, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range ss {
+			for _, tok := range s.Seq.Tokens {
+				if tok >= tipBase {
+					t.Fatalf("pack=%v: tip token %d in an off-policy training input", pack, tok)
+				}
+			}
+			if !s.Seq.LowProbMask {
+				t.Fatal("off-policy sample without low-probability masking")
+			}
+			// old log-probs are the rollout's (with tips)
+			for j, sp := range s.Spans {
+				rec := eps[s.Episode].Steps[s.Steps[j]]
+				if !slices.Equal(s.Seq.OldLogp[sp[0]:sp[1]], rec.OldLogp) || !slices.Equal(s.Seq.Tokens[sp[0]:sp[1]], rec.Response) {
+					t.Fatal("span does not hold the step's response and old log-probs")
+				}
+				if !slices.Equal(s.Seq.Tokens[:sp[0]], rec.PromptWithoutTips()) {
+					t.Fatal("off-policy prompt is not exactly PromptWithoutTips")
+				}
+			}
+		}
+		if st.MaskedSteps != 1 {
+			t.Fatalf("pack=%v: masked %d responses, want 1", pack, st.MaskedSteps)
+		}
+		if pack && st.PackedEpisodes == 0 {
+			t.Fatal("off-policy tip-free prompts extend each other but nothing was packed")
+		}
+		if !pack && st.Sequences != st.Steps-st.MaskedSteps {
+			t.Fatalf("unpacked: %d sequences for %d steps", st.Sequences, st.Steps)
+		}
+		on := slices.Repeat([]string{ModeOnPolicyTips}, len(eps))
+		ss, st, err = BuildSamples(eps, on, cfg, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tipsSeen := false
+		for _, s := range ss {
+			tipsSeen = tipsSeen || slices.ContainsFunc(s.Seq.Tokens, func(x int32) bool { return x >= tipBase })
+		}
+		if !tipsSeen || st.MaskedSteps != 0 || st.PackedEpisodes != 0 {
+			t.Fatalf("on-policy-tips: tips kept %v, masked %d (rule off-policy), packed %d (tip prompts do not extend)", tipsSeen, st.MaskedSteps, st.PackedEpisodes)
+		}
+	}
+	// recompute: off-policy π_old is computed on the prompts with tips
+	cfg.Pack, cfg.RecomputeOldLogp = true, true
+	rec := &recordProber{}
+	if _, _, err := BuildSamples(eps, slices.Repeat([]string{ModeOffPolicy}, len(eps)), cfg, rec, 3); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.seen) == 0 {
+		t.Fatal("no recompute")
+	}
+	for _, s := range rec.seen {
+		if !slices.ContainsFunc(s, func(x int32) bool { return x >= tipBase }) {
+			t.Fatal("off-policy π_old recomputed without the tips")
+		}
+	}
+}
+
+type recordProber struct{ seen [][]int32 }
+
+func (p *recordProber) LogProbsBatch(seqs [][]int32) ([][]float32, error) {
+	out := make([][]float32, len(seqs))
+	for i, s := range seqs {
+		p.seen = append(p.seen, s)
+		out[i] = make([]float32, len(s))
+		for j := range out[i] {
+			out[i][j] = -1
+		}
+	}
+	return out, nil
+}
+
+func gradsOf(t *testing.T, pol *cgo.Model, batch []cgo.Sequence) ([][]float32, cgo.Stats) {
+	t.Helper()
+	pol.ZeroGrads()
+	st, err := pol.ForwardBackward(batch, cgo.DefaultObjective(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := pol.Grads()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, st
+}
+
+func seqs(ss []Sample) []cgo.Sequence {
+	out := make([]cgo.Sequence, len(ss))
+	for i := range ss {
+		out[i] = ss[i].Seq
+	}
+	return out
+}
+
+// TestPackingSameGradients: training an episode as one packed sequence
+// gives the same loss and gradients as one sequence per step (token-mean),
+// reading far fewer tokens; recomputed π_old equals the policy's own
+// log-probs, so the first update's ratios are exactly 1 (no clipping, KL 0).
+func TestPackingSameGradients(t *testing.T) {
+	pol, err := cgo.Load(tinyModelFile(t), cgo.LoRAConfig{Rank: 2, Alpha: 4, Seed: 3, RandomB: true}, testOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pol.Close()
+	r := rand.New(rand.NewPCG(5, 6))
+	vocab := int32(min(pol.Info().Vocab, 190))
+	var eps []Episode
+	for k := 0; k < 4; k++ {
+		eps = append(eps, synthEpisode(r, k/2, float64(k), 4, false, vocab))
+	}
+	modes := slices.Repeat([]string{ModeOnPolicy}, len(eps))
+	dc := DefaultConfig()
+	cfg := dc.SampleConfig()
+	cfg.Pack = true
+	packed, sp, err := BuildSamples(eps, modes, cfg, pol, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Pack = false
+	flat, sf, err := BuildSamples(eps, modes, cfg, pol, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sp.Sequences != 4 || sf.Sequences != 16 || sp.TrainedTokens != sf.TrainedTokens || sp.SampleTokens >= sf.SampleTokens || sp.UnpackedTokens != sf.SampleTokens {
+		t.Fatalf("packed %+v, per-step %+v", sp, sf)
+	}
+	// recomputed π_old agree between packing and not
+	for _, s := range packed {
+		for j, span := range s.Spans {
+			for _, f := range flat {
+				if f.Episode == s.Episode && f.Steps[0] == s.Steps[j] {
+					a, b := s.Seq.OldLogp[span[0]:span[1]], f.Seq.OldLogp[f.Spans[0][0]:f.Spans[0][1]]
+					for k := range a {
+						if math.Abs(float64(a[k]-b[k])) > 1e-4 {
+							t.Fatalf("π_old packed %v vs per-step %v", a, b)
+						}
+					}
+				}
+			}
+		}
+	}
+	gp, stp := gradsOf(t, pol, seqs(packed))
+	gf, stf := gradsOf(t, pol, seqs(flat))
+	if stp.Tokens != stf.Tokens || math.Abs(stp.Loss-stf.Loss) > 1e-5 {
+		t.Fatalf("loss packed %v (%d tokens), per-step %v (%d)", stp.Loss, stp.Tokens, stf.Loss, stf.Tokens)
+	}
+	var num, den float64
+	for i := range gp {
+		for j := range gp[i] {
+			d := float64(gp[i][j] - gf[i][j])
+			num += d * d
+			den += float64(gf[i][j]) * float64(gf[i][j])
+		}
+	}
+	if den == 0 || math.Sqrt(num/den) > 1e-4 {
+		t.Fatalf("packed vs per-step gradients: relative L2 %g (|g| %g)", math.Sqrt(num/den), math.Sqrt(den))
+	}
+	// first update on-policy: ratios exactly 1
+	u, err := NewUpdater(pol, testUpdateConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	us, err := RunUpdates(u, packed, 2, 2, rand.New(rand.NewPCG(1, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Exactly 1 up to float32 rounding of a different batch layout (the
+	// recompute batches all sequences, training mini-batches of 2): k3 KL ≈
+	// (r−1)²/2, so KL < 1e-12 means |r−1| < ~1.4e-6.
+	if us.Updates != 4 || us.First.ClipFrac != 0 || us.First.DualClipFrac != 0 || us.First.ApproxKL > 1e-12 {
+		t.Fatalf("first update: %+v (want ratio 1: no clip, KL 0)", us.First)
+	}
+	// and with stale π_old (rollout log-probs off by 0.3) the ratios are not 1
+	for i := range packed {
+		for t := range packed[i].Seq.OldLogp {
+			packed[i].Seq.OldLogp[t] -= 0.3
+		}
+	}
+	us, err = RunUpdates(u, packed, 1, 0, rand.New(rand.NewPCG(1, 1)))
+	if err != nil || us.First.ApproxKL < 1e-3 {
+		t.Fatalf("shifted π_old: KL %v, %v", us.First.ApproxKL, err)
+	}
+}

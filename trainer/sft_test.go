@@ -1,0 +1,263 @@
+package trainer
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/empo2/empo2/cgo"
+	"github.com/empo2/empo2/llama"
+	"github.com/empo2/empo2/modelgen"
+)
+
+// sftModels writes the default tiny generated model (ctx 512) and loads it
+// twice: llama.cpp for the Renderer, the cgo graph for training.
+func sftModels(t testing.TB, rank int) (*Renderer, *cgo.Model, string) {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "tiny.gguf")
+	require.NoError(t, modelgen.Write(p, modelgen.DefaultConfig()))
+	lm, err := llama.LoadModel(p, llama.ModelParams{})
+	require.NoError(t, err)
+	t.Cleanup(func() { lm.Close() })
+	r, err := NewRenderer(lm, DefaultPromptConfig())
+	require.NoError(t, err)
+	pol, err := cgo.Load(p, cgo.LoRAConfig{Rank: rank, Alpha: float32(2 * rank), Seed: 3}, cgo.Options{Threads: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { pol.Close() })
+	return r, pol, p
+}
+
+// sftChats: short chats in the trainer's format, each with two assistant
+// turns whose answers follow from the user text.
+func sftChats() []ChatRecord {
+	pc := DefaultPromptConfig()
+	var out []ChatRecord
+	for _, c := range []struct{ task, obs, a1, o1, a2 string }{
+		{"open the red door", "You see a red door.", "open red door", "The red door is open.", "go to red room"},
+		{"open the blue door", "You see a blue door.", "open blue door", "The blue door is open.", "go to blue room"},
+		{"pick up the key", "A key lies here.", "pick up key", "You have the key.", "inventory"},
+		{"look at the lamp", "A lamp is here.", "look at lamp", "It is a lamp.", "activate lamp"},
+	} {
+		msgs := Messages(pc, c.task, c.obs, []Turn{{Action: c.a1, Observation: c.o1}}, "")
+		msgs = append(msgs, llama.Message{Role: RoleAssistant, Content: c.a2})
+		out = append(out, ChatRecord{Messages: msgs})
+	}
+	return out
+}
+
+func TestReadChatJSONL(t *testing.T) {
+	var buf bytes.Buffer
+	require.NoError(t, WriteChatJSONL(&buf, sftChats()))
+	buf.WriteString("\n") // blank lines are skipped
+	recs, err := ReadChatJSONL(&buf)
+	require.NoError(t, err)
+	assert.Equal(t, sftChats(), recs)
+
+	for name, line := range map[string]string{
+		"syntax":       `{"messages": [`,
+		"role":         `{"messages":[{"role":"tool","content":"x"},{"role":"assistant","content":"a"}]}`,
+		"no assistant": `{"messages":[{"role":"user","content":"x"}]}`,
+		"empty answer": `{"messages":[{"role":"user","content":"x"},{"role":"assistant","content":"  "}]}`,
+		"nul":          `{"messages":[{"role":"user","content":"a\u0000b"},{"role":"assistant","content":"a"}]}`,
+		"no messages":  `{}`,
+	} {
+		_, err := ReadChatJSONL(strings.NewReader(`{"messages":[{"role":"user","content":"ok"},{"role":"assistant","content":"a"}]}` + "\n" + line + "\n"))
+		require.Error(t, err, name)
+		assert.True(t, errors.Is(err, ErrSFTData), name)
+		assert.Contains(t, err.Error(), "line 2", name)
+	}
+}
+
+// The loss is taken on assistant tokens only: the trained mask is exactly
+// the Renderer's assistant spans (content + end-of-turn token); a user
+// token after the last assistant token can be changed without changing
+// the loss, while changing an assistant token changes it.
+func TestSFTLossOnlyOnAssistantTokens(t *testing.T) {
+	r, pol, _ := sftModels(t, 4)
+	rec := sftChats()[0]
+	// a user message after the last assistant turn
+	rec.Messages = append(rec.Messages, llama.Message{Role: RoleUser, Content: "The red room is dark."})
+	s, err := TokenizeChat(r, rec)
+	require.NoError(t, err)
+	ct, err := r.Tokens(rec.Messages, false)
+	require.NoError(t, err)
+	require.Len(t, ct.Assistant, 2)
+	eot := r.EndOfTurn()
+	require.GreaterOrEqual(t, eot, int32(0))
+	for t0 := range s.Tokens {
+		in := false
+		for _, sp := range ct.Assistant {
+			in = in || (t0 >= sp[0] && t0 < sp[1])
+		}
+		assert.Equal(t, in, s.Trained[t0], "token %d", t0)
+	}
+	for i, sp := range ct.Assistant {
+		assert.Equal(t, eot, s.Tokens[sp[1]-1], "assistant span %d ends with the end-of-turn token", i)
+		text, err := r.Model().Detokenize(s.Tokens[sp[0] : sp[1]-1])
+		require.NoError(t, err)
+		assert.Equal(t, rec.Messages[2+2*i].Content, text)
+	}
+	last := ct.Assistant[1][1]
+	loss := func(s SFTSample) float64 {
+		st, err := pol.Evaluate([]cgo.Sequence{s.Sequence()}, SFTObjective(), 1)
+		require.NoError(t, err)
+		return st.Loss
+	}
+	base := loss(s)
+	// corrupt user tokens after the last assistant turn (the final user message)
+	bad := SFTSample{Tokens: append([]int32(nil), s.Tokens...), Trained: s.Trained}
+	require.Greater(t, len(bad.Tokens)-last, 3)
+	for t0 := last + 2; t0 < len(bad.Tokens); t0++ {
+		bad.Tokens[t0] = (bad.Tokens[t0] + 7) % 500
+	}
+	assert.Equal(t, base, loss(bad), "user tokens are not in the loss")
+	// a corrupted assistant token changes the loss (the test can fail)
+	bad2 := SFTSample{Tokens: append([]int32(nil), s.Tokens...), Trained: s.Trained}
+	a0 := ct.Assistant[1][0]
+	bad2.Tokens[a0] = (bad2.Tokens[a0] + 7) % 500
+	assert.NotEqual(t, base, loss(bad2))
+
+	// the NLL value: the mean of −log π over the trained tokens
+	lp, err := pol.LogProbs(s.Tokens)
+	require.NoError(t, err)
+	var sum float64
+	n := 0
+	for t0, tr := range s.Trained {
+		if tr {
+			sum -= float64(lp[t0])
+			n++
+		}
+	}
+	st, err := pol.Evaluate([]cgo.Sequence{s.Sequence()}, SFTObjective(), 0)
+	require.NoError(t, err)
+	assert.Equal(t, n, st.Tokens)
+	assert.InDelta(t, sum/float64(n), st.Loss, 1e-4)
+}
+
+func TestPackSamples(t *testing.T) {
+	mk := func(n int) SFTSample {
+		s := SFTSample{Tokens: make([]int32, n), Trained: make([]bool, n)}
+		for i := range s.Tokens {
+			s.Tokens[i] = int32(n)
+		}
+		s.Trained[n-1] = true
+		return s
+	}
+	in := []SFTSample{mk(3), mk(4), mk(5), mk(2), mk(9)}
+	out := PackSamples(in, 8)
+	var lens []int
+	total := 0
+	for _, p := range out {
+		lens = append(lens, len(p.Tokens))
+		total += p.TrainedCount()
+	}
+	assert.Equal(t, []int{7, 7, 9}, lens) // 3+4 | 5+2 | 9 (longer than maxLen: alone)
+	assert.Equal(t, 5, total)
+	assert.Len(t, PackSamples(in, 0), 5)
+	// a packed sequence never trains its first token
+	assert.False(t, out[0].Sequence().Trained[0])
+}
+
+func sftTestConfig() SFTConfig {
+	cfg := DefaultSFTConfig()
+	cfg.Epochs, cfg.LR, cfg.MinLR, cfg.Warmup, cfg.BatchTokens, cfg.MaxLen, cfg.SaveEvery = 6, 1e-2, 1e-2, 0, 120, 512, 0
+	return cfg
+}
+
+// SFT lowers the loss on its data (train and validation = the same chats
+// here: the point is that the optimization works).
+func TestSFTLossFalls(t *testing.T) {
+	r, pol, _ := sftModels(t, 8)
+	train, st, err := TokenizeChats(r, sftChats(), 512)
+	require.NoError(t, err)
+	require.Equal(t, 4, st.Records)
+	before, n, err := SFTLoss(pol, train, 2048)
+	require.NoError(t, err)
+	require.Equal(t, st.Trained, n)
+	cfg := sftTestConfig()
+	u, err := NewSFTUpdater(pol, cfg, SFTSteps(train, cfg))
+	require.NoError(t, err)
+	var steps int
+	cfg.Progress = func(SFTProgress) { steps++ }
+	res, err := RunSFT(u, pol, train, train, cfg)
+	require.NoError(t, err)
+	require.Len(t, res.Epochs, cfg.Epochs)
+	assert.Equal(t, int(res.Steps), steps)
+	after, _, err := SFTLoss(pol, train, 2048)
+	require.NoError(t, err)
+	t.Logf("loss %.3f → %.3f in %d steps; epochs %+v", before, after, res.Steps, res.Epochs)
+	assert.Less(t, after, before-1.0, "loss must fall by more than 1 nat")
+	assert.InDelta(t, after, res.Epochs[len(res.Epochs)-1].ValLoss, 1e-5)
+	assert.Less(t, res.Epochs[len(res.Epochs)-1].ValLoss, res.Epochs[0].ValLoss)
+}
+
+// Resuming from the end-of-epoch checkpoint gives the same weights as an
+// uninterrupted run (constant learning rate, same shuffles).
+func TestSFTResume(t *testing.T) {
+	r, pol, path := sftModels(t, 4)
+	train, _, err := TokenizeChats(r, sftChats(), 512)
+	require.NoError(t, err)
+	cfg := sftTestConfig()
+	cfg.Epochs = 2
+	cfg.Checkpoint = filepath.Join(t.TempDir(), "state.gguf")
+	u, err := NewSFTUpdater(pol, cfg, SFTSteps(train, cfg))
+	require.NoError(t, err)
+	_, err = RunSFT(u, pol, train, nil, cfg)
+	require.NoError(t, err)
+	want := u.Params()
+
+	pol2, err := cgo.Load(path, cgo.LoRAConfig{Rank: 4, Alpha: 8, Seed: 3}, cgo.Options{Threads: 1})
+	require.NoError(t, err)
+	defer pol2.Close()
+	c1 := cfg
+	c1.Epochs = 1
+	c1.Checkpoint = filepath.Join(t.TempDir(), "state.gguf")
+	u1, err := NewSFTUpdater(pol2, c1, SFTSteps(train, cfg))
+	require.NoError(t, err)
+	_, err = RunSFT(u1, pol2, train, nil, c1)
+	require.NoError(t, err)
+	// a fresh updater resumes at epoch 2
+	c2 := cfg
+	c2.Checkpoint, c2.Resume = c1.Checkpoint, true
+	u2, err := NewSFTUpdater(pol2, c2, SFTSteps(train, cfg))
+	require.NoError(t, err)
+	res, err := RunSFT(u2, pol2, train, nil, c2)
+	require.NoError(t, err)
+	require.Len(t, res.Epochs, 1)
+	assert.Equal(t, 2, res.Epochs[0].Epoch)
+	assert.Equal(t, want, u2.Params(), "resumed run must equal the uninterrupted one bit for bit")
+
+	// a checkpoint of another seed is refused
+	c3 := c2
+	c3.Seed = 99
+	u3, err := NewSFTUpdater(pol2, c3, 4)
+	require.NoError(t, err)
+	_, err = RunSFT(u3, pol2, train, nil, c3)
+	assert.ErrorIs(t, err, ErrConfig)
+}
+
+func TestSFTConfigErrors(t *testing.T) {
+	_, pol, _ := sftModels(t, 2)
+	for _, mut := range []func(*SFTConfig){
+		func(c *SFTConfig) { c.Epochs = 0 },
+		func(c *SFTConfig) { c.LR = math.NaN() },
+		func(c *SFTConfig) { c.BatchTokens = 0 },
+		func(c *SFTConfig) { c.MaxLen = 1 },
+		func(c *SFTConfig) { c.MinLR = 1 },
+	} {
+		cfg := sftTestConfig()
+		mut(&cfg)
+		_, err := NewSFTUpdater(pol, cfg, 10)
+		assert.ErrorIs(t, err, ErrConfig)
+	}
+	u, err := NewSFTUpdater(pol, sftTestConfig(), 10)
+	require.NoError(t, err)
+	_, err = RunSFT(u, pol, nil, nil, sftTestConfig())
+	assert.ErrorIs(t, err, ErrSFTData)
+}
