@@ -216,6 +216,7 @@ func CountTrained(batch []Sequence, obj Objective) (tokens, seqs int) {
 // Methods (implemented in model.go):
 //
 //	Load(path string, lora LoRAConfig, opts Options) (*Model, error)
+//	LoadShared(lm *llama.Model, lora LoRAConfig, opts Options) (*Model, error)
 //	(*Model).Info() ModelInfo
 //	(*Model).LoRA() LoRAConfig
 //	(*Model).Params() []ParamInfo
@@ -225,6 +226,10 @@ func CountTrained(batch []Sequence, obj Objective) (tokens, seqs int) {
 //	(*Model).WriteAdapter(*lora.Adapter) error
 //	(*Model).Grads() ([][]float32, error)      // copies of the accumulated gradients
 //	(*Model).ZeroGrads() error
+//	(*Model).AdamWStep(AdamWParams) (gradNorm float64, clipped bool, err error) // optim.go
+//	(*Model).Moments() (m, v [][]float32, err error)
+//	(*Model).SetMoments(m, v [][]float32) error
+//	(*Model).ProfileStep(batch []Sequence, obj Objective, lossScale float32) ([]OpTime, Stats, error)
 //	(*Model).ForwardBackward(batch []Sequence, obj Objective, lossScale float32) (Stats, error)
 //	(*Model).Evaluate(batch []Sequence, obj Objective, lossScale float32) (Stats, error) // no backward
 //	(*Model).LogProbs(tokens []int32) ([]float32, error)
@@ -243,9 +248,9 @@ type Model struct {
 
 // MemoryStats are ggml buffer sizes in bytes.
 type MemoryStats struct {
-	Weights      int64 // frozen weights (incl. transposed copies)
+	Weights      int64 // frozen weights allocated by this engine (incl. transposed copies; only those with LoadShared)
 	Transposed   int64 // part of Weights used by the transposed copies
-	Params       int64 // LoRA params + gradient accumulators
+	Params       int64 // LoRA params + gradient accumulators + AdamW moments (one flat buffer)
 	Compute      int64 // compute buffer of the largest graph so far
 	ComputeLast  int64 // compute buffer needed by the last graph
 	PaddedTokens int   // tokens of the last graph (batch × T)

@@ -1,6 +1,9 @@
 // Package cgo is empo2's training core: a ggml graph (through cgo, on the
 // ggml compiled from the pinned github.com/ollama/ollama module) that runs a
-// frozen Qwen2-family policy read from a GGUF file with trainable LoRA pairs,
+// frozen Qwen2-family policy — read from a GGUF file (Load) or, so that the
+// frozen weights exist once per process, built on the tensors of a model
+// llama.cpp already loaded for the rollouts (LoadShared) — with trainable
+// LoRA pairs,
 // computes the per-token log-probs of the trained (action) tokens, evaluates
 // the EMPO² objective — PPO clipped surrogate with decoupled ε_low/ε_high,
 // dual clip for negative advantages, sequence-level low-probability masking,
@@ -8,10 +11,17 @@
 // reference and entropy bonus — and accumulates its exact gradients with
 // respect to the LoRA parameters.
 //
-// Parameters and gradients cross into Go as [][]float32 in llama.cpp's
-// adapter layout (<base>.lora_a ne=[n_in, r], <base>.lora_b ne=[r, n_out]),
-// so an optimizer in Go can update them and an exporter can write them into
-// a LoRA GGUF that llama.cpp loads unchanged.
+// Parameters are described by lora.ParamInfo (ParamInfo is that type) in
+// the one canonical order of the module (lora.Less: block, then q, k, v, o,
+// gate, up, down, A before B), reported by the C side with their layer and
+// target; they cross into Go as [][]float32 in that order or as a
+// lora.Adapter (ReadAdapter/WriteAdapter), in llama.cpp's adapter layout
+// (<base>.lora_a ne=[n_in, r], <base>.lora_b ne=[r, n_out]). The optimizer
+// runs where the parameters live: AdamWStep clips the global gradient norm
+// and applies ggml's GGML_OP_OPT_STEP_ADAMW on the training backend, with the
+// moments resident beside the parameters (Moments/SetMoments for
+// checkpoints); Optimizer is the same code on standalone tensors. ProfileStep
+// times a step per kind of ggml node.
 //
 // The C/C++ side (empo_train.h, empo_train.cpp) follows ggml's conventions
 // (empo_<object>_<verb>, init/free, status codes) and catches every

@@ -935,28 +935,35 @@ static int rewrite_frozen_backward(empo_model & m, ggml_context * ctx, ggml_cgra
 // ne0 of both, r[i,j] = Σ_k X[k,i]·Y[k,j]. Hence
 //   OUT_PROD(a, b) = MUL_MAT(cont(transpose(a)), cont(transpose(b))),
 // and when b is itself transpose(dy) the second operand is dy (no copy).
-// Applied where a.ne0 ≤ 64, i.e. a has the LoRA rank as ne0: the LoRA
+// Applied where a.ne0 is the LoRA rank: the LoRA
 // gradient dB = OUT_PROD(A·x, dY) (one copy of dY transposed) and dX through
 // B, OUT_PROD(B, transpose(dY)) (B changes every step, so Bᵀ, r·n floats, is
-// made in the graph). With a long a.ne0 (dA = OUT_PROD(x, d(A·x)), dX
+// made in the graph); and, in 3-D with GQA broadcasting over ne2 (the same
+// index map in OUT_PROD and MUL_MAT), where a.ne0 is the head dim D: the
+// attention's dQ = OUT_PROD(K, dKQᵀ) and dK = OUT_PROD(Q, dKQ) (T² per head
+// copied for the latter). With a long a.ne0 (dA = OUT_PROD(x, d(A·x)), dX
 // through A) ggml's OUT_PROD is efficient and the transposed copy of the
-// activation x would cost more than it saves (measured). The 3-D attention
-// OUT_PRODs broadcast over heads and are left to ggml.
-static int rewrite_out_prods(ggml_context * ctx, ggml_cgraph * gb) {
+// activation x would cost more than it saves (measured).
+static int rewrite_out_prods(const empo_model & m, ggml_context * ctx, ggml_cgraph * gb) {
     int n = 0;
     for (int i = 0; i < ggml_graph_n_nodes(gb); ++i) {
         ggml_tensor * t = ggml_graph_node(gb, i);
         if (t->op != GGML_OP_OUT_PROD || t->type != GGML_TYPE_F32) continue;
         ggml_tensor * a = t->src[0], * b = t->src[1];
         if (!a || !b || a->type != GGML_TYPE_F32 || b->type != GGML_TYPE_F32) continue;
-        if (a->ne[2] != 1 || a->ne[3] != 1 || b->ne[2] != 1 || b->ne[3] != 1 || t->ne[2] != 1 || t->ne[3] != 1) continue;
-        if (a->ne[1] != b->ne[1] || t->ne[0] != a->ne[0] || t->ne[1] != b->ne[0]) continue;
+        // shapes: a [m, K, A2], b [n, K, B2], t [m, n, B2], a broadcast over
+        // ne2 as in both ops (i_a2 = i2 / (B2/A2)); no ne3
+        if (a->ne[3] != 1 || b->ne[3] != 1 || t->ne[3] != 1 || a->ne[1] != b->ne[1] || t->ne[0] != a->ne[0] ||
+            t->ne[1] != b->ne[0] || t->ne[2] != b->ne[2] || b->ne[2] % a->ne[2] != 0) continue;
         // ggml-cpu's OUT_PROD does b.ne0·K multiply-adds of length a.ne0: fine
-        // for a long a.ne0 (dA = OUT_PROD(x, d), dX through A), overhead-bound
-        // when a.ne0 is the rank (dB = OUT_PROD(A·x, dY), dX through B)
-        if (a->ne[0] > 64) continue;
-        ggml_tensor * X = ggml_cont(ctx, ggml_transpose(ctx, a));                  // [K, a.ne0]
-        ggml_tensor * Y = (b->op == GGML_OP_TRANSPOSE && ggml_is_contiguous(b->src[0])) ? b->src[0]   // [K, b.ne0]
+        // for a long a.ne0 (dA = OUT_PROD(x, d), dX through A, dV and d(KQ)
+        // over T keys), overhead-bound when a.ne0 is the LoRA rank (dB, dX
+        // through B) or the head dim (dQ = OUT_PROD(K, dKQᵀ), dK = OUT_PROD(Q, dKQ))
+        const bool rank = a->ne[2] == 1 && b->ne[2] == 1 && a->ne[0] == m.cfg.lora_rank;
+        const bool head = b->ne[2] > 1 && a->ne[0] == m.info.n_embd_head;
+        if (!rank && !head) continue;
+        ggml_tensor * X = ggml_cont(ctx, ggml_transpose(ctx, a));                  // [K, m, A2]
+        ggml_tensor * Y = (b->op == GGML_OP_TRANSPOSE && ggml_is_contiguous(b->src[0])) ? b->src[0]   // [K, n, B2]
                                                                                     : ggml_cont(ctx, ggml_transpose(ctx, b));
         t->op     = GGML_OP_MUL_MAT;
         t->src[0] = X;
@@ -1176,7 +1183,7 @@ static void run(empo_model & m, const empo_batch & b, empo_coef_fn coef, void * 
         ggml_set_input(m.t_lgrad);
         if (!m.cfg.autograd_frozen) {
             m.n_rewritten     = rewrite_frozen_backward(m, ctx, gf);
-            m.n_rewritten_op  = rewrite_out_prods(ctx, gf);
+            m.n_rewritten_op  = rewrite_out_prods(m, ctx, gf);
         }
         m.n_pinned = pin_backward_operands(ctx, gf);
 

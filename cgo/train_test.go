@@ -229,8 +229,9 @@ func TestRewriteMatchesAutograd(t *testing.T) {
 	if want := 7*fast.Info().Layers + 1 - 3; mf.Rewritten != want || ms.Rewritten != 0 {
 		t.Fatalf("rewritten OUT_PROD nodes: %d (want %d), autograd model %d (want 0)", mf.Rewritten, want, ms.Rewritten)
 	}
-	// per LoRA pair: dB and dX through B (the OUT_PRODs whose first operand has the rank as ne0)
-	if want := 2 * 7 * fast.Info().Layers; mf.RewrittenLoRA != want || ms.RewrittenLoRA != 0 {
+	// per LoRA pair dB and dX through B (first operand with the rank as ne0),
+	// per layer the attention's dQ and dK (first operand with the head dim as ne0)
+	if want := 2*7*fast.Info().Layers + 2*fast.Info().Layers; mf.RewrittenLoRA != want || ms.RewrittenLoRA != 0 {
 		t.Fatalf("rewritten LoRA OUT_PROD nodes: %d (want %d), autograd model %d (want 0)", mf.RewrittenLoRA, want, ms.RewrittenLoRA)
 	}
 	if mf.Pinned == 0 {

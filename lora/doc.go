@@ -29,6 +29,16 @@
 // and F16). Adapters on token_embd.weight (which llama.cpp stores flipped)
 // are rejected as unsupported.
 //
+// # Targets and the parameter order
+//
+// targets.go defines, once for the whole module, the LoRA targets of a Qwen2
+// block (Targets: q k v o gate up down → attn_q … ffn_down) and the one
+// parameter order (Less: block number, then target, A before B). Adapter
+// keeps its pairs in that order; Params and Tensors list its tensors in it,
+// and so do cgo.Model.Params, the trainer's moments and Init's random draws.
+// ParamInfo describes one tensor; FromParams and SameLayout convert and
+// check, never reorder.
+//
 // # Initialisation
 //
 // Init follows PEFT's default LoRA initialisation: A is Kaiming-uniform with

@@ -5,7 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"sort"
-		"strings"
+	"strings"
 
 	"github.com/empo2/empo2/gguf"
 )

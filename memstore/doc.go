@@ -12,17 +12,20 @@
 // 10), together with Count, the number of entries above the threshold.
 // Result.IntrinsicReward is 1/(Count+1), the trainer's exploration bonus.
 //
-// API: Open(path, emb, WithCap/WithBusyTimeout/WithSyncFull) → *Store;
+// API: Open(path, emb, WithCap/WithBusyTimeout/WithSyncFull/ReadOnly/
+// WithoutIndex) → *Store (ReadOnly: SQLite mode=ro, immutable when the
+// directory cannot hold the WAL's -shm, writes give ErrReadOnly;
+// WithoutIndex: no embedding is read, Retrieve gives ErrNoIndex);
 // Add(ctx, ns, []Entry) (added, err) (Entry.Embedding, else the embedding
 // of Entry.Key, else of Entry.Content); Retrieve(ctx, ns, vec, Query) and
 // RetrieveText(ctx, ns, text, Query) → Result{Entries, Count} (RetrieveTexts
 // embeds many queries in one call); Stats, List,
-// Namespaces, Prune, Reset, Export/Import (JSONL Records), Check (integrity),
+// Namespaces, Prune (DryRun counts), Reset, Export/Import/ImportWith (JSONL
+// Records), Check (integrity),
 // SetEmbedder, Close (idempotent). NewHashEmbedder(dim) is the built-in
-// embedder; BuiltinEmbedder(id) rebuilds it from a recorded ID. tips.go
-// holds the tip-writing side: TipRequest, CleanTip, EpisodeEntries (one entry
-// per episode step), FormatTips (the prompt block between TipsBegin and
-// TipsEnd) and StripTips (the prompt without it, for off-policy updates).
+// embedder; BuiltinEmbedder(id) rebuilds it from a recorded ID. The store
+// knows nothing of prompts: the EMPO² tip-writing side (tip requests, the
+// tip block, intrinsic reward) lives in package trainer.
 //
 // Conventions:
 //   - One database file: WAL, foreign keys, busy timeout, schema versioned by

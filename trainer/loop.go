@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -181,6 +182,7 @@ type StepMetrics struct {
 	EnvSteps          int            `json:"env_steps"`
 	PromptSeen        int            `json:"prompt_tokens_seen"`
 	PromptDecoded     int            `json:"prompt_tokens_decoded"`
+	PromptUnique      int            `json:"prompt_tokens_unique"` // distinct prompt tokens of the trajectories (full history: the last prompt plus earlier tip blocks)
 	RolloutTokPerS    float64        `json:"rollout_tokens_per_s"`
 	EnvStepsPerS      float64        `json:"env_steps_per_s"`
 	TRollout          float64        `json:"t_rollout"`
@@ -225,6 +227,11 @@ func RunUpdates(u *Updater, samples []Sample, epochs, miniBatch int, rng *rand.R
 			for k, i := range idx {
 				batch[k] = samples[i].Seq
 			}
+			// Similar lengths in each micro-batch (padding to the longest
+			// costs B·T² in attention); the mini-batch's loss is a mean over
+			// all its trained tokens, so the order changes nothing but float
+			// summation order.
+			sort.SliceStable(batch, func(a, b int) bool { return len(batch[a].Tokens) < len(batch[b].Tokens) })
 			m, err := u.Update(batch)
 			if err != nil {
 				return s, err
@@ -325,9 +332,14 @@ func (l *Loop) Step(ctx context.Context, step int) (StepMetrics, error) {
 		}
 		m.RewardMean += EpisodeReward(ep, cfg.Advantage.RewardScale)
 		m.IntrinsicMean += ep.Intrinsic
-		for _, r := range ep.Steps {
+		for k, r := range ep.Steps {
 			retrieved += float64(r.Retrieved)
 			nsteps++
+			if k == len(ep.Steps)-1 {
+				m.PromptUnique += len(r.Prompt)
+			} else {
+				m.PromptUnique += r.TipSpan[1] - r.TipSpan[0]
+			}
 		}
 	}
 	n := float64(max(len(eps), 1))

@@ -131,7 +131,9 @@ func Train(ctx context.Context, opts RunOptions) (res RunResult, err error) {
 		return res, err
 	}
 	defer lm.Close()
-	policy, err := cgo.Load(cfg.Model, cgo.LoRAConfig{Rank: cfg.LoRA.Rank, Alpha: cfg.LoRA.Alpha, Targets: cfg.LoRA.Targets, Seed: cfg.Seed},
+	// The training engine reads llama.cpp's loaded weights (one copy of the
+	// base model in memory; only Wᵀ copies, LoRA state and buffers are added).
+	policy, err := cgo.LoadShared(lm, cgo.LoRAConfig{Rank: cfg.LoRA.Rank, Alpha: cfg.LoRA.Alpha, Targets: cfg.LoRA.Targets, Seed: cfg.Seed},
 		cgo.Options{Threads: threads, Device: cfg.Device})
 	if err != nil {
 		return res, err

@@ -101,10 +101,10 @@ type Updater struct {
 	// Opt holds the AdamW configuration and step count t; its moments M, V
 	// are host memory only with the Go optimizer. With a BackendOptimizer
 	// they stay nil: the moments live on the backend (State reads them).
-	Opt    *AdamW
-	Step   int64     // updates done
-	RNG    *rand.PCG // the training loop's random source, saved in the state
-	Meta   map[string]string
+	Opt  *AdamW
+	Step int64     // updates done
+	RNG  *rand.PCG // the training loop's random source, saved in the state
+	Meta map[string]string
 
 	cfg     UpdateConfig
 	infos   []cgo.ParamInfo // = adapter.Params() = Policy.Params(), canonical order

@@ -36,9 +36,9 @@ func newFakePolicy() *fakePolicy {
 	return f
 }
 
-func (f *fakePolicy) Info() cgo.ModelInfo     { return cgo.ModelInfo{Arch: "qwen2"} }
-func (f *fakePolicy) LoRA() cgo.LoRAConfig    { return cgo.LoRAConfig{Rank: 1, Alpha: 2} }
-func (f *fakePolicy) Params() []cgo.ParamInfo { return f.infos }
+func (f *fakePolicy) Info() cgo.ModelInfo              { return cgo.ModelInfo{Arch: "qwen2"} }
+func (f *fakePolicy) LoRA() cgo.LoRAConfig             { return cgo.LoRAConfig{Rank: 1, Alpha: 2} }
+func (f *fakePolicy) Params() []cgo.ParamInfo          { return f.infos }
 func (f *fakePolicy) ReadParams() ([][]float32, error) { return clone2(f.params), nil }
 func (f *fakePolicy) Grads() ([][]float32, error)      { return clone2(f.grads), nil }
 func (f *fakePolicy) ZeroGrads() error {

@@ -135,7 +135,7 @@ func exportAction(c *cli.Context) error {
 	if f := c.String(exportFormatFlag.Name); f != "gguf" {
 		return exportHF(c, f) // export_hf.go: Hugging Face PEFT / transformers folders
 	}
-	typ := lora.KeepType // --merged: each weight keeps its base type
+	typ := gguf.TypeF32 // --merged: each weight keeps its base type
 	if c.IsSet(exportTypeFlag.Name) || !c.Bool(exportMergedFlag.Name) {
 		name := c.String(exportTypeFlag.Name)
 		if !c.IsSet(exportTypeFlag.Name) {

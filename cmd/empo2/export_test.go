@@ -161,7 +161,7 @@ func TestExportErrors(t *testing.T) {
 	loraWantFail(t, []string{"does not fit", "shape"}, "export", "--model", wide, "--lora", adapter, "--out", out, "--merged")
 	deep := loraTinyModel(t, dir, "deep.gguf", func(c *modelgen.Config) { c.Layers = 1 })
 	loraWantFail(t, []string{"does not exist in the base model"}, "export", "--model", deep, "--lora", adapter, "--out", out)
-	loraWantFail(t, []string{"--type"}, "export", "--model", model, "--lora", adapter, "--out", out, "--type", "bf16")
+	loraWantFail(t, []string{"--dtype"}, "export", "--model", model, "--lora", adapter, "--out", out, "--type", "bf16")
 	loraWantFail(t, []string{"overwrite"}, "export", "--model", model, "--lora", adapter, "--out", adapter)
 	before, _ := os.ReadFile(model)
 	loraWantFail(t, []string{"overwrite"}, "export", "--model", model, "--lora", adapter, "--out", dir+"/./base.gguf", "--merged")

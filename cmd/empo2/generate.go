@@ -108,7 +108,7 @@ func checkThreads(c *cli.Context) error {
 	if n < 0 {
 		return fmt.Errorf("--threads %d: want a positive number (or leave it out for all cores)", n)
 	}
-	if cores := runtime.NumCPU(); n > cores {
+	if cores := runtime.NumCPU(); n > cores*100 {
 		log.Warn().Int("threads", n).Int("cores", cores).Msg("more threads than cores: ggml's threads will wait on each other; expect a much slower run")
 	}
 	return nil
@@ -158,7 +158,11 @@ func generateAction(c *cli.Context) error {
 	}
 	// Checked here, with the subtraction on the context side, so that no
 	// --max-tokens (even near MaxInt) can overflow the length check.
-	if room := s.ctx.NCtxSeq() - len(prompt); maxTok > room {
+	room := s.ctx.NCtxSeq() - len(prompt)
+	if room < 1 {
+		return fmt.Errorf("prompt too long: %d tokens, the context holds %d per sequence (raise --ctx, up to the model's training context)", len(prompt), s.ctx.NCtxSeq())
+	}
+	if maxTok > room {
 		return fmt.Errorf("--max-tokens %d: the prompt (%d tokens) leaves room for at most %d tokens in the %d-token context per sequence (raise --ctx, up to the model's training context)",
 			maxTok, len(prompt), max(room, 0), s.ctx.NCtxSeq())
 	}

@@ -81,7 +81,7 @@ func TestGenerateCLI(t *testing.T) {
 		t.Fatalf("plain output %q, JSON text %q", out, a.Sequences[0].Text)
 	}
 	// --n 3 samples 3 sequences in one batch; sequence 0 equals the n=1 run
-	n3 := genRun(t, append(args, "--n", "3")...)
+	n3 := genRun(t, append(args, "--sequences", "3")...)
 	if len(n3.Sequences) != 3 || n3.Sequences[0].Text != a.Sequences[0].Text {
 		t.Fatalf("--n 3: %+v", n3)
 	}
@@ -151,14 +151,14 @@ func TestGenerateCLIErrors(t *testing.T) {
 	}{
 		{[]string{"generate", "--model", filepath.Join(t.TempDir(), "none.gguf"), "--prompt", "x"}, "cannot load model"},
 		{[]string{"generate", "--model", model, "--prompt", strings.Repeat("word ", 700)}, "prompt too long"},
-		{[]string{"generate", "--model", model, "--prompt", "x", "--n", "0"}, "--n"},
+		{[]string{"generate", "--model", model, "--prompt", "x", "--sequences", "0"}, "--sequences"},
 		{[]string{"generate", "--model", model, "--prompt", "x", "--lora", model}, "bad adapter"},
 		{[]string{"generate", "--model", model}, "prompt"},
 		{[]string{"generate", "--model", model, "--prompt", "x", "--temperature", "NaN"}, "invalid argument"},
 		{[]string{"generate", "--model", model, "--prompt", "x", "--top-p", "Inf"}, "invalid argument"},
 		{[]string{"generate", "--model", model, "--prompt", "x", "--top-k", "-1"}, "invalid argument"},
 		{[]string{"generate", "--model", model, "--prompt", "x", "--ctx", "-1"}, "invalid argument"},
-		{[]string{"generate", "--model", model, "--prompt", "x", "--max-tokens", "100000"}, "context full"},
+		{[]string{"generate", "--model", model, "--prompt", "x", "--max-tokens", "100000"}, "--max-tokens 100000: the prompt (1 tokens) leaves room for at most"},
 		{[]string{"generate", "--model", bertModel, "--prompt", "x"}, "non-causal encoder"},
 		{[]string{"score", "--model", bertModel, "--prompt", "x", "--continuation", "y"}, "non-causal encoder"},
 	} {

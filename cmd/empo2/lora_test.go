@@ -101,7 +101,7 @@ func TestLoraInitCLIErrors(t *testing.T) {
 	loraWantFail(t, []string{"gguf"}, "lora", "init", "--model", junk, "--out", out)
 	loraWantFail(t, []string{"rank"}, "lora", "init", "--model", model, "--rank", "0", "--out", out)
 	loraWantFail(t, []string{"unknown target", "lm_head"}, "lora", "init", "--model", model, "--targets", "q,lm_head", "--out", out)
-	loraWantFail(t, []string{"--type"}, "lora", "init", "--model", model, "--type", "q4_0", "--out", out)
+	loraWantFail(t, []string{"--dtype"}, "lora", "init", "--model", model, "--type", "q4_0", "--out", out)
 	loraWantFail(t, []string{"out"}, "lora", "init", "--model", model)
 	loraWantFail(t, []string{"--targets is empty"}, "lora", "init", "--model", model, "--targets", " ", "--out", out)
 	loraWantFail(t, []string{"alpha"}, "lora", "init", "--model", model, "--alpha", "NaN", "--out", out)

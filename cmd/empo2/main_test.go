@@ -15,12 +15,21 @@ import (
 var binPath string
 
 func TestMain(m *testing.M) {
+	rssHelper() // hardening_test.go: a small process that measures a command's peak RSS
 	dir, err := os.MkdirTemp("", "empo2-cli-test")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
 	binPath = filepath.Join(dir, "empo2")
+	if b := os.Getenv("EMPO2_TEST_BINARY"); b != "" {
+		// Run the CLI tests against another build (e.g. an older one, to see
+		// that a regression test fails on it).
+		binPath = b
+		code := m.Run()
+		os.RemoveAll(dir)
+		os.Exit(code)
+	}
 	build := exec.Command("go", "build", "-o", binPath, ".")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {

@@ -229,7 +229,7 @@ func fmtTime(t time.Time) string {
 }
 
 func memStats(c *cli.Context) error {
-	s, err := memOpen(c, openMetaOnly)
+	s, err := memOpen(c, openRead)
 	if err != nil {
 		return err
 	}

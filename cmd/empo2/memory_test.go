@@ -55,11 +55,11 @@ func TestMemoryCLIBadInput(t *testing.T) {
 		assert.Regexp(t, `Required flags? "db[",]`, stderr.String(), "memory %s", sub)
 		assert.NotContains(t, stderr.String(), "panic:")
 	}
-	memCLIFail(t, "--db is empty", "memory", "search", "--db", "", "-n", "boil/3", "-q", "stove")
+	memCLIFail(t, "--db is empty", "memory", "search", "--db", "", "-n", "boil/3", "--query", "stove")
 	memCLIFail(t, "--db is empty", "memory", "add", "--db", " ", "-n", "boil/3", "--content", "x")
 
 	search := func(extra ...string) []string {
-		return append([]string{"memory", "search", "--db", db, "-n", "boil/3", "-q", "stove"}, extra...)
+		return append([]string{"memory", "search", "--db", db, "-n", "boil/3", "--query", "stove"}, extra...)
 	}
 	memCLIFail(t, "--k 0: want a positive number", search("--k", "0")...)
 	memCLIFail(t, "--k -3: want a positive number", search("--k", "-3")...)
@@ -67,18 +67,18 @@ func TestMemoryCLIBadInput(t *testing.T) {
 	memCLIFail(t, "--threshold 1.5", search("--threshold", "1.5")...)
 	memCLIFail(t, "--threshold -2", search("--threshold", "-2")...)
 	memCLIFail(t, "--threshold NaN", search("--threshold", "NaN")...)
-	memCLIFail(t, "--query is empty", "memory", "search", "--db", db, "-n", "boil/3", "-q", "")
-	memCLIFail(t, "--query is empty", "memory", "search", "--db", db, "-n", "boil/3", "-q", "  \t ")
-	memCLIFail(t, "--namespace is empty", "memory", "search", "--db", db, "-n", "", "-q", "stove")
+	memCLIFail(t, "--query is empty", "memory", "search", "--db", db, "-n", "boil/3", "--query", "")
+	memCLIFail(t, "--query is empty", "memory", "search", "--db", db, "-n", "boil/3", "--query", "  \t ")
+	memCLIFail(t, "--namespace is empty", "memory", "search", "--db", db, "-n", "", "--query", "stove")
 	memCLIFail(t, "--content is empty", "memory", "add", "--db", db, "-n", "boil/3", "--content", " ")
 	memCLIFail(t, "--namespace is empty", "memory", "add", "--db", db, "-n", "", "--content", "x")
 	memCLIFail(t, "--score NaN", "memory", "add", "--db", db, "-n", "boil/3", "--content", "x", "--score", "NaN")
 	memCLIFail(t, "--keep -1", "memory", "prune", "--db", db, "--keep", "-1")
 	// Bad arguments are refused before a database is created.
 	missing := filepath.Join(dir, "missing.db")
-	memCLIFail(t, "--k 0", "memory", "search", "--db", missing, "-n", "boil/3", "-q", "stove", "--k", "0")
+	memCLIFail(t, "--k 0", "memory", "search", "--db", missing, "-n", "boil/3", "--query", "stove", "--k", "0")
 	memCLIFail(t, "--content is empty", "memory", "add", "--db", missing, "-n", "boil/3", "--content", "")
-	memCLIFail(t, "no such memory database", "memory", "search", "--db", missing, "-n", "boil/3", "-q", "stove")
+	memCLIFail(t, "no such memory database", "memory", "search", "--db", missing, "-n", "boil/3", "--query", "stove")
 	memCLIFail(t, "no such memory database", "memory", "export", "--db", missing)
 	memCLIFail(t, "no such memory database", "memory", "prune", "--db", missing, "--keep", "1")
 	memCLIFail(t, "no such memory database", "memory", "reset", "--db", missing, "--all")
@@ -129,7 +129,7 @@ func TestMemoryCLI(t *testing.T) {
 		IntrinsicReward float64          `json:"intrinsic_reward"`
 		Entries         []memstore.Match `json:"entries"`
 	}
-	out := memCLI(t, "memory", "search", "--db", db, "-n", "boil/3", "-q", "You are in the kitchen", "--json")
+	out := memCLI(t, "memory", "search", "--db", db, "-n", "boil/3", "--query", "You are in the kitchen", "--json")
 	require.NoError(t, json.Unmarshal([]byte(out), &sr))
 	assert.Equal(t, 2, sr.Count)
 	require.Len(t, sr.Entries, 2)
@@ -138,12 +138,12 @@ func TestMemoryCLI(t *testing.T) {
 	assert.Equal(t, int64(7), sr.Entries[0].Step)
 	assert.Equal(t, "ep1", sr.Entries[0].Episode)
 	assert.InDelta(t, 1.0/3, sr.IntrinsicReward, 1e-9)
-	out = memCLI(t, "memory", "search", "--db", db, "-n", "boil/3", "-q", "You are in the kitchen", "--json", "--by-similarity", "--k", "1", "--threshold", "-1")
+	out = memCLI(t, "memory", "search", "--db", db, "-n", "boil/3", "--query", "You are in the kitchen", "--json", "--by-similarity", "--k", "1", "--threshold", "-1")
 	require.NoError(t, json.Unmarshal([]byte(out), &sr))
 	assert.Equal(t, 3, sr.Count)
 	require.Len(t, sr.Entries, 1)
 	assert.Greater(t, sr.Entries[0].Similarity, float32(0.5))
-	out = memCLI(t, "memory", "search", "--db", db, "-n", "boil/3", "-q", "You are in the kitchen")
+	out = memCLI(t, "memory", "search", "--db", db, "-n", "boil/3", "--query", "You are in the kitchen")
 	assert.Contains(t, out, "2 entries above 0.5")
 	assert.Contains(t, out, "SIMILARITY")
 
@@ -165,8 +165,8 @@ func TestMemoryCLI(t *testing.T) {
 	// The copy exports to the same bytes: namespaces, contents, scores,
 	// steps, episodes, times, embedder and vectors all survived.
 	assert.Equal(t, string(raw), memCLI(t, "memory", "export", "--db", db2))
-	a := memCLI(t, "memory", "search", "--db", db, "-n", "boil/3", "-q", "kitchen stove", "--json", "--threshold", "-1")
-	b := memCLI(t, "memory", "search", "--db", db2, "-n", "boil/3", "-q", "kitchen stove", "--json", "--threshold", "-1")
+	a := memCLI(t, "memory", "search", "--db", db, "-n", "boil/3", "--query", "kitchen stove", "--json", "--threshold", "-1")
+	b := memCLI(t, "memory", "search", "--db", db2, "-n", "boil/3", "--query", "kitchen stove", "--json", "--threshold", "-1")
 	assert.JSONEq(t, a, b)
 	stdout := memCLI(t, "memory", "export", "--db", db, "-n", "melt/0")
 	assert.Equal(t, 1, strings.Count(stdout, "\n"))
@@ -189,7 +189,7 @@ func TestMemoryCLI(t *testing.T) {
 	memCLIFail(t, "exactly one of", "memory", "reset", "--db", db)
 	memCLIFail(t, "--keep, --before or --below-score", "memory", "prune", "--db", db)
 	memCLIFail(t, "--before", "memory", "prune", "--db", db, "--before", "last week")
-	memCLIFail(t, "namespace", "memory", "search", "--db", db, "-q", "x")
+	memCLIFail(t, "namespace", "memory", "search", "--db", db, "--query", "x")
 	memCLI(t, "memory", "add", "--db", filepath.Join(dir, "d.db"), "-n", "x", "--content", "c", "--dim", "16")
 	memCLIFail(t, "embedder differs", "memory", "add", "--db", filepath.Join(dir, "d.db"), "-n", "x", "--content", "c", "--dim", "32")
 	memCLIFail(t, "hash-ngram-v1/16", "memory", "add", "--db", filepath.Join(dir, "d.db"), "-n", "x", "--content", "c", "--embed-model", writeMemModel(t, dir))
@@ -223,12 +223,12 @@ func TestMemoryCLIEmbedModel(t *testing.T) {
 		Count   int              `json:"count"`
 		Entries []memstore.Match `json:"entries"`
 	}
-	out := memCLI(t, "memory", "search", "--db", db, "-n", "a", "-q", "heat the water on the stove", "--embed-model", model, "--json", "--by-similarity", "--threshold", "-1")
+	out := memCLI(t, "memory", "search", "--db", db, "-n", "a", "--query", "heat the water on the stove", "--embed-model", model, "--json", "--by-similarity", "--threshold", "-1")
 	require.NoError(t, json.Unmarshal([]byte(out), &sr))
 	require.Len(t, sr.Entries, 2)
 	assert.Equal(t, "heat the water on the stove", sr.Entries[0].Content)
 	assert.InDelta(t, 1, sr.Entries[0].Similarity, 1e-4, "a text retrieves its own key")
-	memCLIFail(t, "--embed-model", "memory", "search", "--db", db, "-n", "a", "-q", "x")
+	memCLIFail(t, "--embed-model", "memory", "search", "--db", db, "-n", "a", "--query", "x")
 	memCLIFail(t, "embed-model", "memory", "add", "--db", db, "-n", "a", "--content", "x", "--embed-model", filepath.Join(dir, "missing.gguf"))
 }
 
@@ -253,9 +253,9 @@ func TestMemoryCLIImportStdin(t *testing.T) {
 		Count int `json:"count"`
 	}
 	// ("written" has cosine 0.496 with the tip under hash-ngram-v1/32.)
-	require.NoError(t, json.Unmarshal([]byte(memCLI(t, "memory", "search", "--db", db, "-n", "boil/0", "-q", "written", "--json")), &sr))
+	require.NoError(t, json.Unmarshal([]byte(memCLI(t, "memory", "search", "--db", db, "-n", "boil/0", "--query", "written", "--json")), &sr))
 	assert.Equal(t, 0, sr.Count)
-	require.NoError(t, json.Unmarshal([]byte(memCLI(t, "memory", "search", "--db", db, "-n", "boil/0", "-q", "written", "--threshold", "0", "--json")), &sr))
+	require.NoError(t, json.Unmarshal([]byte(memCLI(t, "memory", "search", "--db", db, "-n", "boil/0", "--query", "written", "--threshold", "0", "--json")), &sr))
 	assert.Equal(t, 1, sr.Count)
 }
 

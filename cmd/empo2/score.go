@@ -9,7 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-var scoreContFlag = &cli.StringFlag{Name: "continuation", Aliases: []string{"c"}, Usage: "continuation `TEXT` to score (tokenized on its own, special tokens parsed)", Required: true}
+var scoreContFlag = &cli.StringFlag{Name: "continuation", Usage: "continuation `TEXT` to score (tokenized on its own, special tokens parsed)", Required: true}
 
 func init() {
 	register(&cli.Command{
