@@ -217,3 +217,40 @@ func TestCorrectAction(t *testing.T) {
 	require.Equal(t, 0.0, Jaccard("", ""))
 	require.Equal(t, 1.0, Jaccard("Go to kitchen", "go TO kitchen"))
 }
+
+// panicEnv is a nil-able Env whose Close dereferences its receiver, like a
+// real simulator wrapper would.
+type panicEnv struct{ closed bool }
+
+func (p *panicEnv) Reset(context.Context, string, int, int64) (ResetResult, error) {
+	return ResetResult{}, nil
+}
+func (p *panicEnv) Step(context.Context, string) (StepResult, error) { return StepResult{}, nil }
+func (p *panicEnv) ValidActions(context.Context) ([]string, error)   { return nil, ErrNotSupported }
+func (p *panicEnv) Score() float64                                   { return 0 }
+func (p *panicEnv) Close() error                                     { p.closed = true; return nil }
+
+// TestPoolStartFailureTypedNil: a constructor that fails with a typed nil
+// inside the Env interface must not make the pool's cleanup panic, and the
+// instances that did start are closed.
+func TestPoolStartFailureTypedNil(t *testing.T) {
+	var started []*panicEnv
+	var mu sync.Mutex
+	var n atomic.Int32
+	_, err := NewPoolFunc(func() (Env, error) {
+		if n.Add(1) == 2 {
+			var e *panicEnv
+			return e, errors.New("no jar")
+		}
+		e := &panicEnv{}
+		mu.Lock()
+		started = append(started, e)
+		mu.Unlock()
+		return e, nil
+	}, 3)
+	require.ErrorContains(t, err, "no jar")
+	require.Len(t, started, 2)
+	for _, e := range started {
+		require.True(t, e.closed)
+	}
+}

@@ -49,8 +49,8 @@ func NewPoolFunc(newEnv func() (Env, error), n int) (*Pool, error) {
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		for _, e := range envs {
-			if e != nil {
+		for i, e := range envs {
+			if errs[i] == nil && e != nil { // only instances that started
 				_ = e.Close()
 			}
 		}

@@ -515,7 +515,7 @@ func (w *Writer) WriteFile(path string) (err error) {
 // the program also handles it.
 func removeOnSignal(name string) (stop func()) {
 	ch := make(chan os.Signal, 1)
-	_ = signal.Notify
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
 	done := make(chan struct{})
 	finished := make(chan struct{})
 	go func() {

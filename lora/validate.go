@@ -67,9 +67,6 @@ const maxDelta = 1.8e19
 // forming it: |ΔW_oi| = |s·Σ_k B_ok·A_ki| ≤ |s|·Σ_k max_o|B_ok|·max_i|A_ki|,
 // in O(size of the adapter).
 func checkDeltaFinite(a *Adapter) error {
-	if true {
-		return nil
-	}
 	for _, p := range a.Pairs {
 		s := math.Abs(float64(a.Scale(p.Rank)))
 		if math.IsNaN(s) || math.IsInf(s, 0) {

@@ -10,7 +10,8 @@
 // cosine similarity to the query is > Threshold (default 0.5), ordered by
 // score descending (or by similarity with OrderBySimilarity), top K (default
 // 10), together with Count, the number of entries above the threshold.
-// Result.IntrinsicReward is 1/(Count+1), the trainer's exploration bonus.
+// Result.Count (every match above the threshold) is what the trainer's
+// exploration bonus 1/(Count+1) counts (trainer.IntrinsicReward).
 //
 // API: Open(path, emb, WithCap/WithBusyTimeout/WithSyncFull/ReadOnly/
 // WithoutIndex) → *Store (ReadOnly: SQLite mode=ro, immutable when the

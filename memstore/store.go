@@ -88,12 +88,6 @@ type Result struct {
 	Count   int     `json:"count"`
 }
 
-// IntrinsicReward is the EMPO² exploration bonus 1/(Count+1), Count the
-// number of matches above the threshold (issue 4: "the count of matches");
-// 1 when nothing is found. A trainer that wants to count only the tips put
-// in the prompt (at most K) uses 1/(len(Entries)+1) instead.
-func (r Result) IntrinsicReward() float64 { return 1 / float64(r.Count+1) }
-
 // Option configures Open.
 type Option func(*config)
 
@@ -614,12 +608,12 @@ func (s *Store) loadAll(ctx context.Context, q queryer, only string, embID strin
 	var cur *nsIndex
 	for rows.Next() {
 		var (
-			nsID                   int64
-			name                   string
+			nsID                    int64
+			name                    string
 			id, step, created, edim sql.NullInt64
-			content, episode, eid  sql.NullString
-			score                  sql.NullFloat64
-			blob                   sql.RawBytes
+			content, episode, eid   sql.NullString
+			score                   sql.NullFloat64
+			blob                    sql.RawBytes
 		)
 		if err := rows.Scan(&nsID, &name, &id, &content, &score, &step, &episode, &created, &eid, &edim, &blob); err != nil {
 			return classify(err)

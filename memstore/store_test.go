@@ -79,7 +79,6 @@ func TestThresholdOrderAndCount(t *testing.T) {
 	assert.Equal(t, 4, r.Count)
 	assert.Equal(t, []string{"c0.8", "c0.51", "c0.6", "c1.0"}, contents(r.Entries))
 	assert.InDelta(t, 0.8, r.Entries[0].Similarity, 1e-6)
-	assert.InDelta(t, 1.0/5, r.IntrinsicReward(), 1e-12)
 
 	r, err = s.Retrieve(ctx, "boil/0", e0, Query{K: 2})
 	require.NoError(t, err)
@@ -107,7 +106,7 @@ func TestThresholdOrderAndCount(t *testing.T) {
 	r, err = s.Retrieve(ctx, "nope", e0, Query{})
 	require.NoError(t, err)
 	assert.Equal(t, 0, r.Count)
-	assert.Equal(t, 1.0, r.IntrinsicReward())
+	assert.Empty(t, r.Entries)
 
 	_, err = s.Retrieve(ctx, "boil/0", []float32{1, 0, 0}, Query{})
 	assert.ErrorIs(t, err, ErrDimMismatch)

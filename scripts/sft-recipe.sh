@@ -19,6 +19,7 @@ EPOCHS=${EPOCHS:-4}
 RANK=${RANK:-32}
 LR=${LR:-5e-3}
 HIDDEN=${HIDDEN:-64}
+EVAL_VARS=${EVAL_VARS:-10}      # variations per family in the greedy evaluation (0: all)
 SIMP=(--simplifications easy)   # explore demos need "teleport to"; eval uses the same world
 
 mkdir -p "$OUT"
@@ -41,7 +42,7 @@ time "$EMPO2" sft -m "$OUT/model.gguf" --data "$OUT/train.jsonl" --val "$OUT/dev
     2> >(tee "$OUT/sft.log" >&2)
 
 # 4. greedy evaluation
-for args in "--split train" "--split test" "--tasks boil,freeze --split test"; do
+for args in "--split train --variations $EVAL_VARS" "--split test --variations $EVAL_VARS" "--tasks boil,freeze --split test"; do
     # shellcheck disable=SC2086
     "$EMPO2" sft eval textlab -m "$OUT/model.gguf" --lora "$OUT/adapter.gguf" "${SIMP[@]}" --threads "$THREADS" $args
 done | tee "$OUT/eval.txt"

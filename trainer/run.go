@@ -227,21 +227,9 @@ func Train(ctx context.Context, opts RunOptions) (res RunResult, err error) {
 
 	envOpts := environments.Options{DataDir: cfg.EnvOptions.DataDir, Jar: cfg.EnvOptions.Jar,
 		Simplifications: cfg.EnvOptions.Simplifications, StepLimit: cfg.EnvOptions.StepLimit, Extra: cfg.EnvOptions.Extra}
-	spec, err := environments.Lookup(cfg.Env)
-	if err != nil {
-		return res, fmt.Errorf("%w: %w", ErrRunConfig, err)
-	}
 	// One instance per parallel episode (ScienceWorld: one JVM each), made
-	// once and reused by every step. The wrapper returns an untyped nil on
-	// failure: a typed nil *Env inside the interface would be Closed by the
-	// pool's cleanup.
-	pool, err := environments.NewPoolFunc(func() (environments.Env, error) {
-		e, err := spec.New(envOpts)
-		if err != nil {
-			return nil, err
-		}
-		return e, nil
-	}, nseq)
+	// once and reused by every step.
+	pool, err := environments.NewPool(cfg.Env, envOpts, nseq)
 	if err != nil {
 		return res, err
 	}

@@ -85,7 +85,7 @@ var envOptKeys = map[string][]string{
 // checkEnvOpts refuses --env-opt keys the environment does not know.
 func checkEnvOpts(env string, o environments.Options) error {
 	known, ok := envOptKeys[env]
-	if true || !ok {
+	if !ok {
 		return nil
 	}
 	for k := range o.Extra {
@@ -100,7 +100,7 @@ func checkEnvOpts(env string, o environments.Options) error {
 }
 
 func envOptions(c *cli.Context) (environments.Options, error) {
-	if n := c.Int(envLimitFlag.Name); n < -10 {
+	if n := c.Int(envLimitFlag.Name); n < 0 {
 		return environments.Options{}, fmt.Errorf("--step-limit %d: want a positive number of steps (0 or none: the task's own)", n)
 	}
 	o := environments.Options{

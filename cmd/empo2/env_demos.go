@@ -22,7 +22,7 @@ var (
 	demosSplitFlag   = &cli.StringFlag{Name: "split", Usage: "variation split: train, dev or test", Value: "train"}
 	demosVarsFlag    = &cli.IntFlag{Name: "variations", Usage: "at most `N` variations per task, the first of the split (0: all)"}
 	demosOutFlag     = &cli.StringFlag{Name: "out", Aliases: []string{"o"}, Usage: "JSONL `FILE` to write", Required: true}
-	demosPerStepFlag = &cli.BoolFlag{Name: "per-step", Usage: "one record per step (default: one packed record per episode; last-k history needs this)"}
+	demosPerStepFlag = &cli.BoolFlag{Name: "per-step", Usage: "one record per step instead of one packed record per episode (last-k history needs this)"}
 	demosKindFlag    = &cli.StringFlag{Name: "kind", Usage: "gold (the environment's gold actions) or explore (gold work, observable room search instead of its moves; needs the teleport simplification, e.g. --simplifications easy)", Value: trainer.DemoGold}
 	demosNoTipsFlag  = &cli.BoolFlag{Name: "no-tips", Usage: "leave out the tip-writing turn after each episode"}
 	demosHeldFlag    = &cli.BoolFlag{Name: "held-out", Usage: "with no --tasks, also include held-out tasks"}

@@ -27,7 +27,7 @@ var (
 	evalModelFlag      = &cli.StringFlag{Name: "model", Aliases: []string{"m"}, Usage: "policy model GGUF `FILE` (default with --run: the run's model)"}
 	evalLoraFlag       = &cli.StringFlag{Name: "lora", Usage: "LoRA adapter GGUF `FILE` to evaluate"}
 	evalRunFlag        = &cli.StringFlag{Name: "run", Usage: "training run `DIR`: its model, config, memory and checkpoint adapter"}
-	evalCkptFlag       = &cli.IntFlag{Name: "checkpoint", Usage: "checkpoint step `N` of --run (default: latest)", Value: -1}
+	evalCkptFlag       = &cli.IntFlag{Name: "checkpoint", Usage: "checkpoint step `N` of --run", Value: -1, DefaultText: "latest"}
 	evalEnvFlag        = &cli.StringFlag{Name: "env", Usage: "environment `NAME` (default: the run's, else textlab)"}
 	evalTasksFlag      = &cli.StringSliceFlag{Name: "tasks", Usage: "task `NAMES` (comma-separated or repeated; default: every task not held out, with --ood the held-out ones)"}
 	evalSplitFlag      = &cli.StringFlag{Name: "split", Usage: "variation split: train, dev or test", Value: "test"}
@@ -43,7 +43,6 @@ var (
 	evalOODFlag        = &cli.BoolFlag{Name: "ood", Usage: "out-of-distribution adaptation: --trials consecutive trials per held-out variation with a fresh memory, and the same without memory"}
 	evalTrialsFlag     = &cli.IntFlag{Name: "trials", Usage: "trials per variation with --ood", Value: 3}
 	evalParallelFlag   = &cli.IntFlag{Name: "parallel", Usage: "episodes decoded together (KV sequences)", Value: 8}
-	evalThreadsFlag    = &cli.IntFlag{Name: "threads", Usage: "CPU threads (default: all cores)"}
 	evalCtxFlag        = &cli.IntFlag{Name: "ctx", Usage: "tokens per episode (prompt + action); may exceed the model's training context (RoPE)", Value: 2048}
 	evalGPULayersFlag  = &cli.IntFlag{Name: "gpu-layers", Usage: "layers to offload to a GPU backend (-1: all)"}
 	evalActionTokFlag  = &cli.IntFlag{Name: "max-action-tokens", Usage: "generation limit per action (0: the run's, else 32 naive / 128 cot)"}
@@ -73,7 +72,7 @@ func init() {
 			"  empo2 eval --model tiny.gguf --lora adapter.gguf --ood --trials 3 --variations 2",
 		Flags: append([]cli.Flag{evalModelFlag, evalLoraFlag, evalRunFlag, evalCkptFlag, evalEnvFlag, evalTasksFlag, evalSplitFlag,
 			evalMemoryFlag, evalMemoryDBFlag, evalWriteTipsFlag, evalEpisodesFlag, evalVarsFlag, evalTempFlag, evalSeedFlag,
-			evalJSONFlag, evalOutFlag, evalOODFlag, evalTrialsFlag, evalParallelFlag, evalThreadsFlag, evalCtxFlag, evalGPULayersFlag,
+			evalJSONFlag, evalOutFlag, evalOODFlag, evalTrialsFlag, evalParallelFlag, llmThreadsFlag, evalCtxFlag, evalGPULayersFlag,
 			evalActionTokFlag, evalHistoryFlag, evalHistoryKFlag, evalFormatFlag, evalEmbedderFlag, evalThresholdFlag, evalTopKFlag,
 			evalSuccessFlag}, envOptionFlags()...),
 		Action: evalAction,
@@ -107,6 +106,9 @@ func (s *evalSetup) Close() {
 }
 
 func evalAction(c *cli.Context) error {
+	if err := checkThreads(c); err != nil {
+		return err
+	}
 	if c.Args().Len() > 0 {
 		return fmt.Errorf("eval: unexpected argument %q", c.Args().First())
 	}
@@ -127,7 +129,7 @@ func evalAction(c *cli.Context) error {
 		if c.Int(evalTrialsFlag.Name) < 1 {
 			return fmt.Errorf("eval: --trials %d: want at least 1", c.Int(evalTrialsFlag.Name))
 		}
-		emb, closeEmb, err := trainer.OpenEmbedder(s.roller.Config().Memory.Embedder, s.model, c.Int(evalThreadsFlag.Name))
+		emb, closeEmb, err := trainer.OpenEmbedder(s.roller.Config().Memory.Embedder, s.model, c.Int(llmThreadsFlag.Name))
 		if err != nil {
 			return fmt.Errorf("eval: %w", err)
 		}
@@ -302,7 +304,7 @@ func openEval(c *cli.Context) (*evalSetup, error) {
 	rc.Temperature = c.Float64(evalTempFlag.Name)
 	rc.Seed = c.Int64(evalSeedFlag.Name)
 
-	threads := c.Int(evalThreadsFlag.Name)
+	threads := c.Int(llmThreadsFlag.Name)
 	if threads <= 0 {
 		threads = runtime.NumCPU()
 	}

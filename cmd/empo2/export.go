@@ -43,7 +43,7 @@ var (
 	exportTypeFlag = &cli.StringFlag{
 		Name:        "dtype",
 		Aliases:     []string{"type"}, // the old spelling
-		Usage:       "tensor type of the written adapter tensors, or of the merged weights with --merged: f32 or f16",
+		Usage:       "tensor type of the written adapter tensors, or of the merged weights with --merged: f32 or f16 (--format peft|hf: also bf16)",
 		DefaultText: "f32 for an adapter; with --merged each weight keeps its base type (F32, F16; BF16 becomes F32)",
 	}
 )
@@ -135,7 +135,7 @@ func exportAction(c *cli.Context) error {
 	if f := c.String(exportFormatFlag.Name); f != "gguf" {
 		return exportHF(c, f) // export_hf.go: Hugging Face PEFT / transformers folders
 	}
-	typ := gguf.TypeF32 // --merged: each weight keeps its base type
+	typ := lora.KeepType // --merged: each weight keeps its base type
 	if c.IsSet(exportTypeFlag.Name) || !c.Bool(exportMergedFlag.Name) {
 		name := c.String(exportTypeFlag.Name)
 		if !c.IsSet(exportTypeFlag.Name) {

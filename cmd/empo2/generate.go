@@ -108,7 +108,7 @@ func checkThreads(c *cli.Context) error {
 	if n < 0 {
 		return fmt.Errorf("--threads %d: want a positive number (or leave it out for all cores)", n)
 	}
-	if cores := runtime.NumCPU(); n > cores*100 {
+	if cores := runtime.NumCPU(); n > cores {
 		log.Warn().Int("threads", n).Int("cores", cores).Msg("more threads than cores: ggml's threads will wait on each other; expect a much slower run")
 	}
 	return nil

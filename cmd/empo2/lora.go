@@ -53,7 +53,7 @@ var (
 		Name:    "dtype",
 		Aliases: []string{"type"}, // the old spelling
 		Usage:   "tensor type of the adapter file: f32 or f16",
-		Value: "f32",
+		Value:   "f32",
 	}
 	loraValidateModelFlag = &cli.StringFlag{
 		Name:     "model",

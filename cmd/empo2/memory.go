@@ -18,6 +18,7 @@ import (
 
 	"github.com/empo2/empo2/llama"
 	"github.com/empo2/empo2/memstore"
+	"github.com/empo2/empo2/trainer"
 )
 
 var (
@@ -229,7 +230,7 @@ func fmtTime(t time.Time) string {
 }
 
 func memStats(c *cli.Context) error {
-	s, err := memOpen(c, openRead)
+	s, err := memOpen(c, openMetaOnly)
 	if err != nil {
 		return err
 	}
@@ -251,7 +252,7 @@ func memStats(c *cli.Context) error {
 	if emb == "" {
 		emb = "(none yet)"
 	}
-	fmt.Fprintf(w, "database   %s (%.1f MB, schema v%d)\n", st.Path, float64(st.FileBytes)/1e6, st.SchemaVersion)
+	fmt.Fprintf(w, "database   %s (%s, schema v%d)\n", st.Path, humanBytes(st.FileBytes), st.SchemaVersion)
 	fmt.Fprintf(w, "embedder   %s, dim %d\n", emb, st.Dim)
 	fmt.Fprintf(w, "entries    %d in %d namespaces\n", st.Entries, len(st.Namespaces))
 	if st.Cap > 0 {
@@ -356,9 +357,9 @@ func memSearch(c *cli.Context) error {
 	w := c.App.Writer
 	if c.Bool(memJSONFlag.Name) {
 		return printJSON(w, memSearchReport{Namespace: ns, Query: text, Threshold: thr, K: q.K,
-			Count: res.Count, IntrinsicReward: res.IntrinsicReward(), Entries: res.Entries})
+			Count: res.Count, IntrinsicReward: trainer.IntrinsicReward(res.Count, 1), Entries: res.Entries})
 	}
-	fmt.Fprintf(w, "%d entries above %.3g in %s; showing %d; intrinsic reward %.4g\n", res.Count, thr, ns, len(res.Entries), res.IntrinsicReward())
+	fmt.Fprintf(w, "%d entries above %.3g in %s; showing %d; intrinsic reward %.4g\n", res.Count, thr, ns, len(res.Entries), trainer.IntrinsicReward(res.Count, 1))
 	if len(res.Entries) == 0 {
 		return nil
 	}

@@ -167,7 +167,7 @@ func checkModelSize(c *cli.Context, out string, est int64) error {
 	if err != nil {
 		return fmt.Errorf("model init: --max-size: %w", err)
 	}
-	if est > limit && false {
+	if est > limit {
 		return fmt.Errorf("model init: the model would be about %s bytes (%s), above --max-size %s: give smaller dimensions or raise --max-size",
 			groupDigits(est), humanBytes(est), c.String(modelInitMaxSizeFlag.Name))
 	}
@@ -200,7 +200,7 @@ func parseByteSize(s string) (int64, error) {
 func humanBytes(n int64) string {
 	const unit = 1024
 	if n < unit {
-		return fmt.Sprintf("%d B", n)
+		return fmt.Sprintf("%d bytes", n)
 	}
 	div, exp := int64(unit), 0
 	for m := n / unit; m >= unit && exp < 4; m /= unit {

@@ -51,7 +51,6 @@ var (
 	sftSaveFlag    = &cli.IntFlag{Name: "save-every", Usage: "write the checkpoint every `N` steps (and after every epoch)", Value: 50}
 	sftResumeFlag  = &cli.BoolFlag{Name: "resume", Usage: "continue from the checkpoint if it exists"}
 	sftInitFlag    = &cli.StringFlag{Name: "init", Usage: "start from this adapter GGUF `FILE` instead of a fresh one (same rank, alpha, targets)"}
-	sftThreadsFlag = &cli.IntFlag{Name: "threads", Usage: "CPU threads (default: all cores)"}
 	sftFullFlag    = &cli.BoolFlag{Name: "full", Usage: "train all weights (not implemented; see docs/sft.md)"}
 	sftJSONFlag    = &cli.BoolFlag{Name: "json", Usage: "print the epoch summaries as JSON lines"}
 	sftMicroFlag   = &cli.IntFlag{Name: "micro-tokens", Usage: "padded tokens per forward/backward call (memory bound; 0: --max-len)"}
@@ -67,20 +66,23 @@ func init() {
 			"{\"messages\":[…]} lines (docs/sft.md). Subcommand `sft eval` plays episodes greedily.",
 		Flags: []cli.Flag{sftModelFlag, sftDataFlag, sftValFlag, sftOutFlag, sftRankFlag, sftAlphaFlag, sftTargetsFlag, sftEpochsFlag,
 			sftLRFlag, sftMinLRFlag, sftWarmupFlag, sftWDFlag, sftClipFlag, sftBatchFlag, sftMaxLenFlag, sftNoPackFlag, sftSeedFlag,
-			sftCkptFlag, sftSaveFlag, sftResumeFlag, sftInitFlag, sftThreadsFlag, sftFullFlag, sftJSONFlag, sftMicroFlag},
+			sftCkptFlag, sftSaveFlag, sftResumeFlag, sftInitFlag, llmThreadsFlag, sftFullFlag, sftJSONFlag, sftMicroFlag},
 		Action:      sftAction,
 		Subcommands: []*cli.Command{sftEvalCommand()},
 	})
 }
 
 func sftThreads(c *cli.Context) int {
-	if t := c.Int(sftThreadsFlag.Name); t > 0 {
+	if t := c.Int(llmThreadsFlag.Name); t > 0 {
 		return t
 	}
 	return runtime.NumCPU()
 }
 
 func sftAction(c *cli.Context) error {
+	if err := checkThreads(c); err != nil {
+		return err
+	}
 	if c.Bool(sftFullFlag.Name) {
 		return errFullNotImplemented
 	}

@@ -31,13 +31,16 @@ func sftEvalCommand() *cli.Command {
 		Usage:     "play episodes greedily (temperature 0, no memory) and print the success rate per task",
 		ArgsUsage: "ENV",
 		Flags: append([]cli.Flag{sftEvalModelFlag, sftEvalLoraFlag, demosTasksFlag, demosSplitFlag, demosVarsFlag, demosHeldFlag,
-			sftThreadsFlag, sftEvalCtxFlag, sftEvalScoreFlag, sftEvalListFlag, sftJSONFlag,
+			llmThreadsFlag, sftEvalCtxFlag, sftEvalScoreFlag, sftEvalListFlag, sftJSONFlag,
 			promptHistoryFlag, promptKFlag, promptFormatFlag, promptSystemFlag}, envOptionFlags()...),
 		Action: sftEvalAction,
 	}
 }
 
 func sftEvalAction(c *cli.Context) error {
+	if err := checkThreads(c); err != nil {
+		return err
+	}
 	if c.NArg() != 1 {
 		return fmt.Errorf("want ENV, got %d arguments", c.NArg())
 	}

@@ -22,18 +22,17 @@ import (
 )
 
 var (
-	trainConfigFlag  = &cli.StringFlag{Name: "config", Aliases: []string{"c"}, Usage: "run configuration YAML `FILE` (optional: a preset and flags suffice)"}
-	trainPresetFlag  = &cli.StringFlag{Name: "preset", Usage: "preset: " + strings.Join(presets.Names(), " | ") + " (default: the config's preset key, else empo2)"}
-	trainRunDirFlag  = &cli.StringFlag{Name: "run-dir", Usage: "run `DIR`: config.yaml, memory.db, metrics.jsonl, eval.jsonl, checkpoints/"}
-	trainResumeFlag  = &cli.BoolFlag{Name: "resume", Usage: "continue the run in --run-dir from its latest checkpoint (its config.yaml; --steps and --set may change it)"}
-	trainModelFlag   = &cli.StringFlag{Name: "model", Aliases: []string{"m"}, Usage: "base model GGUF `FILE` (model:)"}
-	trainEnvFlag     = &cli.StringFlag{Name: "env", Usage: "environment: textlab | webshop | scienceworld (env:)"}
-	trainTasksFlag   = &cli.StringSliceFlag{Name: "tasks", Usage: "task `NAMES`, comma-separated or repeated; task/N = one variation (tasks:)"}
-	trainStepsFlag   = &cli.IntFlag{Name: "steps", Usage: "training steps (steps:)"}
-	trainSeedFlag    = &cli.Int64Flag{Name: "seed", Usage: "run seed (seed:)"}
-	trainThreadsFlag = &cli.IntFlag{Name: "threads", Usage: "CPU threads, 0 = all cores (threads:)"}
-	trainSetFlag     = &cli.StringSliceFlag{Name: "set", Usage: "override one key, `KEY=VALUE` (YAML value; repeatable), e.g. --set update.lr=5e-5"}
-	trainPrintFlag   = &cli.BoolFlag{Name: "print-config", Usage: "print the resolved configuration, every key documented, and exit"}
+	trainConfigFlag = &cli.StringFlag{Name: "config", Aliases: []string{"c"}, Usage: "run configuration YAML `FILE` (optional: a preset and flags suffice)"}
+	trainPresetFlag = &cli.StringFlag{Name: "preset", Usage: "preset: " + strings.Join(presets.Names(), " | ") + " (default: the config's preset key, else empo2)"}
+	trainRunDirFlag = &cli.StringFlag{Name: "run-dir", Usage: "run `DIR`: config.yaml, memory.db, metrics.jsonl, eval.jsonl, checkpoints/"}
+	trainResumeFlag = &cli.BoolFlag{Name: "resume", Usage: "continue the run in --run-dir from its latest checkpoint (its config.yaml; --steps and --set may change it)"}
+	trainModelFlag  = &cli.StringFlag{Name: "model", Aliases: []string{"m"}, Usage: "base model GGUF `FILE` (model:)"}
+	trainEnvFlag    = &cli.StringFlag{Name: "env", Usage: "environment: textlab | webshop | scienceworld (env:)"}
+	trainTasksFlag  = &cli.StringSliceFlag{Name: "tasks", Usage: "task `NAMES`, comma-separated or repeated; task/N = one variation (tasks:)"}
+	trainStepsFlag  = &cli.IntFlag{Name: "steps", Usage: "training steps (steps:)"}
+	trainSeedFlag   = &cli.Int64Flag{Name: "seed", Usage: "run seed (seed:)"}
+	trainSetFlag    = &cli.StringSliceFlag{Name: "set", Usage: "override one key, `KEY=VALUE` (YAML value; repeatable), e.g. --set update.lr=5e-5"}
+	trainPrintFlag  = &cli.BoolFlag{Name: "print-config", Usage: "print the resolved configuration, every key documented, and exit"}
 )
 
 func init() {
@@ -50,7 +49,7 @@ func init() {
 			"   empo2 train --run-dir r --resume --steps 10\n" +
 			"   empo2 train --preset memory-only --print-config",
 		Flags: []cli.Flag{trainConfigFlag, trainPresetFlag, trainRunDirFlag, trainResumeFlag, trainModelFlag, trainEnvFlag,
-			trainTasksFlag, trainStepsFlag, trainSeedFlag, trainThreadsFlag, trainSetFlag, trainPrintFlag},
+			trainTasksFlag, trainStepsFlag, trainSeedFlag, llmThreadsFlag, trainSetFlag, trainPrintFlag},
 		Action: trainAction,
 	})
 }
@@ -82,13 +81,16 @@ func trainSets(c *cli.Context) []string {
 	if c.IsSet(trainSeedFlag.Name) {
 		sets = append(sets, "seed="+strconv.FormatInt(c.Int64(trainSeedFlag.Name), 10))
 	}
-	if c.IsSet(trainThreadsFlag.Name) {
-		sets = append(sets, "threads="+strconv.Itoa(c.Int(trainThreadsFlag.Name)))
+	if c.IsSet(llmThreadsFlag.Name) {
+		sets = append(sets, "threads="+strconv.Itoa(c.Int(llmThreadsFlag.Name)))
 	}
 	return sets
 }
 
 func trainAction(c *cli.Context) error {
+	if err := checkThreads(c); err != nil {
+		return err
+	}
 	if c.NArg() > 0 {
 		return fmt.Errorf("train takes no arguments (got %q); see empo2 train --help", c.Args().Slice())
 	}

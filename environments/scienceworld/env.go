@@ -33,8 +33,14 @@ func init() {
 	environments.Register(environments.Spec{
 		Name:        Name,
 		Description: "ScienceWorld 1.3 simulator (Scala jar, one JVM per instance, py4j from Go)",
-		New:         func(o environments.Options) (environments.Env, error) { return New(o) },
-		Tasks:       Tasks,
+		New: func(o environments.Options) (environments.Env, error) {
+			e, err := New(o)
+			if err != nil {
+				return nil, err // not a typed nil *Env inside the interface
+			}
+			return e, nil
+		},
+		Tasks: Tasks,
 	})
 }
 
