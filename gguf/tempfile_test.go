@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -35,6 +36,11 @@ func TestInterruptedWriteRemovesTemp(t *testing.T) {
 			}
 			return nil
 		})
+		if os.Getenv(tempChildEnv+"_KEEP") != "" {
+			// A program that handles the signals itself (empo2 train).
+			SetSignalCleanup(false)
+			signal.Ignore(syscall.SIGTERM, syscall.SIGINT)
+		}
 		err := w.WriteFile(path)
 		fmt.Println("finished", err)
 		os.Exit(5) // not reached when the signal kills the process
@@ -130,4 +136,39 @@ func temps(t *testing.T, dir string) []string {
 		}
 	}
 	return out
+}
+
+// TestSignalCleanupOff: with SetSignalCleanup(false) (a program that
+// handles SIGTERM itself to finish its work, like empo2 train's checkpoint
+// on SIGTERM), a signal during WriteFile does not remove the temporary file
+// from under the write: the file is completed and renamed into place.
+func TestSignalCleanupOff(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "m.gguf")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestInterruptedWriteRemovesTemp$", "-test.count=1")
+	cmd.Env = append(os.Environ(), tempChildEnv+"="+path, tempChildEnv+"_KEEP=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(out)
+	for sc.Scan() && sc.Text() != "writing" {
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	rest, _ := io.ReadAll(out)
+	_ = cmd.Wait()
+	if !strings.Contains(string(rest), "finished <nil>") {
+		t.Fatalf("the write did not complete after SIGTERM: %s", rest)
+	}
+	if _, err := Open(path); err != nil {
+		t.Fatalf("written file: %v", err)
+	}
+	if tmps := temps(t, dir); len(tmps) != 0 {
+		t.Errorf("temporary files left: %v", tmps)
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -479,8 +480,10 @@ func (w *Writer) WriteFile(path string) (err error) {
 	if err != nil {
 		return fmt.Errorf("gguf: %w", err)
 	}
-	stop := removeOnSignal(tmp.Name())
-	defer stop()
+	if signalCleanup.Load() {
+		stop := removeOnSignal(tmp.Name())
+		defer stop()
+	}
 	defer func() {
 		if err != nil {
 			tmp.Close()
@@ -508,6 +511,17 @@ func (w *Writer) WriteFile(path string) (err error) {
 	}
 	return nil
 }
+
+// signalCleanup: WriteFile removes its temporary file on SIGINT/SIGTERM.
+var signalCleanup = func() *atomic.Bool { var b atomic.Bool; b.Store(true); return &b }()
+
+// SetSignalCleanup sets whether WriteFile, when SIGINT or SIGTERM arrives
+// during a write, removes its temporary file and lets the signal end the
+// process (the default: right for one-shot writers such as `model init` and
+// `export`). A program that handles these signals itself in order to finish
+// its work (`empo2 train`: finish the step, checkpoint, exit 0) turns it off,
+// so that a write in progress completes instead of losing its file.
+func SetSignalCleanup(on bool) { signalCleanup.Store(on) }
 
 // removeOnSignal removes the file name when SIGINT or SIGTERM arrives before
 // the returned stop is called, and then lets the signal end the process as

@@ -92,12 +92,9 @@ func (c *Context) generate(ctx context.Context, prompts [][]int32, p SampleParam
 			return nil, fmt.Errorf("%w: prompt %d fills the context", ErrContextFull, i)
 		}
 	}
-	maxStop := 0
-	for _, s := range p.Stop {
-		if s == "" {
-			return nil, fmt.Errorf("%w: empty stop string", ErrInvalidArgument)
-		}
-		maxStop = max(maxStop, len(s))
+	maxStop, err := stopLen(p)
+	if err != nil {
+		return nil, err
 	}
 
 	// prefill: prompt i into sequence i*N; lastIdx[i] is the batch index of
@@ -132,44 +129,11 @@ func (c *Context) generate(ctx context.Context, prompts [][]int32, p SampleParam
 		}
 	}
 
-	type state struct {
-		s      *sampler
-		text   []byte
-		done   bool
-		seq    Sequence
-		pos0   int // position of the first generated token
-		maxTok int
-	}
-	st := make([]*state, nP*N)
+	st := make([]*genState, nP*N)
 	for i := range st {
-		st[i] = &state{s: newSampler(p, p.SeqOffset+i), pos0: len(prompts[i/N]), maxTok: maxTok[i/N]}
+		st[i] = &genState{s: newSampler(p, p.SeqOffset+i), pos0: len(prompts[i/N]), maxTok: maxTok[i/N]}
 	}
-	vocab := c.model
-	// accept appends a sampled token to sequence i.
-	accept := func(i int, tok int32, lp float32) {
-		x := st[i]
-		x.seq.Tokens = append(x.seq.Tokens, tok)
-		x.seq.LogProbs = append(x.seq.LogProbs, lp)
-		if !p.IgnoreEOG && vocab.isEOG(tok) {
-			x.done, x.seq.Finish = true, FinishEOG
-			return
-		}
-		before := len(x.text)
-		x.text = append(x.text, vocab.pieces[tok]...)
-		if maxStop > 0 {
-			from := max(0, before-maxStop+1)
-			for _, stop := range p.Stop {
-				if j := strings.Index(string(x.text[from:]), stop); j >= 0 {
-					x.text = x.text[:from+j]
-					x.done, x.seq.Finish = true, FinishStop
-					return
-				}
-			}
-		}
-		if len(x.seq.Tokens) >= x.maxTok {
-			x.done, x.seq.Finish = true, FinishLength
-		}
-	}
+	accept := func(i int, tok int32, lp float32) { st[i].accept(c.model, &p, maxStop, tok, lp) }
 
 	// first token of every sequence from its prompt's last logits (read
 	// before any further decode overwrites them)
@@ -283,3 +247,53 @@ func (c *Context) prefillMany(prompts [][]int32, n int, first [][]float32) error
 
 // finite reports whether x is neither NaN nor infinite.
 func finite(x float32) bool { return !math.IsNaN(float64(x)) && !math.IsInf(float64(x), 0) }
+
+// stopLen checks p.Stop and returns the byte length of its longest string.
+func stopLen(p SampleParams) (int, error) {
+	n := 0
+	for _, s := range p.Stop {
+		if s == "" {
+			return 0, fmt.Errorf("%w: empty stop string", ErrInvalidArgument)
+		}
+		n = max(n, len(s))
+	}
+	return n, nil
+}
+
+// genState is one sequence being sampled by Generate or GenerateSlots.
+type genState struct {
+	s      *sampler
+	text   []byte // detokenized continuation so far
+	done   bool
+	seq    Sequence
+	pos0   int // position of the first generated token (Generate)
+	maxTok int
+}
+
+// accept appends a sampled token and its raw log-prob, and ends the sequence
+// on an end-of-generation token (unless p.IgnoreEOG), a stop string (cut
+// from Text; maxStop is the longest stop string's length, so only the text's
+// tail is searched) or after maxTok tokens.
+func (x *genState) accept(m *Model, p *SampleParams, maxStop int, tok int32, lp float32) {
+	x.seq.Tokens = append(x.seq.Tokens, tok)
+	x.seq.LogProbs = append(x.seq.LogProbs, lp)
+	if !p.IgnoreEOG && m.isEOG(tok) {
+		x.done, x.seq.Finish = true, FinishEOG
+		return
+	}
+	before := len(x.text)
+	x.text = append(x.text, m.pieces[tok]...)
+	if maxStop > 0 {
+		from := max(0, before-maxStop+1)
+		for _, stop := range p.Stop {
+			if j := strings.Index(string(x.text[from:]), stop); j >= 0 {
+				x.text = x.text[:from+j]
+				x.done, x.seq.Finish = true, FinishStop
+				return
+			}
+		}
+	}
+	if len(x.seq.Tokens) >= x.maxTok {
+		x.done, x.seq.Finish = true, FinishLength
+	}
+}

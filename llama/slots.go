@@ -8,7 +8,6 @@ import "C"
 import (
 	"context"
 	"fmt"
-	"strings"
 )
 
 // Slots: many conversations, each in its own KV sequence that persists
@@ -146,12 +145,9 @@ func (c *Context) GenerateSlots(ctx context.Context, reqs []SlotRequest, p Sampl
 	case !finite(p.TopP) || !finite(p.MinP) || !finite(p.Temperature) || p.TopP < 0 || p.MinP < 0 || p.MinP > 1:
 		return nil, fmt.Errorf("%w: TopP %v, MinP %v, Temperature %v", ErrInvalidArgument, p.TopP, p.MinP, p.Temperature)
 	}
-	maxStop := 0
-	for _, s := range p.Stop {
-		if s == "" {
-			return nil, fmt.Errorf("%w: empty stop string", ErrInvalidArgument)
-		}
-		maxStop = max(maxStop, len(s))
+	maxStop, err := stopLen(p)
+	if err != nil {
+		return nil, err
 	}
 	seen := make(map[int]bool, len(reqs))
 	maxTok := make([]int, len(reqs))
@@ -218,43 +214,13 @@ func (c *Context) GenerateSlots(ctx context.Context, reqs []SlotRequest, p Sampl
 		ss.held[r.Slot] = append(ss.held[r.Slot], r.Prompt[start[i]:]...)
 	}
 
-	type state struct {
-		s      *sampler
-		text   []byte
-		done   bool
-		seq    Sequence
-		maxTok int
-	}
-	st := make([]*state, len(reqs))
+	st := make([]*genState, len(reqs))
 	for i, r := range reqs {
 		q := p
 		q.Seed = r.Seed
-		st[i] = &state{s: newSampler(q, r.Stream), maxTok: maxTok[i]}
+		st[i] = &genState{s: newSampler(q, r.Stream), maxTok: maxTok[i]}
 	}
-	accept := func(i int, tok int32, lp float32) {
-		x := st[i]
-		x.seq.Tokens = append(x.seq.Tokens, tok)
-		x.seq.LogProbs = append(x.seq.LogProbs, lp)
-		if !p.IgnoreEOG && c.model.isEOG(tok) {
-			x.done, x.seq.Finish = true, FinishEOG
-			return
-		}
-		before := len(x.text)
-		x.text = append(x.text, c.model.pieces[tok]...)
-		if maxStop > 0 {
-			from := max(0, before-maxStop+1)
-			for _, stop := range p.Stop {
-				if j := strings.Index(string(x.text[from:]), stop); j >= 0 {
-					x.text = x.text[:from+j]
-					x.done, x.seq.Finish = true, FinishStop
-					return
-				}
-			}
-		}
-		if len(x.seq.Tokens) >= x.maxTok {
-			x.done, x.seq.Finish = true, FinishLength
-		}
-	}
+	accept := func(i int, tok int32, lp float32) { st[i].accept(c.model, &p, maxStop, tok, lp) }
 	for i := range st {
 		tok, lp, err := st[i].s.sample(first[i])
 		if err != nil {

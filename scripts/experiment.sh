@@ -44,7 +44,7 @@ if [[ "$MODE" == quick ]]; then
 	OOD_RL_VARS=${OOD_RL_VARS:-2} # test variations in the adaptation trials
 	OOD_VARS=${OOD_VARS:-2}       # boil/freeze test variations per family (0: all)
 	TRIALS=${TRIALS:-2}
-	SKILL_VARS=${SKILL_VARS:-2}   # test variations per SFT family (warm-start sanity check)
+	SKILL_VARS=${SKILL_VARS:-1}   # test variations per SFT family (warm-start sanity check)
 else
 	OUT=${OUT:-build/experiment}
 	SFT_VARS=${SFT_VARS:-24}

@@ -96,21 +96,9 @@ func envDemos(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	var tasks []environments.Task
-	if names := splitList(c.StringSlice(demosTasksFlag.Name)); len(names) > 0 {
-		for _, n := range names {
-			t, err := environments.FindTask(all, n)
-			if err != nil {
-				return err
-			}
-			tasks = append(tasks, t)
-		}
-	} else {
-		for _, t := range all {
-			if !t.HeldOut || c.Bool(demosHeldFlag.Name) {
-				tasks = append(tasks, t)
-			}
-		}
+	tasks, err := pickTasks(all, splitList(c.StringSlice(demosTasksFlag.Name)), c.Bool(demosHeldFlag.Name))
+	if err != nil {
+		return err
 	}
 	env, err := spec.New(opts)
 	if err != nil {
@@ -209,4 +197,26 @@ func splitList(vals []string) []string {
 		}
 	}
 	return out
+}
+
+// pickTasks returns the named tasks of all (in the given order), or, with no
+// names, every task that is not held out (held-out ones too with heldOut).
+func pickTasks(all []environments.Task, names []string, heldOut bool) ([]environments.Task, error) {
+	var tasks []environments.Task
+	for _, n := range names {
+		t, err := environments.FindTask(all, n)
+		if err != nil {
+			return nil, err
+		}
+		tasks = append(tasks, t)
+	}
+	if len(names) > 0 {
+		return tasks, nil
+	}
+	for _, t := range all {
+		if !t.HeldOut || heldOut {
+			tasks = append(tasks, t)
+		}
+	}
+	return tasks, nil
 }

@@ -150,18 +150,11 @@ func exportAction(c *cli.Context) error {
 	if sameFile(out, modelPath) || sameFile(out, loraPath) {
 		return fmt.Errorf("--out %s would overwrite an input", out)
 	}
-	base, err := gguf.Open(modelPath)
-	if err != nil {
-		return fmt.Errorf("reading base model: %w", err)
-	}
-	defer base.Close()
-	a, err := readAdapterOrState(loraPath)
+	base, a, err := openBaseAndAdapter(modelPath, loraPath)
 	if err != nil {
 		return err
 	}
-	if err := lora.Validate(a, base); err != nil {
-		return fmt.Errorf("%s does not fit %s: %w", loraPath, modelPath, err)
-	}
+	defer base.Close()
 	if c.Bool(exportMergedFlag.Name) {
 		if err := lora.Merge(base, a, out, typ); err != nil {
 			return err
@@ -174,4 +167,24 @@ func exportAction(c *cli.Context) error {
 	}
 	log.Info().Str("out", out).Int("pairs", len(a.Pairs)).Str("rank", rankText(a)).Msg("wrote adapter")
 	return nil
+}
+
+// openBaseAndAdapter opens the base GGUF and reads the adapter (or training
+// state) at loraPath, checked against it. The caller closes base.
+func openBaseAndAdapter(modelPath, loraPath string) (*gguf.File, *lora.Adapter, error) {
+	base, err := gguf.Open(modelPath)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading base model: %w", err)
+	}
+	a, err := readAdapterOrState(loraPath)
+	if err == nil {
+		if err = lora.Validate(a, base); err != nil {
+			err = fmt.Errorf("%s does not fit %s: %w", loraPath, modelPath, err)
+		}
+	}
+	if err != nil {
+		base.Close()
+		return nil, nil, err
+	}
+	return base, a, nil
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
-	"github.com/empo2/empo2/gguf"
 	"github.com/empo2/empo2/lora"
 	"github.com/empo2/empo2/safetensors"
 )
@@ -75,18 +74,11 @@ func exportHF(c *cli.Context, format string) error {
 	if st, err := os.Stat(out); err == nil && !st.IsDir() {
 		return fmt.Errorf("--out %s exists and is not a directory (--format %s writes a folder)", out, format)
 	}
-	base, err := gguf.Open(modelPath)
-	if err != nil {
-		return fmt.Errorf("reading base model: %w", err)
-	}
-	defer base.Close()
-	a, err := readAdapterOrState(loraPath)
+	base, a, err := openBaseAndAdapter(modelPath, loraPath)
 	if err != nil {
 		return err
 	}
-	if err := lora.Validate(a, base); err != nil {
-		return fmt.Errorf("%s does not fit %s: %w", loraPath, modelPath, err)
-	}
+	defer base.Close()
 	start := time.Now()
 	if format == "peft" {
 		if err := lora.ExportPEFT(a, base, out, lora.PEFTOptions{DType: dtype, BaseModel: c.String(exportHFBaseFlag.Name)}); err != nil {

@@ -65,21 +65,9 @@ func sftEvalAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	var tasks []environments.Task
-	if names := splitList(c.StringSlice(demosTasksFlag.Name)); len(names) > 0 {
-		for _, n := range names {
-			t, err := environments.FindTask(all, n)
-			if err != nil {
-				return err
-			}
-			tasks = append(tasks, t)
-		}
-	} else {
-		for _, t := range all {
-			if !t.HeldOut || c.Bool(demosHeldFlag.Name) {
-				tasks = append(tasks, t)
-			}
-		}
+	tasks, err := pickTasks(all, splitList(c.StringSlice(demosTasksFlag.Name)), c.Bool(demosHeldFlag.Name))
+	if err != nil {
+		return err
 	}
 	m, err := llama.LoadModel(c.String(sftEvalModelFlag.Name), llama.ModelParams{})
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
+	"github.com/empo2/empo2/gguf"
 	"github.com/empo2/empo2/trainer"
 	"github.com/empo2/empo2/trainer/presets"
 )
@@ -130,6 +131,10 @@ func trainAction(c *cli.Context) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	// SIGINT/SIGTERM finish or abandon the step, checkpoint and exit 0: a
+	// checkpoint being written must complete, not lose its files.
+	gguf.SetSignalCleanup(false)
+	defer gguf.SetSignalCleanup(true)
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
