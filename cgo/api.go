@@ -3,6 +3,7 @@ package cgo
 import (
 	"errors"
 
+	"github.com/empo2/empo2/llama"
 	"github.com/empo2/empo2/lora"
 )
 
@@ -93,17 +94,15 @@ type Options struct {
 // DefaultOptions: CPU, all cores, transposed-weight backward on.
 func DefaultOptions() Options { return Options{Device: "cpu"} }
 
-// ModelInfo holds the hyperparameters read from the GGUF.
+// ModelInfo is llama.ModelInfo (the one description of a model's
+// hyperparameters: Arch, NLayer, NEmbd = C, NHead = H, NHeadKV = Hkv,
+// NVocab = V, NCtxTrain, …) plus what the training graph needs besides.
+// Name, Desc, NParams and SizeBytes are left empty (Load and LoadShared
+// describe a model identically; llama.Model.Info has them).
 type ModelInfo struct {
-	Arch           string // "qwen2"
-	Layers         int
-	Hidden         int // C
-	Heads          int // H
-	KVHeads        int // Hkv
+	llama.ModelInfo
 	HeadDim        int // D = C/H
 	FFN            int
-	Vocab          int // V
-	Ctx            int // training context length (qwen2.context_length)
 	RopeBase       float32
 	NormEps        float32
 	TiedEmbeddings bool   // no output.weight: logits use token_embd.weight

@@ -20,27 +20,27 @@ func model100M() modelgen.Config {
 // flops counts matmul FLOPs (2·m·n·k) of one forward pass over B sequences
 // of T tokens with M rows projected to the vocabulary, LoRA included.
 func forwardFLOPs(info ModelInfo, r int, B, T, M int) float64 {
-	C, F, V := float64(info.Hidden), float64(info.FFN), float64(info.Vocab)
-	Dkv := float64(info.HeadDim * info.KVHeads)
+	C, F, V := float64(info.NEmbd), float64(info.FFN), float64(info.NVocab)
+	Dkv := float64(info.HeadDim * info.NHeadKV)
 	N := float64(B * T)
 	lin := C*C + 2*C*Dkv + C*C + 3*C*F                               // q, k, v, o, gate, up, down
 	lora := float64(r) * (2*C + C + Dkv + C + Dkv + C + C + 3*(C+F)) // A and B of all 7 targets
 	attn := 2 * 2 * float64(B) * float64(T) * float64(T) * C         // K·Q and V·att, full T×T (ggml computes the masked half too)
-	return float64(info.Layers)*(2*N*(lin+lora)+attn) + 2*float64(M)*C*V
+	return float64(info.NLayer)*(2*N*(lin+lora)+attn) + 2*float64(M)*C*V
 }
 
 // trainFLOPs: forward + backward. Backward: dX through every frozen linear and
 // the head (same FLOPs as forward), attention backward (2× forward: dQ, dK
 // and dV, datt), LoRA dX and dA/dB (2× LoRA forward).
 func trainFLOPs(info ModelInfo, r int, B, T, M int) float64 {
-	C, F, V := float64(info.Hidden), float64(info.FFN), float64(info.Vocab)
-	Dkv := float64(info.HeadDim * info.KVHeads)
+	C, F, V := float64(info.NEmbd), float64(info.FFN), float64(info.NVocab)
+	Dkv := float64(info.HeadDim * info.NHeadKV)
 	N := float64(B * T)
 	lin := C*C + 2*C*Dkv + C*C + 3*C*F
 	lora := float64(r) * (2*C + C + Dkv + C + Dkv + C + C + 3*(C+F))
 	attn := 2 * 2 * float64(B) * float64(T) * float64(T) * C
-	fwd := float64(info.Layers)*(2*N*(lin+lora)+attn) + 2*float64(M)*C*V
-	bwd := float64(info.Layers)*(2*N*lin+2*2*N*lora+2*attn) + 2*float64(M)*C*V
+	fwd := float64(info.NLayer)*(2*N*(lin+lora)+attn) + 2*float64(M)*C*V
+	bwd := float64(info.NLayer)*(2*N*lin+2*2*N*lora+2*attn) + 2*float64(M)*C*V
 	return fwd + bwd
 }
 
@@ -78,7 +78,7 @@ func benchTrain(b *testing.B, cfg modelgen.Config, opts Options, B, T, respLen, 
 	defer m.Close()
 	info := m.Info()
 	rng := rand.New(rand.NewPCG(1, 1))
-	batch := benchBatch(rng, info.Vocab, B, T, respLen)
+	batch := benchBatch(rng, info.NVocab, B, T, respLen)
 	seqs := make([][]int32, B)
 	for i := range batch {
 		seqs[i] = batch[i].Tokens
@@ -212,7 +212,7 @@ func BenchmarkProfile100M(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer m.Close()
-			batch := benchBatch(rand.New(rand.NewPCG(1, 1)), m.Info().Vocab, 2, 256, 64)
+			batch := benchBatch(rand.New(rand.NewPCG(1, 1)), m.Info().NVocab, 2, 256, 64)
 			obj := DefaultObjective()
 			obj.LowProbThreshold = -100
 			if _, err := m.ForwardBackward(batch, obj, 0); err != nil { // warm-up

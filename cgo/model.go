@@ -173,9 +173,9 @@ func load(path string, lm *llama.Model, lora LoRAConfig, opts Options) (*Model, 
 	var ci C.struct_empo_model_info
 	C.empo_model_get_info(h, &ci)
 	m.info = ModelInfo{
-		Arch: "qwen2", Layers: int(ci.n_layer), Hidden: int(ci.n_embd), Heads: int(ci.n_head),
-		KVHeads: int(ci.n_head_kv), HeadDim: int(ci.n_embd_head), FFN: int(ci.n_ff), Vocab: int(ci.n_vocab),
-		Ctx: int(ci.n_ctx), RopeBase: float32(ci.rope_base), NormEps: float32(ci.norm_eps),
+		ModelInfo: llama.ModelInfo{Arch: "qwen2", NLayer: int(ci.n_layer), NEmbd: int(ci.n_embd), NHead: int(ci.n_head),
+			NHeadKV: int(ci.n_head_kv), NVocab: int(ci.n_vocab), NCtxTrain: int(ci.n_ctx)},
+		HeadDim: int(ci.n_embd_head), FFN: int(ci.n_ff), RopeBase: float32(ci.rope_base), NormEps: float32(ci.norm_eps),
 		TiedEmbeddings: ci.tied != 0, WeightType: C.GoString(&ci.wtype_name[0]),
 		Backend: C.GoString(&ci.backend[0]),
 	}
@@ -445,7 +445,7 @@ func (m *model) maxTokens() int {
 	if m.opts.MaxTokens > 0 {
 		return m.opts.MaxTokens
 	}
-	return m.info.Ctx * 8
+	return m.info.NCtxTrain * 8
 }
 
 // pack lays out seqs; rowsFor(b) lists the token indices t ≥ 1 of sequence b
@@ -455,14 +455,14 @@ func (m *model) pack(seqs [][]int32, rowsFor func(b int) []int) (*packed, error)
 	for _, s := range seqs {
 		T = max(T, len(s))
 	}
-	if T > m.info.Ctx {
-		return nil, fmt.Errorf("%w: sequence length %d exceeds the context %d", ErrShape, T, m.info.Ctx)
+	if T > m.info.NCtxTrain {
+		return nil, fmt.Errorf("%w: sequence length %d exceeds the context %d", ErrShape, T, m.info.NCtxTrain)
 	}
 	if T*len(seqs) > m.maxTokens() {
 		return nil, fmt.Errorf("%w: %d sequences × %d tokens exceeds MaxTokens %d", ErrShape, len(seqs), T, m.maxTokens())
 	}
 	p := &packed{B: len(seqs), T: T, tokens: make([]int32, T*len(seqs)), pos: make([]int32, T*len(seqs))}
-	V := int32(m.info.Vocab)
+	V := int32(m.info.NVocab)
 	for b, s := range seqs {
 		for t := 0; t < T; t++ {
 			p.pos[t+T*b] = int32(t)
@@ -570,7 +570,7 @@ func (M *Model) LogProbsBatch(seqs [][]int32) ([][]float32, error) {
 	}
 	// chunk so that one graph's [V, M] head buffers stay ≲ 1 GiB and the
 	// padded batch within MaxTokens (a sequence is never split)
-	maxRows := max(64, (1<<30)/(20*m.info.Vocab))
+	maxRows := max(64, (1<<30)/(20*m.info.NVocab))
 	out := make([][]float32, len(seqs))
 	for lo := 0; lo < len(seqs); {
 		hi, rows, T := lo, 0, 0
@@ -692,7 +692,7 @@ func (m *model) objective(batch []Sequence, obj Objective, lossScale float32, wi
 		return st, fmt.Errorf("%w: empty batch", ErrShape)
 	}
 	for i := range batch {
-		if err := validateSequence(i, &batch[i], obj, m.info.Vocab); err != nil {
+		if err := validateSequence(i, &batch[i], obj, m.info.NVocab); err != nil {
 			return st, err
 		}
 	}

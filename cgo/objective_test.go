@@ -115,7 +115,7 @@ func TestAggregationValue(t *testing.T) {
 // applies only to sequences that enable it.
 func TestEntropyAndMaskSwitch(t *testing.T) {
 	m := loadTiny(t, tinyCfg(), LoRAConfig{Rank: 2, Alpha: 4, Seed: 4, RandomB: true}, Options{Threads: 1})
-	V := m.Info().Vocab
+	V := m.Info().NVocab
 	prefix := []int32{11, 22, 33, 44}
 	all := make([][]int32, V)
 	for v := range all {

@@ -128,7 +128,7 @@ func TestQuantizedWeights(t *testing.T) {
 	if m.Info().WeightType != "q8_0" || ref.Info().WeightType != "f32" {
 		t.Fatalf("weights stored as %s / %s", m.Info().WeightType, ref.Info().WeightType)
 	}
-	toks := randTokens(rand.New(rand.NewPCG(2, 3)), 24, m.Info().Vocab)
+	toks := randTokens(rand.New(rand.NewPCG(2, 3)), 24, m.Info().NVocab)
 	a, err := m.LogProbs(toks)
 	if err != nil {
 		t.Fatal(err)

@@ -37,7 +37,7 @@ func randTokens(rng *rand.Rand, n, vocab int) []int32 {
 // dropped by low-probability masking.
 func fdBatch(t *testing.T, m *Model, rng *rand.Rand) []Sequence {
 	t.Helper()
-	V := m.Info().Vocab
+	V := m.Info().NVocab
 	var batch []Sequence
 	kinds := [][2]float64{ // (log-ratio logp − old, advantage)
 		{0, 1.0}, {0, -0.7}, {1, 0.8}, {1, -0.6}, {3, -1.2}, {-1, -0.9}, {-1, 1.1}, {0.1, 0.5},
@@ -226,12 +226,12 @@ func TestRewriteMatchesAutograd(t *testing.T) {
 	mf, ms := fast.MemoryBytes(), slow.MemoryBytes()
 	// per layer 7 frozen linears + the head, minus layer 0's q, k, v whose
 	// input (the normed embedding) needs no gradient
-	if want := 7*fast.Info().Layers + 1 - 3; mf.Rewritten != want || ms.Rewritten != 0 {
+	if want := 7*fast.Info().NLayer + 1 - 3; mf.Rewritten != want || ms.Rewritten != 0 {
 		t.Fatalf("rewritten OUT_PROD nodes: %d (want %d), autograd model %d (want 0)", mf.Rewritten, want, ms.Rewritten)
 	}
 	// per LoRA pair dB and dX through B (first operand with the rank as ne0),
 	// per layer the attention's dQ and dK (first operand with the head dim as ne0)
-	if want := 2*7*fast.Info().Layers + 2*fast.Info().Layers; mf.RewrittenLoRA != want || ms.RewrittenLoRA != 0 {
+	if want := 2*7*fast.Info().NLayer + 2*fast.Info().NLayer; mf.RewrittenLoRA != want || ms.RewrittenLoRA != 0 {
 		t.Fatalf("rewritten LoRA OUT_PROD nodes: %d (want %d), autograd model %d (want 0)", mf.RewrittenLoRA, want, ms.RewrittenLoRA)
 	}
 	if mf.Pinned == 0 {
@@ -323,7 +323,7 @@ func TestPolicyDirection(t *testing.T) {
 	for _, adv := range []float32{1, -1} {
 		m := loadTiny(t, tinyCfg(), LoRAConfig{Rank: 4, Alpha: 8, Seed: 1}, Options{Threads: 1})
 		rng := rand.New(rand.NewPCG(11, 12))
-		toks := randTokens(rng, 10, m.Info().Vocab)
+		toks := randTokens(rng, 10, m.Info().NVocab)
 		sum := func() float64 {
 			lp, err := m.LogProbs(toks)
 			if err != nil {
@@ -366,7 +366,7 @@ func TestF16Trains(t *testing.T) {
 		t.Fatalf("weights stored as %s, want f16", m.Info().WeightType)
 	}
 	rng := rand.New(rand.NewPCG(5, 6))
-	toks := randTokens(rng, 12, m.Info().Vocab)
+	toks := randTokens(rng, 12, m.Info().NVocab)
 	lp0, err := m.LogProbs(toks)
 	if err != nil {
 		t.Fatal(err)
@@ -413,7 +413,7 @@ func TestF16Trains(t *testing.T) {
 // TestErrors: bad inputs give typed errors, never an abort.
 func TestErrors(t *testing.T) {
 	m := loadTiny(t, tinyCfg(), LoRAConfig{Rank: 2, Alpha: 4}, Options{Threads: 1})
-	V := m.Info().Vocab
+	V := m.Info().NVocab
 	good := func() Sequence {
 		return Sequence{Tokens: []int32{1, 2, 3, 4}, Trained: []bool{false, false, true, true},
 			OldLogp: []float32{0, 0, -1, -2}, Advantage: []float32{0, 0, 1, 1}}
@@ -447,7 +447,7 @@ func TestErrors(t *testing.T) {
 		{"bad clip", func(s *Sequence, o *Objective) float32 { o.ClipLow = 1.5; return 0 }, ErrConfig},
 		{"nan clip", func(s *Sequence, o *Objective) float32 { o.ClipHigh = float32(math.NaN()); return 0 }, ErrNonFinite},
 		{"too long", func(s *Sequence, _ *Objective) float32 {
-			n := m.Info().Ctx + 1
+			n := m.Info().NCtxTrain + 1
 			*s = Sequence{Tokens: make([]int32, n), Trained: make([]bool, n), OldLogp: make([]float32, n), Advantage: make([]float32, n)}
 			s.Trained[n-1] = true
 			return 0
@@ -579,14 +579,14 @@ func TestTargetsAndNames(t *testing.T) {
 	m := loadTiny(t, tinyCfg(), LoRAConfig{Rank: 3, Alpha: 6, Targets: []string{TargetQ, TargetDown}}, Options{Threads: 1})
 	ps := m.Params()
 	info := m.Info()
-	if len(ps) != 2*2*info.Layers {
-		t.Fatalf("%d params, want %d", len(ps), 4*info.Layers)
+	if len(ps) != 2*2*info.NLayer {
+		t.Fatalf("%d params, want %d", len(ps), 4*info.NLayer)
 	}
 	want := map[string][2]int{
-		"blk.0.attn_q.weight.lora_a":   {info.Hidden, 3},
-		"blk.0.attn_q.weight.lora_b":   {3, info.Hidden},
+		"blk.0.attn_q.weight.lora_a":   {info.NEmbd, 3},
+		"blk.0.attn_q.weight.lora_b":   {3, info.NEmbd},
 		"blk.1.ffn_down.weight.lora_a": {info.FFN, 3},
-		"blk.1.ffn_down.weight.lora_b": {3, info.Hidden},
+		"blk.1.ffn_down.weight.lora_b": {3, info.NEmbd},
 	}
 	got := map[string][2]int{}
 	for _, p := range ps {

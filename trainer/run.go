@@ -141,7 +141,7 @@ func Train(ctx context.Context, opts RunOptions) (res RunResult, err error) {
 	defer policy.Close()
 	// Training sequences (a packed episode is its last prompt and
 	// response) must fit the model's context.
-	if mc := policy.Info().Ctx; mc > 0 && cfg.Context > mc {
+	if mc := policy.Info().NCtxTrain; mc > 0 && cfg.Context > mc {
 		cfg.Context = mc
 	}
 	ucfg, err := cfg.UpdateConfig()

@@ -195,7 +195,7 @@ func TestPackingSameGradients(t *testing.T) {
 	}
 	defer pol.Close()
 	r := rand.New(rand.NewPCG(5, 6))
-	vocab := int32(min(pol.Info().Vocab, 190))
+	vocab := int32(min(pol.Info().NVocab, 190))
 	var eps []Episode
 	for k := 0; k < 4; k++ {
 		eps = append(eps, synthEpisode(r, k/2, float64(k), 4, false, vocab))

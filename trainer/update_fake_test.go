@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/empo2/empo2/cgo"
+	"github.com/empo2/empo2/llama"
 )
 
 // fakePolicy is a pure-Go Policy with two rank-1 LoRA pairs on 3→2 weights.
@@ -36,7 +37,9 @@ func newFakePolicy() *fakePolicy {
 	return f
 }
 
-func (f *fakePolicy) Info() cgo.ModelInfo              { return cgo.ModelInfo{Arch: "qwen2"} }
+func (f *fakePolicy) Info() cgo.ModelInfo {
+	return cgo.ModelInfo{ModelInfo: llama.ModelInfo{Arch: "qwen2"}}
+}
 func (f *fakePolicy) LoRA() cgo.LoRAConfig             { return cgo.LoRAConfig{Rank: 1, Alpha: 2} }
 func (f *fakePolicy) Params() []cgo.ParamInfo          { return f.infos }
 func (f *fakePolicy) ReadParams() ([][]float32, error) { return clone2(f.params), nil }

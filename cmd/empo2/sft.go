@@ -131,7 +131,7 @@ func sftAction(c *cli.Context) error {
 		return err
 	}
 	defer policy.Close()
-	ctxLen := policy.Info().Ctx
+	ctxLen := policy.Info().NCtxTrain
 	cfg := trainer.SFTConfig{
 		Epochs: c.Int(sftEpochsFlag.Name), LR: c.Float64(sftLRFlag.Name), MinLR: c.Float64(sftMinLRFlag.Name),
 		Warmup: c.Int(sftWarmupFlag.Name), WeightDecay: c.Float64(sftWDFlag.Name), MaxGradNorm: c.Float64(sftClipFlag.Name),
