@@ -65,19 +65,7 @@ func envDemos(c *cli.Context) error {
 		return fmt.Errorf("want ENV, got %d arguments (environments: %s)", c.NArg(), strings.Join(environments.Names(), ", "))
 	}
 	name := c.Args().First()
-	spec, err := environments.Lookup(name)
-	if err != nil {
-		return err
-	}
-	opts, err := envOptions(c)
-	if err != nil {
-		return err
-	}
-	split, err := environments.ParseSplit(c.String(demosSplitFlag.Name))
-	if err != nil {
-		return err
-	}
-	pc, err := promptConfigFlags(c)
+	spec, opts, split, pc, err := envSplitPrompt(c, name)
 	if err != nil {
 		return err
 	}
@@ -219,4 +207,28 @@ func pickTasks(all []environments.Task, names []string, heldOut bool) ([]environ
 		}
 	}
 	return tasks, nil
+}
+
+// envSplitPrompt resolves what `env demos` and `sft eval` share: the
+// environment, its options (--env-opt, --data, …), --split and the prompt
+// format flags.
+func envSplitPrompt(c *cli.Context, name string) (environments.Spec, environments.Options, environments.Split, trainer.PromptConfig, error) {
+	var (
+		spec  environments.Spec
+		opts  environments.Options
+		split environments.Split
+		pc    trainer.PromptConfig
+		err   error
+	)
+	if spec, err = environments.Lookup(name); err != nil {
+		return spec, opts, split, pc, err
+	}
+	if opts, err = envOptions(c); err != nil {
+		return spec, opts, split, pc, err
+	}
+	if split, err = environments.ParseSplit(c.String(demosSplitFlag.Name)); err != nil {
+		return spec, opts, split, pc, err
+	}
+	pc, err = promptConfigFlags(c)
+	return spec, opts, split, pc, err
 }

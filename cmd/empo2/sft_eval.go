@@ -45,19 +45,7 @@ func sftEvalAction(c *cli.Context) error {
 		return fmt.Errorf("want ENV, got %d arguments", c.NArg())
 	}
 	name := c.Args().First()
-	spec, err := environments.Lookup(name)
-	if err != nil {
-		return err
-	}
-	opts, err := envOptions(c)
-	if err != nil {
-		return err
-	}
-	split, err := environments.ParseSplit(c.String(demosSplitFlag.Name))
-	if err != nil {
-		return err
-	}
-	pc, err := promptConfigFlags(c)
+	spec, opts, split, pc, err := envSplitPrompt(c, name)
 	if err != nil {
 		return err
 	}
