@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/empo2/empo2/llama"
 	"github.com/empo2/empo2/modelgen"
 )
 
@@ -191,26 +190,7 @@ func itoa(i int) string { return strconv.Itoa(i) }
 // returns the prompt's tokens and the logits after them.
 func llamaLastLogits(t *testing.T, model, adapter, prompt string) ([]int32, []float32) {
 	t.Helper()
-	m, err := llama.LoadModel(model, llama.ModelParams{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	ctx, err := llama.NewContext(m, llama.ContextParams{NCtx: 128, Threads: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctx.Close()
-	if adapter != "" {
-		a, err := m.LoadAdapter(adapter)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer a.Close()
-		if err := ctx.SetAdapter(a, 1); err != nil {
-			t.Fatal(err)
-		}
-	}
+	m, ctx := llamaWithAdapter(t, model, adapter, 128)
 	ids, err := m.Tokenize(prompt, false, false)
 	if err != nil {
 		t.Fatal(err)

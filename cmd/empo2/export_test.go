@@ -26,26 +26,7 @@ func loraMustCLI(t *testing.T, args ...string) {
 // the logits after prompt and the greedy continuation of 24 tokens.
 func loraLlamaRun(t *testing.T, model, adapter string, prompt string) (logits []float32, text string, toks []int32) {
 	t.Helper()
-	m, err := llama.LoadModel(model, llama.ModelParams{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	ctx, err := llama.NewContext(m, llama.ContextParams{NCtx: 256, Threads: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctx.Close()
-	if adapter != "" {
-		a, err := m.LoadAdapter(adapter)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer a.Close()
-		if err := ctx.SetAdapter(a, 1); err != nil {
-			t.Fatal(err)
-		}
-	}
+	m, ctx := llamaWithAdapter(t, model, adapter, 256)
 	p, err := m.Tokenize(prompt, false, false)
 	if err != nil {
 		t.Fatal(err)
@@ -283,4 +264,32 @@ func TestExportStateMatchesTrainingGraph(t *testing.T) {
 	if d := loraMaxAbsDiff(lp0, want); d < 1e-2 {
 		t.Fatalf("training barely changed the log-probs (%g): the comparison proves nothing", d)
 	}
+}
+
+// llamaWithAdapter loads model in llama.cpp with a context of nctx tokens
+// and, when adapter is not "", the adapter attached at scale 1; all are
+// closed when the test ends.
+func llamaWithAdapter(t *testing.T, model, adapter string, nctx int) (*llama.Model, *llama.Context) {
+	t.Helper()
+	m, err := llama.LoadModel(model, llama.ModelParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	ctx, err := llama.NewContext(m, llama.ContextParams{NCtx: nctx, Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ctx.Close() })
+	if adapter != "" {
+		a, err := m.LoadAdapter(adapter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { a.Close() })
+		if err := ctx.SetAdapter(a, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return m, ctx
 }
