@@ -115,7 +115,10 @@ type ModelInfo struct {
 // the canonical one (lora.Less; block, then q,k,v,o,gate,up,down, A before
 // B), the same as lora.Adapter.Params, so parameters, gradients, moments
 // and adapters line up index by index with no permutation. Layer and Target
-// are reported by the C side.
+// are reported by the C side. For a model made by LoadFull the parameters
+// are every tensor of the GGUF file, in the file's order: Name = Base = the
+// tensor name, Shape its ne ([n, 1] for vectors), Layer the block or −1,
+// Target "" and IsB false (no LoRA metadata).
 type ParamInfo = lora.ParamInfo
 
 // Sequence is one sample of a micro-batch. All per-token slices are aligned
@@ -209,13 +212,18 @@ func CountTrained(batch []Sequence, obj Objective) (tokens, seqs int) {
 }
 
 // Model is a frozen Qwen2 policy with trainable LoRA parameters and their
-// gradient accumulators, living in ggml backend buffers. Methods may be
-// called from several goroutines; they are serialised by an internal mutex.
+// gradient accumulators, living in ggml backend buffers — or, made by
+// LoadFull, a Qwen2 model all of whose weights are trainable (full.go).
+// Methods may be called from several goroutines; they are serialised by an
+// internal mutex.
 //
-// Methods (implemented in model.go):
+// Methods (implemented in model.go, optim.go and full.go):
 //
 //	Load(path string, lora LoRAConfig, opts Options) (*Model, error)
 //	LoadShared(lm *llama.Model, lora LoRAConfig, opts Options) (*Model, error)
+//	LoadFull(path string, opts Options) (*Model, error) // every weight trainable, F32 only
+//	(*Model).Full() bool
+//	(*Model).SaveFull(path string, meta map[string]string) error // LoadFull: the weights as a new base GGUF
 //	(*Model).Info() ModelInfo
 //	(*Model).LoRA() LoRAConfig
 //	(*Model).Params() []ParamInfo
@@ -249,7 +257,7 @@ type Model struct {
 type MemoryStats struct {
 	Weights      int64 // frozen weights allocated by this engine (incl. transposed copies; only those with LoadShared)
 	Transposed   int64 // part of Weights used by the transposed copies
-	Params       int64 // LoRA params + gradient accumulators + AdamW moments (one flat buffer)
+	Params       int64 // LoRA params (LoadFull: every weight) + gradient accumulators + AdamW moments (one flat buffer)
 	Compute      int64 // compute buffer of the largest graph so far
 	ComputeLast  int64 // compute buffer needed by the last graph
 	PaddedTokens int   // tokens of the last graph (batch × T)

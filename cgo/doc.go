@@ -23,6 +23,11 @@
 // checkpoints); Optimizer is the same code on standalone tensors. ProfileStep
 // times a step per kind of ggml node.
 //
+// LoadFull is the other mode (`empo2 sft --full`): every weight of an F32
+// model is a trainable parameter in the optimizer's buffer (4× the model in
+// F32 with gradients and moments), no LoRA, parameters in the GGUF file's
+// tensor order; SaveFull writes the trained weights as a new base GGUF.
+//
 // The C/C++ side (empo_train.h, empo_train.cpp) follows ggml's conventions
 // (empo_<object>_<verb>, init/free, status codes) and catches every
 // exception at the boundary. Every graph runs through ggml_backend_sched

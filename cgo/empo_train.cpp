@@ -38,6 +38,13 @@
 //   so leafs and use counts are right.
 // ggml-alloc aliasing: RMS_NORM_BACK / SOFT_MAX_BACK must not be computed in
 //   place over their operands (see pin_backward_operands).
+// Full training (params.full): no LoRA; every tensor of the F32 GGUF is a
+//   parameter placed in the optimizer's flat buffer (order: the file's), so
+//   autograd also yields dW = OUT_PROD(x, dY) for every matrix, the norm
+//   weights' and biases' gradients (REPEAT_BACK of MUL / ADD), and the token
+//   embedding's by GET_ROWS_BACK (tied: plus the output head's OUT_PROD, both
+//   added into the one accumulator). dX through W uses the in-graph Wᵀ of the
+//   transpose_in_graph mode (the current W: a stored copy would go stale).
 // Execution: through ggml_backend_sched over [primary device, CPU] (only
 //   [CPU] when the device is the CPU); weights and LoRA tensors live in
 //   buffers of the primary device, nothing reads host pointers. A training
@@ -367,6 +374,27 @@ struct weight_loader {
     gguf_source & src;
     std::vector<pending_upload> uploads;
 
+    // full training: tensor `id` becomes a trainable F32 parameter [n0, n1]
+    // (n1 = 0: 1-D [n0]) in ctx_p, placed in the optimizer's flat buffer by
+    // adamw_state::init and uploaded after it, like every other tensor. Only
+    // F32 files: the trained base is written back as F32, and a silent
+    // F16 → F32 conversion would double the file and change the model's type.
+    ggml_tensor * param(const std::string & name, int64_t id, int64_t n0, int64_t n1) {
+        const ggml_type type = gguf_get_tensor_type(src.g, id);
+        if (type != GGML_TYPE_F32) {
+            throw empo_error(EMPO_ERR_CONFIG, "full training needs an F32 model: tensor " + name + " is " +
+                             ggml_type_name(type) + " (use an F32 GGUF, or train a LoRA adapter)");
+        }
+        ggml_tensor * t = n1 > 0 ? ggml_new_tensor_2d(m.ctx_p, GGML_TYPE_F32, n0, n1)  // [n0, n1]
+                                 : ggml_new_tensor_1d(m.ctx_p, GGML_TYPE_F32, n0);     // [n0]
+        ggml_set_name(t, name.c_str());
+        ggml_set_param(t);
+        m.params.push_back(t);
+        std::vector<uint8_t> raw = src.read(id);
+        uploads.push_back({t, std::move(raw)});
+        return t;
+    }
+
     // 1-D tensor (norm weight or bias) stored as F32 [n]
     ggml_tensor * vec(const std::string & name, int64_t n, bool required = true) {
         const int64_t id = src.find(name);
@@ -378,6 +406,7 @@ struct weight_loader {
         if ((int64_t) (gguf_get_tensor_size(src.g, id) / ggml_type_size(type) * ggml_blck_size(type)) != n) {
             throw empo_error(EMPO_ERR_ARCH, "tensor " + name + " has an unexpected size");
         }
+        if (m.cfg.full) return param(name, id, n, 0);
         ggml_tensor * t = ggml_new_tensor_1d(m.ctx_w, GGML_TYPE_F32, n);
         ggml_set_name(t, name.c_str());
         std::vector<float> f = to_f32(src.read(id), type, n);
@@ -401,6 +430,10 @@ struct weight_loader {
             throw empo_error(EMPO_ERR_ARCH, "tensor " + name + " has an unexpected shape (want ne=[" +
                              std::to_string(n0) + "," + std::to_string(n1) + "])");
         }
+        if (m.cfg.full) {
+            m.info.wtype = GGML_TYPE_F32;
+            return param(name, id, n0, n1);
+        }
         const bool plain = type == GGML_TYPE_F32 || type == GGML_TYPE_F16 || type == GGML_TYPE_BF16;
         const auto * tr  = ggml_get_type_traits(type);
         const bool quant = !plain && ggml_is_quantized(type) && tr && tr->to_float && ggml_get_type_traits_cpu(type)->vec_dot;
@@ -419,6 +452,51 @@ struct weight_loader {
         return t;
     }
 };
+
+// Full training: put the parameters (created by weight_loader::param in the
+// loader's order) into the GGUF file's tensor order, the one documented order
+// of empo_model_param_info, and fill their metadata (layer = block index or
+// -1, target = -1: no LoRA). Every tensor of the file must be a parameter of
+// the graph: an unknown tensor would be left untrained in the written base.
+// In the default backward mode every matrix read by MUL_MAT is registered
+// for rewrite_frozen_backward with no stored copy, so dX = Wᵀ·dY uses a CONT
+// of transpose(W) made in the graph from the current (trained) W.
+static void order_full_params(empo_model & m, const gguf_context * g) {
+    std::unordered_map<std::string, ggml_tensor *> by_name;
+    for (ggml_tensor * t : m.params) by_name[t->name] = t;
+    std::vector<ggml_tensor *> ordered;
+    const int64_t n = gguf_get_n_tensors(g);
+    for (int64_t i = 0; i < n; ++i) {
+        const std::string name = gguf_get_tensor_name(g, i);
+        auto it = by_name.find(name);
+        if (it == by_name.end()) {
+            throw empo_error(EMPO_ERR_ARCH, "tensor " + name + " is not part of the qwen2 training graph: full training would leave it untrained");
+        }
+        ordered.push_back(it->second);
+        by_name.erase(it);
+    }
+    if (ordered.size() != m.params.size()) throw empo_error(EMPO_ERR_INTERNAL, "full training: parameters and file tensors differ");
+    m.params = ordered;
+    m.param_meta.clear();
+    for (ggml_tensor * t : m.params) {
+        empo_param_info pi{};
+        snprintf(pi.name, sizeof(pi.name), "%s", t->name);
+        pi.ne[0]  = t->ne[0];
+        pi.ne[1]  = t->ne[1];
+        pi.layer  = -1;
+        int blk = -1, len = 0;
+        if (sscanf(t->name, "blk.%d.%n", &blk, &len) == 1 && len > 0) pi.layer = blk;
+        pi.target = -1;
+        pi.is_b   = 0;
+        m.param_meta.push_back(pi);
+    }
+    if (!m.cfg.autograd_frozen) {
+        m.transposed[m.output.w] = nullptr; // token_embd when tied
+        for (const empo_layer & L : m.layers) {
+            for (const empo_linear & lin : L.lin) m.transposed[lin.w] = nullptr;
+        }
+    }
+}
 
 static void load_model(empo_model & m, const char * path) {
     gguf_source src;
@@ -489,16 +567,21 @@ static void load_model(empo_model & m, const char * path) {
 
     const int64_t C = hp.n_embd, F = hp.n_ff, V = hp.n_vocab;
     const int64_t Dkv = (int64_t) hp.n_embd_head * hp.n_head_kv;
-    const bool    ag  = m.cfg.autograd_frozen;
+    const bool    full = m.cfg.full;
+    // full training has no stored transposed copies (they would go stale):
+    // every matrix is read as it is, like the autograd mode
+    const bool    ag  = m.cfg.autograd_frozen || full;
     const int     r   = m.cfg.lora_rank;
     m.lora_scale = m.cfg.lora_alpha != 0.0f ? m.cfg.lora_alpha / (float) r : 1.0f;
+    hp.full = full ? 1 : 0;
 
     // ---- tensors (metadata only; data uploaded after allocation)
     const int n_tensors = 8 + hp.n_layer * (12 + EMPO_TARGET_COUNT);
     {
         ggml_init_params ip = { ggml_tensor_overhead() * (size_t) n_tensors, nullptr, true };
         m.ctx_w = ggml_init(ip);
-        const int n_p = 2 * 2 * EMPO_TARGET_COUNT * hp.n_layer + 4;
+        // LoRA: A, B and their gradients per target; full: every tensor and its gradient
+        const int n_p = std::max(2 * 2 * EMPO_TARGET_COUNT * hp.n_layer + 4, 2 * n_tensors);
         ggml_init_params pp = { ggml_tensor_overhead() * (size_t) n_p, nullptr, true };
         m.ctx_p = ggml_init(pp);
         if (!m.ctx_w || !m.ctx_p) throw empo_error(EMPO_ERR_BACKEND, "ggml_init failed");
@@ -534,9 +617,10 @@ static void load_model(empo_model & m, const char * path) {
             empo_linear & lin = L.lin[k];
             lin.w  = wl.mat(base, n_in[k], n_out[k], ag, !ag);
             lin.wt = ag ? nullptr : m.transposed[lin.w];
-            if (m.cfg.lora_targets & (1u << k)) add_lora(m, lin, il, k, base, n_in[k], n_out[k]);
+            if (!full && (m.cfg.lora_targets & (1u << k))) add_lora(m, lin, il, k, base, n_in[k], n_out[k]);
         }
     }
+    if (full) order_full_params(m, g);
     for (ggml_tensor * t : m.params) {
         ggml_tensor * gacc = ggml_dup_tensor(m.ctx_p, t);
         ggml_format_name(gacc, "grad_acc.%s", t->name);
@@ -548,15 +632,18 @@ static void load_model(empo_model & m, const char * path) {
     // buffers of the primary device (device memory for a GPU): every read and
     // write goes through ggml_backend_tensor_get/set
     ggml_backend_buffer_type_t buft = ggml_backend_get_default_buffer_type(m.backend);
-    m.buf_w = ggml_backend_alloc_ctx_tensors_from_buft(m.ctx_w, buft);
-    if (!m.buf_w) throw empo_error(EMPO_ERR_BACKEND, "cannot allocate weight buffers");
-    // LoRA params, gradient accumulators and AdamW moments: one flat buffer
-    // of the same buffer type (adamw_state), zeroed
+    if (ggml_get_first_tensor(m.ctx_w)) { // empty in full training: every tensor is a parameter
+        m.buf_w = ggml_backend_alloc_ctx_tensors_from_buft(m.ctx_w, buft);
+        if (!m.buf_w) throw empo_error(EMPO_ERR_BACKEND, "cannot allocate weight buffers");
+        // WEIGHTS usage: the scheduler runs ops that read these tensors on their
+        // backend (ggml_backend_sched_backend_id_from_cur); without it nothing
+        // would pull the graph onto the device and it would run on the CPU fallback
+        ggml_backend_buffer_set_usage(m.buf_w, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    }
+    // trainable params (LoRA pairs, or every tensor in full training),
+    // gradient accumulators and AdamW moments: one flat buffer of the same
+    // buffer type (adamw_state), zeroed, also marked WEIGHTS
     m.opt.init(m.backend, m.params, m.grads);
-    // WEIGHTS usage: the scheduler runs ops that read these tensors on their
-    // backend (ggml_backend_sched_backend_id_from_cur); without it nothing
-    // would pull the graph onto the device and it would run on the CPU fallback
-    ggml_backend_buffer_set_usage(m.buf_w, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
     for (auto & u : wl.uploads) {
         ggml_backend_tensor_set(u.t, u.data.data(), 0, u.data.size());
         std::vector<uint8_t>().swap(u.data);
@@ -959,7 +1046,7 @@ static int rewrite_out_prods(const empo_model & m, ggml_context * ctx, ggml_cgra
         // for a long a.ne0 (dA = OUT_PROD(x, d), dX through A, dV and d(KQ)
         // over T keys), overhead-bound when a.ne0 is the LoRA rank (dB, dX
         // through B) or the head dim (dQ = OUT_PROD(K, dKQᵀ), dK = OUT_PROD(Q, dKQ))
-        const bool rank = a->ne[2] == 1 && b->ne[2] == 1 && a->ne[0] == m.cfg.lora_rank;
+        const bool rank = !m.cfg.full && a->ne[2] == 1 && b->ne[2] == 1 && a->ne[0] == m.cfg.lora_rank;
         const bool head = b->ne[2] > 1 && a->ne[0] == m.info.n_embd_head;
         if (!rank && !head) continue;
         ggml_tensor * X = ggml_cont(ctx, ggml_transpose(ctx, a));                  // [K, m, A2]
@@ -1278,6 +1365,7 @@ struct empo_model_params empo_model_default_params(void) {
     p.lora_rank       = 8;
     p.lora_alpha      = 16.0f;
     p.lora_targets    = (1u << EMPO_TARGET_COUNT) - 1;
+    p.full            = false;
     for (int k = 0; k < EMPO_TARGET_COUNT; ++k) p.target_tensor[k] = nullptr;
     return p;
 }
@@ -1290,10 +1378,13 @@ static int init_impl(const char * path, const struct llama_model * lm, struct em
     empo_model * m = nullptr;
     try {
         if (!path && !lm) throw empo_error(EMPO_ERR_CONFIG, "no path");
+        const uint32_t targets = params.lora_targets & ((1u << EMPO_TARGET_COUNT) - 1);
         if (params.lora_rank < 1 || params.n_threads < 1 || params.device < 0 || params.device > 2 ||
-            !std::isfinite(params.lora_alpha) || (params.lora_targets & ((1u << EMPO_TARGET_COUNT) - 1)) == 0) {
+            !std::isfinite(params.lora_alpha) || (targets == 0 && !params.full)) {
             throw empo_error(EMPO_ERR_CONFIG, "invalid empo_model_params");
         }
+        if (params.full && targets != 0) throw empo_error(EMPO_ERR_CONFIG, "full training trains every weight: lora_targets must be 0");
+        if (params.full && lm) throw empo_error(EMPO_ERR_CONFIG, "full training needs its own F32 copy of the weights: not on llama.cpp's (use empo_model_init)");
         m = new empo_model();
         m->cfg = params;
         for (int k = 0; k < EMPO_TARGET_COUNT; ++k) {

@@ -47,6 +47,17 @@ struct empo_model_params {
     int      device;          // 0 = CPU, 1 = GPU (error if none), 2 = GPU if available else CPU
     bool     autograd_frozen; // true: dX through frozen linears by autograd OUT_PROD (weights made F32)
     bool     transpose_in_graph; // true: no stored Wᵀ copies; each training graph transposes W before use
+    // true: full training. Every tensor of the model (token_embd, output_norm,
+    // output, and per block the norms, q/k/v biases and the seven matrices)
+    // is a trainable F32 parameter in the optimizer's flat buffer; there is no
+    // LoRA (lora_targets must be 0, lora_rank/alpha are ignored). The GGUF
+    // must hold only F32 tensors (else EMPO_ERR_CONFIG naming the first
+    // other type) and only tensors of the graph (else EMPO_ERR_ARCH).
+    // Backward by autograd; dX through every matrix is MUL_MAT(cont(Wᵀ), dY)
+    // with Wᵀ made inside the graph from the current W (no stored copies,
+    // which would go stale), or autograd's OUT_PROD with autograd_frozen.
+    // Not with empo_model_init_shared.
+    bool     full;
     int      lora_rank;       // r >= 1
     float    lora_alpha;      // scale = alpha/r (alpha == 0: scale 1, llama.cpp convention)
     uint32_t lora_targets;    // bit mask of enum empo_target
@@ -65,6 +76,7 @@ struct empo_model_info {
     int   n_layer, n_embd, n_head, n_head_kv, n_embd_head, n_ff, n_vocab, n_ctx;
     float rope_base, norm_eps;
     int   tied;              // 1: logits use token_embd.weight
+    int   full;              // 1: full training (every tensor is a parameter, no LoRA)
     int   wtype;             // ggml_type of the stored frozen matrices
     char  wtype_name[16];    // its name ("f32", "f16", "q8_0", ...)
     char  backend[64];       // ggml backend name
@@ -74,7 +86,7 @@ struct empo_model_info {
 struct empo_model_mem {
     int64_t weights;         // frozen weights incl. transposed copies
     int64_t transposed;      // of which transposed copies
-    int64_t params;          // LoRA params + gradient accumulators
+    int64_t params;          // params + gradient accumulators + AdamW moments (full: 4x the F32 model)
     int64_t compute_peak;    // largest compute buffer so far
     int64_t compute_last;    // compute buffer of the last graph
     int32_t n_rewritten;     // OUT_PROD(W, dYᵀ) nodes turned into MUL_MAT(Wᵀ, dY) in the last training graph
@@ -110,18 +122,19 @@ const char * empo_model_last_error(const struct empo_model * m);
 int  empo_model_get_info(const struct empo_model * m, struct empo_model_info * info);
 int  empo_model_get_mem (const struct empo_model * m, struct empo_model_mem  * mem);
 
-// number of trainable tensors (0 for NULL), in a fixed order: per layer,
-// per enabled target (q k v o gate up down), lora_a [n_in, r] then lora_b [r, n_out]
-// (the canonical order of lora.Less in Go)
+// number of trainable tensors (0 for NULL), in a fixed order. LoRA: per
+// layer, per enabled target (q k v o gate up down), lora_a [n_in, r] then
+// lora_b [r, n_out] (the canonical order of lora.Less in Go). Full training:
+// every tensor of the GGUF file, in the file's tensor order.
 int  empo_model_n_params(const struct empo_model * m);
 
 // metadata of trainable tensor i, as the C side built it
 struct empo_param_info {
-    char    name[256];  // "<base>.lora_a|b", NUL-terminated
-    int64_t ne[2];      // ggml shape: lora_a [n_in, r], lora_b [r, n_out]
-    int32_t layer;      // block index
-    int32_t target;     // enum empo_target
-    int32_t is_b;       // 1: lora_b, 0: lora_a
+    char    name[256];  // "<base>.lora_a|b" (full: the GGUF tensor name), NUL-terminated
+    int64_t ne[2];      // ggml shape: lora_a [n_in, r], lora_b [r, n_out]; full: the tensor's [ne0, ne1] (ne1 = 1 for vectors)
+    int32_t layer;      // block index (full: -1 for tensors outside the blocks)
+    int32_t target;     // enum empo_target (full: -1, no LoRA target)
+    int32_t is_b;       // 1: lora_b, 0: lora_a (full: 0)
 };
 int  empo_model_param_info(const struct empo_model * m, int i, struct empo_param_info * info);
 // copy tensor i (or its gradient accumulator) to/from a caller-owned buffer of

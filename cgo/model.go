@@ -35,6 +35,8 @@ type model struct {
 	opts   Options
 	last   int    // padded tokens of the last graph
 	shared func() // releases the llama.Model whose weights the graph uses (LoadShared)
+	full   bool   // LoadFull: every tensor is a parameter, no LoRA
+	path   string // the GGUF file loaded (SaveFull copies its metadata)
 }
 
 // targetNames are the C strings of loraPkg.Targets' tensor names, handed to
@@ -79,7 +81,7 @@ func statusErr(code C.int, what string) error {
 // parameters: A Kaiming-uniform (PEFT's kaiming_uniform_(a=√5), i.e.
 // U(−1/√n_in, 1/√n_in)) from lora.Seed, B zero (unless lora.RandomB).
 func Load(path string, lora LoRAConfig, opts Options) (*Model, error) {
-	return load(path, nil, lora, opts)
+	return load(path, nil, lora, opts, false)
 }
 
 // LoadShared builds the training graph on the weights of a model already
@@ -97,34 +99,39 @@ func LoadShared(lm *llama.Model, lora LoRAConfig, opts Options) (*Model, error) 
 	if lm == nil {
 		return nil, fmt.Errorf("%w: nil llama model", ErrConfig)
 	}
-	return load("", lm, lora, opts)
+	return load("", lm, lora, opts, false)
 }
 
-func load(path string, lm *llama.Model, lora LoRAConfig, opts Options) (*Model, error) {
-	if lora.Rank < 1 {
-		return nil, fmt.Errorf("%w: LoRA rank %d < 1", ErrConfig, lora.Rank)
-	}
-	if !finite32(lora.Alpha) {
-		return nil, fmt.Errorf("%w: LoRA alpha %v", ErrNonFinite, lora.Alpha)
-	}
-	if len(lora.Targets) == 0 {
-		lora.Targets = append([]string(nil), AllTargets...)
-	}
+func load(path string, lm *llama.Model, lora LoRAConfig, opts Options, full bool) (*Model, error) {
 	var mask uint32
-	for _, t := range lora.Targets {
-		bit := loraPkg.TargetIndex(t)
-		if bit < 0 {
-			return nil, fmt.Errorf("%w: unknown LoRA target %q (want one of %v)", ErrConfig, t, AllTargets)
+	if !full {
+		if lora.Rank < 1 {
+			return nil, fmt.Errorf("%w: LoRA rank %d < 1", ErrConfig, lora.Rank)
 		}
-		mask |= 1 << bit
+		if !finite32(lora.Alpha) {
+			return nil, fmt.Errorf("%w: LoRA alpha %v", ErrNonFinite, lora.Alpha)
+		}
+		if len(lora.Targets) == 0 {
+			lora.Targets = append([]string(nil), AllTargets...)
+		}
+		for _, t := range lora.Targets {
+			bit := loraPkg.TargetIndex(t)
+			if bit < 0 {
+				return nil, fmt.Errorf("%w: unknown LoRA target %q (want one of %v)", ErrConfig, t, AllTargets)
+			}
+			mask |= 1 << bit
+		}
 	}
 	p := C.empo_model_default_params()
 	for k, name := range targetNames {
 		p.target_tensor[k] = name
 	}
-	p.lora_rank = C.int(lora.Rank)
-	p.lora_alpha = C.float(lora.Alpha)
+	if !full { // full: the C defaults for rank and alpha, which it ignores
+		p.lora_rank = C.int(lora.Rank)
+		p.lora_alpha = C.float(lora.Alpha)
+	}
 	p.lora_targets = C.uint32_t(mask)
+	p.full = C.bool(full)
 	threads := opts.Threads
 	if threads <= 0 {
 		threads = runtime.NumCPU()
@@ -169,7 +176,7 @@ func load(path string, lm *llama.Model, lora LoRAConfig, opts Options) (*Model, 
 			return nil, statusErr(rc, path+": "+C.GoString(&errbuf[0]))
 		}
 	}
-	m := &model{c: h, lora: lora, opts: opts, shared: release}
+	m := &model{c: h, lora: lora, opts: opts, shared: release, full: full, path: path}
 	var ci C.struct_empo_model_info
 	C.empo_model_get_info(h, &ci)
 	m.info = ModelInfo{
@@ -180,6 +187,15 @@ func load(path string, lm *llama.Model, lora LoRAConfig, opts Options) (*Model, 
 		Backend: C.GoString(&ci.backend[0]),
 	}
 	n := int(C.empo_model_n_params(h))
+	if full {
+		if err := m.fullParams(n); err != nil {
+			(&Model{m: m}).Close()
+			return nil, err
+		}
+		M := &Model{m: m}
+		runtime.SetFinalizer(M, func(x *Model) { _ = x.Close() })
+		return M, nil
+	}
 	for i := 0; i < n; i++ {
 		var ci C.struct_empo_param_info
 		if rc := C.empo_model_param_info(h, C.int(i), &ci); rc != C.EMPO_OK {
@@ -341,7 +357,7 @@ func (M *Model) readAll(grad bool) ([][]float32, error) {
 	return out, nil
 }
 
-// ReadParams returns copies of the LoRA parameters, in Params() order
+// ReadParams returns copies of the trainable parameters, in Params() order
 // (ErrClosed after Close; a backend failure is returned, never swallowed).
 func (M *Model) ReadParams() ([][]float32, error) { return M.readAll(false) }
 
@@ -351,6 +367,9 @@ func (M *Model) Grads() ([][]float32, error) { return M.readAll(true) }
 // ReadAdapter returns the LoRA parameters as a llama.cpp adapter (a copy;
 // its Params() equal M.Params()).
 func (M *Model) ReadAdapter() (*loraPkg.Adapter, error) {
+	if M.Full() {
+		return nil, fmt.Errorf("%w: a full-training model has no LoRA adapter (SaveFull writes its weights)", ErrConfig)
+	}
 	vals, err := M.ReadParams()
 	if err != nil {
 		return nil, err
@@ -365,6 +384,9 @@ func (M *Model) WriteAdapter(a *loraPkg.Adapter) error {
 	if a == nil {
 		return fmt.Errorf("%w: nil adapter", ErrConfig)
 	}
+	if M.Full() {
+		return fmt.Errorf("%w: a full-training model has no LoRA adapter", ErrConfig)
+	}
 	if alpha := M.LoRA().Alpha; a.Alpha != alpha {
 		return fmt.Errorf("%w: adapter alpha %v, model %v", ErrConfig, a.Alpha, alpha)
 	}
@@ -374,8 +396,9 @@ func (M *Model) WriteAdapter(a *loraPkg.Adapter) error {
 	return M.WriteParams(a.Tensors())
 }
 
-// WriteParams replaces the LoRA parameters; vals must match Params() in
-// count and sizes and be finite.
+// WriteParams replaces the trainable parameters (LoRA, or every weight of
+// a LoadFull model); vals must match Params() in count and sizes and be
+// finite.
 func (M *Model) WriteParams(vals [][]float32) error {
 	m, err := M.lock()
 	if err != nil {
@@ -679,26 +702,22 @@ func (M *Model) Evaluate(batch []Sequence, obj Objective, lossScale float32) (St
 	return m.objective(batch, obj, lossScale, false)
 }
 
-func (m *model) objective(batch []Sequence, obj Objective, lossScale float32, withBackward bool) (Stats, error) {
-	var st Stats
-	var err error
-	if obj, err = validateObjective(obj); err != nil {
-		return st, err
-	}
-	if !finite32(lossScale) || lossScale < 0 {
-		return st, fmt.Errorf("%w: loss scale %v (must be finite and ≥ 0)", ErrNonFinite, lossScale)
-	}
+// packObjective validates batch and lays it out as one graph batch exactly
+// as ForwardBackward and Evaluate do: sequences dropped by low-probability
+// masking or with no trained token are left out (kept: the others, nTok:
+// their trained tokens), rows are the trained positions. st holds the
+// masking counts, Tokens, Sequences and PaddedTokens; p is nil when no
+// trained token survives.
+func (m *model) packObjective(batch []Sequence, obj Objective) (p *packed, kept, nTok []int, st Stats, err error) {
 	if len(batch) == 0 {
-		return st, fmt.Errorf("%w: empty batch", ErrShape)
+		return nil, nil, nil, st, fmt.Errorf("%w: empty batch", ErrShape)
 	}
 	for i := range batch {
 		if err := validateSequence(i, &batch[i], obj, m.info.NVocab); err != nil {
-			return st, err
+			return nil, nil, nil, st, err
 		}
 	}
 	// ---- EMPO² low-probability masking, per sequence
-	var kept []int
-	var nTok []int
 	for i := range batch {
 		n, keep := seqKept(&batch[i], obj)
 		if n == 0 {
@@ -715,13 +734,13 @@ func (m *model) objective(batch []Sequence, obj Objective, lossScale float32, wi
 	}
 	st.Sequences = len(kept)
 	if st.Tokens == 0 {
-		return st, nil
+		return nil, nil, nil, st, nil
 	}
 	seqs := make([][]int32, len(kept))
 	for k, i := range kept {
 		seqs[k] = batch[i].Tokens
 	}
-	p, err := m.pack(seqs, func(b int) []int {
+	p, err = m.pack(seqs, func(b int) []int {
 		s := &batch[kept[b]]
 		var r []int
 		for t := 1; t < len(s.Tokens); t++ {
@@ -732,9 +751,66 @@ func (m *model) objective(batch []Sequence, obj Objective, lossScale float32, wi
 		return r
 	})
 	if err != nil {
-		return st, err
+		return nil, nil, nil, st, err
 	}
 	st.PaddedTokens = p.B * p.T
+	return p, kept, nTok, st, nil
+}
+
+// TrainedLogProbs is the forward pass of ForwardBackward(batch, obj, ·)
+// without the objective: out[i][t] = log π(Tokens[t] | Tokens[:t]) at every
+// trained position t of sequence i that the objective keeps (0 elsewhere;
+// out[i] is nil for a sequence left out by masking or with no trained
+// token). The graph batch (sequences, padding, rows) is the one
+// ForwardBackward builds for the same batch, so the values are bit-identical
+// to the log-probs ForwardBackward computes with the same parameters: π_old
+// recomputed this way gives ratios of exactly 1 before the first update.
+func (M *Model) TrainedLogProbs(batch []Sequence, obj Objective) ([][]float32, error) {
+	m, err := M.lock()
+	if err != nil {
+		return nil, err
+	}
+	defer m.mu.Unlock()
+	if obj, err = validateObjective(obj); err != nil {
+		return nil, err
+	}
+	p, kept, _, st, err := m.packObjective(batch, obj)
+	out := make([][]float32, len(batch))
+	if err != nil || st.Tokens == 0 {
+		return out, err
+	}
+	logp, _, err := m.forward(p, nil)
+	if err != nil {
+		return nil, err
+	}
+	j := 0
+	for _, i := range kept {
+		s := &batch[i]
+		o := make([]float32, len(s.Tokens))
+		for t := 1; t < len(s.Tokens); t++ {
+			if s.Trained[t] {
+				o[t] = logp[j]
+				j++
+			}
+		}
+		out[i] = o
+	}
+	return out, nil
+}
+
+func (m *model) objective(batch []Sequence, obj Objective, lossScale float32, withBackward bool) (Stats, error) {
+	var st Stats
+	var err error
+	if obj, err = validateObjective(obj); err != nil {
+		return st, err
+	}
+	if !finite32(lossScale) || lossScale < 0 {
+		return st, fmt.Errorf("%w: loss scale %v (must be finite and ≥ 0)", ErrNonFinite, lossScale)
+	}
+	p, kept, nTok, st, err := m.packObjective(batch, obj)
+	if err != nil || st.Tokens == 0 {
+		return st, err
+	}
 	// ---- objective in float64; coefficients for the backward surrogate.
 	// For a training step this runs inside the graph compute (coefficient
 	// callback), between the forward and the backward nodes.

@@ -701,19 +701,29 @@ func TestConcurrentUse(t *testing.T) {
 // set replaced or added.
 func rewriteModel(t *testing.T, src string, set map[string]any) string {
 	t.Helper()
+	w := modelWriter(t, src)
+	for k, v := range set {
+		w.AddKV(k, v)
+	}
+	p := filepath.Join(t.TempDir(), "rewritten.gguf")
+	if err := w.WriteFile(p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// modelWriter returns a gguf.Writer that holds a copy of the GGUF at src
+// (gguf.Writer.CopyMetadata, then every tensor's data as stored), for a
+// test to change before writing it.
+func modelWriter(t *testing.T, src string) *gguf.Writer {
+	t.Helper()
 	f, err := gguf.Open(src)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
 	w := gguf.NewWriter()
-	for _, k := range f.Keys() {
-		v, _ := f.Get(k)
-		w.AddKV(k, v)
-	}
-	for k, v := range set {
-		w.AddKV(k, v)
-	}
+	w.CopyMetadata(f)
 	for _, ti := range f.Tensors {
 		raw, err := f.ReadTensorRaw(ti.Name)
 		if err != nil {
@@ -723,11 +733,7 @@ func rewriteModel(t *testing.T, src string, set map[string]any) string {
 			t.Fatal(err)
 		}
 	}
-	p := filepath.Join(t.TempDir(), "rewritten.gguf")
-	if err := w.WriteFile(p); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return w
 }
 
 // TestRefusesUnsupportedVariants: Qwen2 GGUFs whose hyperparameters this

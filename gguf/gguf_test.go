@@ -292,6 +292,57 @@ func TestWriterRejects(t *testing.T) {
 	}
 }
 
+// CopyMetadata: a copy of a file's metadata (keys in order, values, the
+// alignment) plus the caller's tensors, written at the source's alignment.
+func TestCopyMetadata(t *testing.T) {
+	for _, align := range []uint64{0, 64} {
+		path, _, _, _ := writeSample(t, t.TempDir(), align)
+		src, err := Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer src.Close()
+		w := NewWriter()
+		w.CopyMetadata(src)
+		w.AddKV("extra", "x")
+		if err := w.AddTensorF32("t", []uint64{2}, []float32{1, 2}); err != nil {
+			t.Fatal(err)
+		}
+		out := filepath.Join(t.TempDir(), "copy.gguf")
+		if err := w.WriteFile(out); err != nil {
+			t.Fatal(err)
+		}
+		f, err := Open(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if f.Alignment != src.Alignment || f.DataOffset%f.Alignment != 0 {
+			t.Fatalf("align %d: alignment %d, source %d", align, f.Alignment, src.Alignment)
+		}
+		var want []string
+		for _, k := range src.Keys() {
+			if k != KeyAlignment {
+				want = append(want, k)
+			}
+		}
+		want = append(want, "extra")
+		if align != 0 {
+			want = append(want, KeyAlignment) // written from Alignment, last
+		}
+		if !reflect.DeepEqual(f.Keys(), want) {
+			t.Fatalf("align %d: keys %v, want %v", align, f.Keys(), want)
+		}
+		for _, k := range src.Keys() {
+			a, _ := src.Get(k)
+			b, _ := f.Get(k)
+			if !reflect.DeepEqual(a, b) {
+				t.Errorf("align %d: %s = %#v, source %#v", align, k, b, a)
+			}
+		}
+	}
+}
+
 func TestTruncatedEverywhere(t *testing.T) {
 	dir := t.TempDir()
 	path, _, _, _ := writeSample(t, dir, 0)

@@ -105,6 +105,20 @@ func (w *Writer) AddKV(key string, v any) {
 	w.kv[key] = nv
 }
 
+// CopyMetadata adds every metadata key of f, in f's order, and takes f's
+// alignment (Alignment = f.Alignment; general.alignment itself is not
+// copied: WriteTo writes it from Alignment): the start of a copy of f to
+// which the caller adds keys and tensors.
+func (w *Writer) CopyMetadata(f *File) {
+	w.Alignment = f.Alignment
+	for _, k := range f.keys {
+		if k == KeyAlignment {
+			continue
+		}
+		w.AddKV(k, f.kv[k])
+	}
+}
+
 func (w *Writer) addTensor(name string, shape []uint64, t GGMLType, data []byte, gen func(io.Writer) error) error {
 	if name == "" {
 		return fmt.Errorf("%w: empty tensor name", ErrCorrupt)

@@ -48,14 +48,7 @@ func Merge(base *gguf.File, a *Adapter, outPath string, typ gguf.GGMLType) error
 		}
 	}
 	w := gguf.NewWriter()
-	w.Alignment = base.Alignment
-	for _, k := range base.Keys() {
-		if k == gguf.KeyAlignment {
-			continue // the writer writes it from Alignment
-		}
-		v, _ := base.Get(k)
-		w.AddKV(k, v)
-	}
+	w.CopyMetadata(base)
 	for _, ti := range base.Tensors {
 		name := ti.Name
 		p := a.Pair(name)

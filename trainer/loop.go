@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -205,6 +206,9 @@ type UpdateSummary struct {
 	LR       float64
 	Masked   int // sequences the objective masked (first epoch)
 	Tokens   int // trained tokens (first epoch)
+	// TOldLogp: seconds spent recomputing the π_old that BuildSamples left
+	// to the update (part of the caller's update time)
+	TOldLogp float64
 }
 
 // RunUpdates runs epochs passes over the samples in mini-batches of
@@ -218,20 +222,54 @@ func RunUpdates(u *Updater, samples []Sample, epochs, miniBatch int, rng *rand.R
 	if mb <= 0 || mb > len(samples) {
 		mb = len(samples)
 	}
+	// miniBatches cuts an epoch's order into mini-batches, each sorted by
+	// length: similar lengths in each micro-batch (padding to the longest
+	// costs B·T² in attention); the mini-batch's loss is a mean over all
+	// its trained tokens, so the order changes nothing but float summation
+	// order.
+	miniBatches := func(order []int) [][]int {
+		var out [][]int
+		for lo := 0; lo < len(order); lo += mb {
+			idx := slices.Clone(order[lo:min(lo+mb, len(order))])
+			sort.SliceStable(idx, func(a, b int) bool { return len(samples[idx[a]].Seq.Tokens) < len(samples[idx[b]].Seq.Tokens) })
+			out = append(out, idx)
+		}
+		return out
+	}
+	first := miniBatches(rng.Perm(len(samples)))
+	// π_old deferred by BuildSamples: recomputed now, before any update, in
+	// the first epoch's own micro-batches (recomputeOwnOld).
+	for i := range samples {
+		if !samples[i].oldDeferred {
+			continue
+		}
+		lp, ok := u.Policy.(ExactLogProber)
+		if !ok {
+			return s, fmt.Errorf("%w: π_old was left to the update, but the policy cannot compute it", ErrSamples)
+		}
+		t0 := time.Now()
+		for _, idx := range first {
+			if err := recomputeOwnOld(u, lp, samples, idx); err != nil {
+				return s, err
+			}
+		}
+		s.TOldLogp = time.Since(t0).Seconds()
+		for i := range samples {
+			samples[i].oldDeferred = false
+		}
+		break
+	}
 	var wsum float64
 	for e := 0; e < epochs; e++ {
-		order := rng.Perm(len(samples))
-		for lo := 0; lo < len(order); lo += mb {
-			idx := order[lo:min(lo+mb, len(order))]
+		batches := first
+		if e > 0 {
+			batches = miniBatches(rng.Perm(len(samples)))
+		}
+		for _, idx := range batches {
 			batch := make([]cgo.Sequence, len(idx))
 			for k, i := range idx {
 				batch[k] = samples[i].Seq
 			}
-			// Similar lengths in each micro-batch (padding to the longest
-			// costs B·T² in attention); the mini-batch's loss is a mean over
-			// all its trained tokens, so the order changes nothing but float
-			// summation order.
-			sort.SliceStable(batch, func(a, b int) bool { return len(batch[a].Tokens) < len(batch[b].Tokens) })
 			m, err := u.Update(batch)
 			if err != nil {
 				return s, err
@@ -382,7 +420,8 @@ func (l *Loop) Step(ctx context.Context, step int) (StepMetrics, error) {
 		if err != nil {
 			return m, fmt.Errorf("%w: %w", ErrTrain, err)
 		}
-		m.TUpdate = time.Since(t).Seconds()
+		m.TUpdate = time.Since(t).Seconds() - us.TOldLogp
+		m.TOldLogp += us.TOldLogp
 		m.Loss, m.ClipFrac, m.ApproxKL, m.Entropy, m.GradNorm = us.Loss, us.ClipFrac, us.KL, us.Entropy, us.GradNorm
 		m.LR, m.Updates = us.LR, us.Updates
 		m.MaskedSeqs += us.Masked

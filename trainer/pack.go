@@ -3,6 +3,8 @@ package trainer
 import (
 	"fmt"
 	"slices"
+
+	"github.com/empo2/empo2/cgo"
 )
 
 // Packing.
@@ -54,8 +56,9 @@ func appendStep(s *Sample, si int, prompt []int32, rec *StepRecord, adv float32,
 
 // recomputeOld replaces the old log-probs of every span by the training
 // graph's: on the sample's own tokens when the span has no behaviour
-// sequence, else on the behaviour sequence (whose response is its tail).
-// Sequences go to lp in chunks of microBatch (0: all at once).
+// sequence (unless the sample's oldDeferred: RunUpdates does those), else
+// on the behaviour sequence (whose response is its tail). Sequences go to
+// lp in chunks of microBatch (0: all at once).
 func recomputeOld(samples []Sample, lp LogProber, microBatch int) error {
 	type ref struct{ s, span int } // span −1: the whole training sequence
 	var seqs [][]int32
@@ -71,10 +74,13 @@ func recomputeOld(samples []Sample, lp LogProber, microBatch int) error {
 				own = true
 			}
 		}
-		if own {
+		if own && !s.oldDeferred {
 			seqs = append(seqs, s.Seq.Tokens)
 			refs = append(refs, ref{i, -1})
 		}
+	}
+	if len(seqs) == 0 {
+		return nil
 	}
 	mb := microBatch
 	if mb <= 0 {
@@ -106,6 +112,58 @@ func recomputeOld(samples []Sample, lp LogProber, microBatch int) error {
 			sp := s.Spans[r.span]
 			n := sp[1] - sp[0]
 			copy(s.Seq.OldLogp[sp[0]:sp[1]], lps[len(lps)-n:])
+		}
+	}
+	return nil
+}
+
+// recomputeOwnOld recomputes π_old on the own spans (no behaviour
+// sequence) of the deferred samples idx, in the micro-batches that
+// Updater.Update will cut from the same mini-batch (the same sequences in
+// the same order, MicroBatch at a time): each micro-batch's forward pass is
+// then the graph batch that Update's ForwardBackward builds, so before the
+// first optimizer step π_θ = π_old bit for bit (ratios exactly 1) and later
+// ratios differ from 1 by the updates alone. idx is the mini-batch in
+// Update's order.
+func recomputeOwnOld(u *Updater, lp ExactLogProber, samples []Sample, idx []int) error {
+	mb := u.cfg.MicroBatch
+	if mb <= 0 || mb > len(idx) {
+		mb = len(idx)
+	}
+	for lo := 0; lo < len(idx); lo += mb {
+		chunk := idx[lo:min(lo+mb, len(idx))]
+		deferred := false
+		batch := make([]cgo.Sequence, len(chunk))
+		for k, i := range chunk {
+			batch[k] = samples[i].Seq
+			deferred = deferred || samples[i].oldDeferred
+		}
+		if !deferred {
+			continue
+		}
+		if t, _ := cgo.CountTrained(batch, u.cfg.Objective); t == 0 {
+			continue // Update skips this micro-batch too
+		}
+		out, err := lp.TrainedLogProbs(batch, u.cfg.Objective)
+		if err != nil {
+			return fmt.Errorf("%w: recomputing old log-probs: %w", ErrSamples, err)
+		}
+		if len(out) != len(chunk) {
+			return fmt.Errorf("%w: %d log-prob rows for %d sequences", ErrSamples, len(out), len(chunk))
+		}
+		for k, i := range chunk {
+			s := &samples[i]
+			if !s.oldDeferred || out[k] == nil {
+				continue
+			}
+			if len(out[k]) != len(s.Seq.Tokens) {
+				return fmt.Errorf("%w: %d log-probs for %d tokens", ErrSamples, len(out[k]), len(s.Seq.Tokens))
+			}
+			for j, sp := range s.Spans {
+				if s.behaviour[j] == nil {
+					copy(s.Seq.OldLogp[sp[0]:sp[1]], out[k][sp[0]:sp[1]])
+				}
+			}
 		}
 	}
 	return nil

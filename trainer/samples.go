@@ -54,6 +54,10 @@ type Sample struct {
 	// behaviour: the tokens π_old was computed on per step when they differ
 	// from the training tokens (off-policy: the prompt with its tips).
 	behaviour [][]int32
+	// oldDeferred: π_old of the spans without a behaviour sequence (the
+	// sample's own tokens) is still the rollout's; RunUpdates recomputes it
+	// in the update's own graph layout (exact ratios of 1 at the first update).
+	oldDeferred bool
 }
 
 // EpisodeReward is the EMPO² episode reward: the final score scaled, plus
@@ -151,6 +155,15 @@ type LogProber interface {
 	LogProbsBatch(seqs [][]int32) ([][]float32, error)
 }
 
+// ExactLogProber also computes the log-probs of the trained tokens of a
+// batch exactly as its ForwardBackward does (same graph batch: sequences,
+// padding, rows), so that π_old recomputed on a training sequence equals
+// π_θ bit for bit before the first update; *cgo.Model implements it.
+type ExactLogProber interface {
+	LogProber
+	TrainedLogProbs(batch []cgo.Sequence, obj cgo.Objective) ([][]float32, error)
+}
+
 // BuildSamples turns a step's episodes into training sequences.
 //
 // modes[i] is episode i's mode. Advantages come from GroupAdvantages over
@@ -192,6 +205,15 @@ func BuildSamples(eps []Episode, modes []string, cfg SampleConfig, lp LogProber,
 	if cfg.RecomputeOldLogp && len(samples) > 0 {
 		if lp == nil {
 			return nil, st, fmt.Errorf("%w: recomputing π_old needs the training model", ErrSamples)
+		}
+		// π_old on a sample's own tokens is recomputed by RunUpdates in the
+		// update's graph layout when the prober can (ExactLogProber) and
+		// masking does not need it now; behaviour sequences (off-policy,
+		// the prompt with tips) are recomputed here.
+		if _, ok := lp.(ExactLogProber); ok {
+			for i := range samples {
+				samples[i].oldDeferred = !maskApplies(cfg.LowProbMask, samples[i].Mode)
+			}
 		}
 		if err := recomputeOld(samples, lp, microBatch); err != nil {
 			return nil, st, err

@@ -184,6 +184,23 @@ func seqs(ss []Sample) []cgo.Sequence {
 	return out
 }
 
+// buildPackedAndFlat builds the samples of eps with cfg twice: packed
+// (cfg.Pack: one sequence per episode where prompts extend) and flat (one
+// sequence per step).
+func buildPackedAndFlat(t *testing.T, eps []Episode, modes []string, cfg SampleConfig, lp LogProber) (packed, flat []Sample, sp, sf SampleStats) {
+	t.Helper()
+	var err error
+	cfg.Pack = true
+	if packed, sp, err = BuildSamples(eps, modes, cfg, lp, 0); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Pack = false
+	if flat, sf, err = BuildSamples(eps, modes, cfg, lp, 0); err != nil {
+		t.Fatal(err)
+	}
+	return packed, flat, sp, sf
+}
+
 // TestPackingSameGradients: training an episode as one packed sequence
 // gives the same loss and gradients as one sequence per step (token-mean),
 // reading far fewer tokens; recomputed π_old equals the policy's own
@@ -203,23 +220,19 @@ func TestPackingSameGradients(t *testing.T) {
 	modes := slices.Repeat([]string{ModeOnPolicy}, len(eps))
 	dc := DefaultConfig()
 	cfg := dc.SampleConfig()
-	cfg.Pack = true
-	packed, sp, err := BuildSamples(eps, modes, cfg, pol, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Pack = false
-	flat, sf, err := BuildSamples(eps, modes, cfg, pol, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	packed, flat, sp, sf := buildPackedAndFlat(t, eps, modes, cfg, pol)
 	if sp.Sequences != 4 || sf.Sequences != 16 || sp.TrainedTokens != sf.TrainedTokens || sp.SampleTokens >= sf.SampleTokens || sp.UnpackedTokens != sf.SampleTokens {
 		t.Fatalf("packed %+v, per-step %+v", sp, sf)
 	}
-	// recomputed π_old agree between packing and not
-	for _, s := range packed {
+	// recomputed π_old agree between packing and not (computed by
+	// BuildSamples: masking "always" needs them there, with a threshold
+	// that masks nothing)
+	cfgNow := cfg
+	cfgNow.LowProbMask, cfgNow.LowProbThreshold = "always", -1e30
+	packedNow, flatNow, _, _ := buildPackedAndFlat(t, eps, modes, cfgNow, pol)
+	for _, s := range packedNow {
 		for j, span := range s.Spans {
-			for _, f := range flat {
+			for _, f := range flatNow {
 				if f.Episode == s.Episode && f.Steps[0] == s.Steps[j] {
 					a, b := s.Seq.OldLogp[span[0]:span[1]], f.Seq.OldLogp[f.Spans[0][0]:f.Spans[0][1]]
 					for k := range a {
@@ -256,11 +269,23 @@ func TestPackingSameGradients(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Exactly 1 up to float32 rounding of a different batch layout (the
-	// recompute batches all sequences, training mini-batches of 2): k3 KL ≈
-	// (r−1)²/2, so KL < 1e-12 means |r−1| < ~1.4e-6.
-	if us.Updates != 4 || us.First.ClipFrac != 0 || us.First.DualClipFrac != 0 || us.First.ApproxKL > 1e-12 {
+	// Exactly 1: π_old of on-policy samples is recomputed by RunUpdates in
+	// the update's own micro-batches, so the first update's forward pass is
+	// bit-identical to it and k3 KL = Σ e^d − 1 − d is exactly 0 (any
+	// |d| ≥ 1 float32 ulp would give > 1e-16).
+	if us.Updates != 4 || us.First.ClipFrac != 0 || us.First.DualClipFrac != 0 || us.First.ApproxKL != 0 {
 		t.Fatalf("first update: %+v (want ratio 1: no clip, KL 0)", us.First)
+	}
+	// the deferred π_old replaced the rollout's: it is the policy's (as
+	// BuildSamples computes it, to float rounding), not synthEpisode's
+	for i, s := range packed {
+		for _, sp := range s.Spans {
+			for k := sp[0]; k < sp[1]; k++ {
+				if d := math.Abs(float64(s.Seq.OldLogp[k] - packedNow[i].Seq.OldLogp[k])); d > 1e-4 {
+					t.Fatalf("sample %d token %d: π_old %v, the policy's %v", i, k, s.Seq.OldLogp[k], packedNow[i].Seq.OldLogp[k])
+				}
+			}
+		}
 	}
 	// and with stale π_old (rollout log-probs off by 0.3) the ratios are not 1
 	for i := range packed {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -22,7 +23,9 @@ import (
 // tokens of chat records, through the same LoRA engine as the RL updates
 // (cgo.Objective.NLL: ℓ = −log π(token | prefix) per trained token,
 // token-mean over the mini-batch), AdamW, global-norm clipping and the
-// Updater's checkpoints.
+// Updater's checkpoints. With SFTConfig.Full every weight of the model is
+// trained instead (FullUpdater, sft_full.go: a cgo.LoadFull model, its own
+// checkpoint format).
 //
 // Data: JSON Lines, one chat per line, {"messages":[{"role","content"},…]}
 // (roles system, user, assistant), as written by `empo2 env demos` or by
@@ -278,6 +281,10 @@ type SFTConfig struct {
 	MicroTokens int
 	NoPack      bool  // one record per sequence
 	Seed        int64 // shuffling (epoch e uses PCG(Seed, e))
+	// Full: train every weight (FullUpdater over a cgo.LoadFull model)
+	// instead of a LoRA adapter (Updater); RunSFT checks that its updater
+	// is of this kind. Checkpoints are then FullState files.
+	Full bool
 	// Checkpoint: state file written every SaveEvery steps and at the end of
 	// every epoch ("" = none); resume with Resume.
 	Checkpoint string
@@ -392,6 +399,17 @@ func NewSFTUpdater(p Policy, cfg SFTConfig, total int64) (*Updater, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	if cfg.Full {
+		return nil, fmt.Errorf("%w: SFTConfig.Full trains every weight: use NewFullSFTUpdater", ErrConfig)
+	}
+	uc := sftUpdateConfig(cfg, total)
+	return NewUpdater(p, uc)
+}
+
+// sftUpdateConfig: AdamW (β 0.9/0.999, cfg's decay), cosine schedule over
+// total steps (constant when total ≤ warmup), NLL objective, micro-batches
+// of MicroTokens/MaxLen sequences.
+func sftUpdateConfig(cfg SFTConfig, total int64) UpdateConfig {
 	sched := Schedule{Kind: ScheduleCosine, BaseLR: cfg.LR, MinLR: cfg.MinLR, Warmup: cfg.Warmup, Total: int(total)}
 	if sched.Total <= sched.Warmup {
 		sched = Schedule{Kind: ScheduleConstant, BaseLR: cfg.LR, Warmup: 0}
@@ -404,7 +422,7 @@ func NewSFTUpdater(p Policy, cfg SFTConfig, total int64) (*Updater, error) {
 	} else {
 		micro = 1
 	}
-	return NewUpdater(p, UpdateConfig{AdamW: ad, Schedule: sched, MaxGradNorm: cfg.MaxGradNorm, Objective: SFTObjective(), MicroBatch: micro})
+	return UpdateConfig{AdamW: ad, Schedule: sched, MaxGradNorm: cfg.MaxGradNorm, Objective: SFTObjective(), MicroBatch: micro}
 }
 
 // SFTLoss is the token-mean NLL of samples under ev (forward only), in
@@ -450,14 +468,63 @@ func SFTLoss(ev Evaluator, samples []SFTSample, microTokens int) (loss float64, 
 	return sum / float64(tokens), tokens, nil
 }
 
+// SFTUpdater is what RunSFT trains with: *Updater (a LoRA adapter) or
+// *FullUpdater (every weight). Both take one optimizer step per Update and
+// write and read their own checkpoint format.
+type SFTUpdater interface {
+	Update(batch []cgo.Sequence) (Metrics, error)
+	sftFull() bool
+	sftStep() int64 // updates done
+	// sftSave sets meta in the updater's Meta and writes its state to path
+	sftSave(path string, meta map[string]string) error
+	// sftRestore loads the state at path, calls check with its Meta
+	// (nothing is changed when check fails) and applies it
+	sftRestore(path string, check func(meta map[string]string) error) (map[string]string, error)
+}
+
+func (u *Updater) sftFull() bool  { return false }
+func (u *Updater) sftStep() int64 { return u.Step }
+
+func (u *Updater) sftSave(path string, meta map[string]string) error {
+	maps.Copy(u.Meta, meta)
+	return u.Save(path)
+}
+
+func (u *Updater) sftRestore(path string, check func(map[string]string) error) (map[string]string, error) {
+	return restoreChecked(path, Load, func(s *State) map[string]string { return s.Meta }, check, u.Restore)
+}
+
+// restoreChecked is sftRestore for either kind of state S: it reads the
+// state at path with load, calls check with its Meta (meta reads it) and
+// only then applies it with restore; it returns the Meta. Nothing is
+// changed when load or check fails.
+func restoreChecked[S any](path string, load func(string) (S, error), meta func(S) map[string]string,
+	check func(map[string]string) error, restore func(S) error) (map[string]string, error) {
+	st, err := load(path)
+	if err != nil {
+		return nil, err
+	}
+	m := meta(st)
+	if err := check(m); err != nil {
+		return nil, err
+	}
+	if err := restore(st); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
 // RunSFT trains u's policy on train for cfg.Epochs epochs (validation loss
 // on val after each epoch when val is non-empty and ev is not nil). With
 // cfg.Resume and an existing cfg.Checkpoint, it continues from the saved
 // step: same epoch, same shuffled order, next mini-batch.
-func RunSFT(u *Updater, ev Evaluator, train, val []SFTSample, cfg SFTConfig) (SFTResult, error) {
+func RunSFT(u SFTUpdater, ev Evaluator, train, val []SFTSample, cfg SFTConfig) (SFTResult, error) {
 	var res SFTResult
 	if err := cfg.validate(); err != nil {
 		return res, err
+	}
+	if u == nil || u.sftFull() != cfg.Full {
+		return res, fmt.Errorf("%w: SFTConfig.Full is %v but the updater is not of that kind (NewSFTUpdater: LoRA, NewFullSFTUpdater: full)", ErrConfig, cfg.Full)
 	}
 	if len(train) == 0 {
 		return res, fmt.Errorf("%w: no training samples", ErrSFTData)
@@ -469,18 +536,17 @@ func RunSFT(u *Updater, ev Evaluator, train, val []SFTSample, cfg SFTConfig) (SF
 	startEpoch, startBatch := 0, 0
 	if cfg.Resume && cfg.Checkpoint != "" {
 		if _, err := os.Stat(cfg.Checkpoint); err == nil {
-			st, err := Load(cfg.Checkpoint)
+			meta, err := u.sftRestore(cfg.Checkpoint, func(meta map[string]string) error {
+				if s := meta[metaSFTSeed]; s != "" && s != strconv.FormatInt(cfg.Seed, 10) {
+					return fmt.Errorf("%w: checkpoint %s was made with seed %s, not %d", ErrConfig, cfg.Checkpoint, s, cfg.Seed)
+				}
+				return nil
+			})
 			if err != nil {
 				return res, err
 			}
-			if s := st.Meta[metaSFTSeed]; s != "" && s != strconv.FormatInt(cfg.Seed, 10) {
-				return res, fmt.Errorf("%w: checkpoint %s was made with seed %s, not %d", ErrConfig, cfg.Checkpoint, s, cfg.Seed)
-			}
-			if err := u.Restore(st); err != nil {
-				return res, err
-			}
-			startEpoch, _ = strconv.Atoi(st.Meta[metaSFTEpoch])
-			startBatch, _ = strconv.Atoi(st.Meta[metaSFTBatch])
+			startEpoch, _ = strconv.Atoi(meta[metaSFTEpoch])
+			startBatch, _ = strconv.Atoi(meta[metaSFTBatch])
 		}
 	}
 	steps := SFTSteps(train, cfg)
@@ -488,10 +554,11 @@ func RunSFT(u *Updater, ev Evaluator, train, val []SFTSample, cfg SFTConfig) (SF
 		if cfg.Checkpoint == "" {
 			return nil
 		}
-		u.Meta[metaSFTEpoch] = strconv.Itoa(epoch)
-		u.Meta[metaSFTBatch] = strconv.Itoa(batch)
-		u.Meta[metaSFTSeed] = strconv.FormatInt(cfg.Seed, 10)
-		return u.Save(cfg.Checkpoint)
+		return u.sftSave(cfg.Checkpoint, map[string]string{
+			metaSFTEpoch: strconv.Itoa(epoch),
+			metaSFTBatch: strconv.Itoa(batch),
+			metaSFTSeed:  strconv.FormatInt(cfg.Seed, 10),
+		})
 	}
 	t0 := time.Now()
 	for e := startEpoch; e < cfg.Epochs; e++ {
@@ -506,7 +573,7 @@ func RunSFT(u *Updater, ev Evaluator, train, val []SFTSample, cfg SFTConfig) (SF
 		for b := b0; b < len(batches); b++ {
 			m, err := u.Update(batches[b])
 			if err != nil {
-				return res, fmt.Errorf("epoch %d, step %d: %w", e+1, u.Step+1, err)
+				return res, fmt.Errorf("epoch %d, step %d: %w", e+1, u.sftStep()+1, err)
 			}
 			if m.Skipped {
 				continue
@@ -514,10 +581,10 @@ func RunSFT(u *Updater, ev Evaluator, train, val []SFTSample, cfg SFTConfig) (SF
 			lossSum += m.Loss * float64(m.Tokens)
 			ep.Tokens += m.Tokens
 			if cfg.Progress != nil {
-				cfg.Progress(SFTProgress{Epoch: e + 1, Epochs: cfg.Epochs, Step: u.Step, Steps: steps, Loss: m.Loss,
+				cfg.Progress(SFTProgress{Epoch: e + 1, Epochs: cfg.Epochs, Step: u.sftStep(), Steps: steps, Loss: m.Loss,
 					LR: m.LR, GradNorm: m.GradNorm, Tokens: m.Tokens, Elapsed: time.Since(t0)})
 			}
-			if cfg.SaveEvery > 0 && u.Step%int64(cfg.SaveEvery) == 0 && b+1 < len(batches) {
+			if cfg.SaveEvery > 0 && u.sftStep()%int64(cfg.SaveEvery) == 0 && b+1 < len(batches) {
 				if err := save(e, b+1); err != nil {
 					return res, err
 				}
@@ -544,6 +611,6 @@ func RunSFT(u *Updater, ev Evaluator, train, val []SFTSample, cfg SFTConfig) (SF
 			cfg.EpochDone(ep)
 		}
 	}
-	res.Steps = u.Step
+	res.Steps = u.sftStep()
 	return res, nil
 }

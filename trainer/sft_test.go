@@ -27,10 +27,113 @@ func sftModels(t testing.TB, rank int) (*Renderer, *cgo.Model, string) {
 	t.Cleanup(func() { lm.Close() })
 	r, err := NewRenderer(lm, DefaultPromptConfig())
 	require.NoError(t, err)
-	pol, err := cgo.Load(p, cgo.LoRAConfig{Rank: rank, Alpha: float32(2 * rank), Seed: 3}, cgo.Options{Threads: 1})
+	return r, sftLoRAModel(t, p, rank), p
+}
+
+// sftLoRAModel loads the model at path with a fresh LoRA adapter of rank
+// (alpha 2·rank, seed 3: every call starts from the same weights).
+func sftLoRAModel(t testing.TB, path string, rank int) *cgo.Model {
+	t.Helper()
+	pol, err := cgo.Load(path, cgo.LoRAConfig{Rank: rank, Alpha: float32(2 * rank), Seed: 3}, cgo.Options{Threads: 1})
 	require.NoError(t, err)
 	t.Cleanup(func() { pol.Close() })
-	return r, pol, p
+	return pol
+}
+
+// sftUpdaterFor makes the updater of cfg's kind over pol: NewSFTUpdater
+// (LoRA) or, with cfg.Full, NewFullSFTUpdater.
+func sftUpdaterFor(t testing.TB, pol *cgo.Model, cfg SFTConfig, total int64) SFTUpdater {
+	t.Helper()
+	if cfg.Full {
+		u, err := NewFullSFTUpdater(pol, cfg, total)
+		require.NoError(t, err)
+		return u
+	}
+	u, err := NewSFTUpdater(pol, cfg, total)
+	require.NoError(t, err)
+	return u
+}
+
+// sftTrainedState is what a resumed run must reproduce bit for bit: the
+// updater's weights and AdamW moments (read from the backend).
+func sftTrainedState(t testing.TB, u SFTUpdater) [][][]float32 {
+	t.Helper()
+	switch u := u.(type) {
+	case *Updater:
+		st, err := u.State()
+		require.NoError(t, err)
+		return [][][]float32{st.Adapter.Tensors(), st.Opt.M, st.Opt.V}
+	case *FullUpdater:
+		st, err := u.State()
+		require.NoError(t, err)
+		return [][][]float32{st.Params, st.M, st.V}
+	}
+	t.Fatalf("updater %T", u)
+	return nil
+}
+
+// checkSFTLossFalls trains pol with cfg on sftChats (train and validation
+// = the same chats: the point is that the optimization works) and checks
+// that the loss falls by more than 1 nat and that the last epoch's
+// validation loss is the final loss. It returns the samples, the result
+// and the final loss.
+func checkSFTLossFalls(t *testing.T, r *Renderer, pol *cgo.Model, cfg SFTConfig) ([]SFTSample, SFTResult, float64) {
+	t.Helper()
+	train, st, err := TokenizeChats(r, sftChats(), 512)
+	require.NoError(t, err)
+	require.Equal(t, 4, st.Records)
+	before, n, err := SFTLoss(pol, train, 2048)
+	require.NoError(t, err)
+	require.Equal(t, st.Trained, n)
+	u := sftUpdaterFor(t, pol, cfg, SFTSteps(train, cfg))
+	res, err := RunSFT(u, pol, train, train, cfg)
+	require.NoError(t, err)
+	require.Len(t, res.Epochs, cfg.Epochs)
+	after, _, err := SFTLoss(pol, train, 2048)
+	require.NoError(t, err)
+	t.Logf("full=%v: loss %.3f → %.3f in %d steps; epochs %+v", cfg.Full, before, after, res.Steps, res.Epochs)
+	assert.Less(t, after, before-1.0, "loss must fall by more than 1 nat")
+	assert.InDelta(t, after, res.Epochs[len(res.Epochs)-1].ValLoss, 1e-5)
+	return train, res, after
+}
+
+// checkSFTResume: resuming from the end-of-epoch checkpoint gives the same
+// weights and moments as an uninterrupted run, bit for bit (constant
+// learning rate, same shuffles). cfg is run for 2 epochs, then for 1 epoch
+// to a new checkpoint, then resumed from it for epoch 2, each run on a
+// fresh model from newPol; a checkpoint of another seed is refused. It
+// returns the epoch-1 checkpoint.
+func checkSFTResume(t *testing.T, train []SFTSample, cfg SFTConfig, newPol func() *cgo.Model) string {
+	t.Helper()
+	cfg.Epochs = 2
+	cfg.Checkpoint = filepath.Join(t.TempDir(), "state.gguf")
+	total := SFTSteps(train, cfg)
+	run := func(c SFTConfig) (SFTUpdater, SFTResult) {
+		u := sftUpdaterFor(t, newPol(), c, total)
+		res, err := RunSFT(u, nil, train, nil, c)
+		require.NoError(t, err)
+		return u, res
+	}
+	u, _ := run(cfg)
+	c1 := cfg
+	c1.Epochs = 1
+	c1.Checkpoint = filepath.Join(t.TempDir(), "state.gguf")
+	run(c1)
+	// a fresh model and updater resume at epoch 2
+	c2 := cfg
+	c2.Checkpoint, c2.Resume = c1.Checkpoint, true
+	u2, res := run(c2)
+	require.Len(t, res.Epochs, 1)
+	assert.Equal(t, 2, res.Epochs[0].Epoch)
+	assert.Equal(t, u.sftStep(), u2.sftStep())
+	assert.Equal(t, sftTrainedState(t, u), sftTrainedState(t, u2), "resumed run must equal the uninterrupted one bit for bit")
+
+	// a checkpoint of another seed is refused
+	c3 := c2
+	c3.Seed = 99
+	_, err := RunSFT(sftUpdaterFor(t, newPol(), c3, total), nil, train, nil, c3)
+	assert.ErrorIs(t, err, ErrConfig)
+	return c1.Checkpoint
 }
 
 // sftChats: short chats in the trainer's format, each with two assistant
@@ -170,76 +273,24 @@ func sftTestConfig() SFTConfig {
 	return cfg
 }
 
-// SFT lowers the loss on its data (train and validation = the same chats
-// here: the point is that the optimization works).
+// SFT lowers the loss on its data.
 func TestSFTLossFalls(t *testing.T) {
 	r, pol, _ := sftModels(t, 8)
-	train, st, err := TokenizeChats(r, sftChats(), 512)
-	require.NoError(t, err)
-	require.Equal(t, 4, st.Records)
-	before, n, err := SFTLoss(pol, train, 2048)
-	require.NoError(t, err)
-	require.Equal(t, st.Trained, n)
 	cfg := sftTestConfig()
-	u, err := NewSFTUpdater(pol, cfg, SFTSteps(train, cfg))
-	require.NoError(t, err)
 	var steps int
 	cfg.Progress = func(SFTProgress) { steps++ }
-	res, err := RunSFT(u, pol, train, train, cfg)
-	require.NoError(t, err)
-	require.Len(t, res.Epochs, cfg.Epochs)
+	_, res, _ := checkSFTLossFalls(t, r, pol, cfg)
 	assert.Equal(t, int(res.Steps), steps)
-	after, _, err := SFTLoss(pol, train, 2048)
-	require.NoError(t, err)
-	t.Logf("loss %.3f → %.3f in %d steps; epochs %+v", before, after, res.Steps, res.Epochs)
-	assert.Less(t, after, before-1.0, "loss must fall by more than 1 nat")
-	assert.InDelta(t, after, res.Epochs[len(res.Epochs)-1].ValLoss, 1e-5)
 	assert.Less(t, res.Epochs[len(res.Epochs)-1].ValLoss, res.Epochs[0].ValLoss)
 }
 
 // Resuming from the end-of-epoch checkpoint gives the same weights as an
-// uninterrupted run (constant learning rate, same shuffles).
+// uninterrupted run.
 func TestSFTResume(t *testing.T) {
-	r, pol, path := sftModels(t, 4)
+	r, _, path := sftModels(t, 4)
 	train, _, err := TokenizeChats(r, sftChats(), 512)
 	require.NoError(t, err)
-	cfg := sftTestConfig()
-	cfg.Epochs = 2
-	cfg.Checkpoint = filepath.Join(t.TempDir(), "state.gguf")
-	u, err := NewSFTUpdater(pol, cfg, SFTSteps(train, cfg))
-	require.NoError(t, err)
-	_, err = RunSFT(u, pol, train, nil, cfg)
-	require.NoError(t, err)
-	want := u.Params()
-
-	pol2, err := cgo.Load(path, cgo.LoRAConfig{Rank: 4, Alpha: 8, Seed: 3}, cgo.Options{Threads: 1})
-	require.NoError(t, err)
-	defer pol2.Close()
-	c1 := cfg
-	c1.Epochs = 1
-	c1.Checkpoint = filepath.Join(t.TempDir(), "state.gguf")
-	u1, err := NewSFTUpdater(pol2, c1, SFTSteps(train, cfg))
-	require.NoError(t, err)
-	_, err = RunSFT(u1, pol2, train, nil, c1)
-	require.NoError(t, err)
-	// a fresh updater resumes at epoch 2
-	c2 := cfg
-	c2.Checkpoint, c2.Resume = c1.Checkpoint, true
-	u2, err := NewSFTUpdater(pol2, c2, SFTSteps(train, cfg))
-	require.NoError(t, err)
-	res, err := RunSFT(u2, pol2, train, nil, c2)
-	require.NoError(t, err)
-	require.Len(t, res.Epochs, 1)
-	assert.Equal(t, 2, res.Epochs[0].Epoch)
-	assert.Equal(t, want, u2.Params(), "resumed run must equal the uninterrupted one bit for bit")
-
-	// a checkpoint of another seed is refused
-	c3 := c2
-	c3.Seed = 99
-	u3, err := NewSFTUpdater(pol2, c3, 4)
-	require.NoError(t, err)
-	_, err = RunSFT(u3, pol2, train, nil, c3)
-	assert.ErrorIs(t, err, ErrConfig)
+	checkSFTResume(t, train, sftTestConfig(), func() *cgo.Model { return sftLoRAModel(t, path, 4) })
 }
 
 func TestSFTConfigErrors(t *testing.T) {
@@ -260,4 +311,93 @@ func TestSFTConfigErrors(t *testing.T) {
 	require.NoError(t, err)
 	_, err = RunSFT(u, pol, nil, nil, sftTestConfig())
 	assert.ErrorIs(t, err, ErrSFTData)
+}
+
+// sftFullModel loads the model at path for full training.
+func sftFullModel(t testing.TB, path string) *cgo.Model {
+	t.Helper()
+	m, err := cgo.LoadFull(path, cgo.Options{Threads: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+func sftFullConfig() SFTConfig {
+	cfg := sftTestConfig()
+	cfg.Full = true
+	cfg.LR, cfg.MinLR = 3e-3, 3e-3
+	return cfg
+}
+
+// Full SFT (every weight) lowers the loss on its data, and the written base
+// GGUF holds the trained weights.
+func TestSFTFullLossFalls(t *testing.T) {
+	r, _, path := sftModels(t, 2)
+	pol := sftFullModel(t, path)
+	train, _, after := checkSFTLossFalls(t, r, pol, sftFullConfig())
+
+	out := filepath.Join(t.TempDir(), "base.gguf")
+	require.NoError(t, pol.SaveFull(out, map[string]string{"empo2.sft.steps": "6"}))
+	again := sftFullModel(t, out)
+	l2, _, err := SFTLoss(again, train, 2048)
+	require.NoError(t, err)
+	assert.Equal(t, after, l2, "the written base has the trained weights")
+}
+
+// Full SFT: resuming from the end-of-epoch checkpoint gives the same
+// weights and moments as an uninterrupted run, bit for bit; checkpoints of
+// another seed or of the other kind are refused.
+func TestSFTFullResume(t *testing.T) {
+	r, lpol, path := sftModels(t, 4)
+	train, _, err := TokenizeChats(r, sftChats(), 512)
+	require.NoError(t, err)
+	fullCk := checkSFTResume(t, train, sftFullConfig(), func() *cgo.Model { return sftFullModel(t, path) })
+
+	// a LoRA checkpoint cannot resume full SFT, nor the other way round
+	lc := sftTestConfig()
+	lc.Epochs, lc.Checkpoint = 1, filepath.Join(t.TempDir(), "lora.state.gguf")
+	lu, err := NewSFTUpdater(lpol, lc, SFTSteps(train, lc))
+	require.NoError(t, err)
+	_, err = RunSFT(lu, lpol, train, nil, lc)
+	require.NoError(t, err)
+	pol := sftFullModel(t, path)
+	c4 := sftFullConfig()
+	c4.Checkpoint, c4.Resume = lc.Checkpoint, true
+	u4, err := NewFullSFTUpdater(pol, c4, 4)
+	require.NoError(t, err)
+	_, err = RunSFT(u4, pol, train, nil, c4)
+	assert.ErrorIs(t, err, ErrState)
+	assert.ErrorContains(t, err, "LoRA")
+	lc.Resume, lc.Checkpoint = true, fullCk
+	lu2, err := NewSFTUpdater(lpol, lc, 4)
+	require.NoError(t, err)
+	_, err = RunSFT(lu2, lpol, train, nil, lc)
+	assert.ErrorIs(t, err, ErrState)
+}
+
+func TestSFTFullConfigErrors(t *testing.T) {
+	_, lpol, path := sftModels(t, 2)
+	pol := sftFullModel(t, path)
+	// the updater kind must match SFTConfig.Full
+	_, err := NewFullSFTUpdater(pol, sftTestConfig(), 10)
+	assert.ErrorIs(t, err, ErrConfig)
+	_, err = NewSFTUpdater(lpol, sftFullConfig(), 10)
+	assert.ErrorIs(t, err, ErrConfig)
+	_, err = NewFullSFTUpdater(lpol, sftFullConfig(), 10)
+	assert.ErrorIs(t, err, ErrConfig)
+	u, err := NewFullSFTUpdater(pol, sftFullConfig(), 10)
+	require.NoError(t, err)
+	_, err = RunSFT(u, pol, []SFTSample{{Tokens: []int32{1, 2}, Trained: []bool{false, true}}}, nil, sftTestConfig())
+	assert.ErrorIs(t, err, ErrConfig)
+	// a full model cannot back a LoRA updater (it has no adapter)
+	_, err = NewSFTUpdater(pol, sftTestConfig(), 10)
+	assert.Error(t, err)
+	// a non-F32 base is refused with a clear error
+	p16 := filepath.Join(t.TempDir(), "f16.gguf")
+	c := modelgen.DefaultConfig()
+	c.DType = "f16"
+	require.NoError(t, modelgen.Write(p16, c))
+	_, err = cgo.LoadFull(p16, cgo.Options{Threads: 1})
+	assert.ErrorIs(t, err, cgo.ErrConfig)
+	assert.ErrorContains(t, err, "F32")
 }

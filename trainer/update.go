@@ -164,63 +164,14 @@ func (u *Updater) Config() UpdateConfig { return u.cfg }
 // aliasing the updater's adapter; do not modify.
 func (u *Updater) Params() [][]float32 { return u.adapter.Tensors() }
 
-// Update performs one optimizer step on the mini-batch. The loss scale of
-// every micro-batch is 1/N for the whole mini-batch's N (trained tokens for
-// token-mean, sequences for seq-mean-token-mean, counted after
-// low-probability masking by cgo.CountTrained), so the accumulated gradient
-// is the gradient of the mini-batch mean however it is split. When no
-// trained token survives, no step is taken (Metrics.Skipped).
+// Update performs one optimizer step on the mini-batch: the gradient of the
+// mini-batch mean loss, accumulated over micro-batches (accumulate), then
+// clipping and AdamW. When no trained token survives, no step is taken
+// (Metrics.Skipped).
 func (u *Updater) Update(batch []cgo.Sequence) (Metrics, error) {
-	m := Metrics{Step: u.Step, LR: u.cfg.Schedule.LR(u.Step)}
-	tokens, seqs := cgo.CountTrained(batch, u.cfg.Objective)
-	if tokens == 0 {
-		m.Skipped = true
-		return m, nil
-	}
-	n := tokens
-	if u.cfg.Objective.Aggregation == cgo.AggSeqMeanTokenMean {
-		n = seqs
-	}
-	scale := float32(1 / float64(n))
-	mb := u.cfg.MicroBatch
-	if mb <= 0 || mb > len(batch) {
-		mb = len(batch)
-	}
-	if err := u.Policy.ZeroGrads(); err != nil {
-		return m, fmt.Errorf("%w: %w", ErrUpdate, err)
-	}
-	var wsum float64
-	for lo := 0; lo < len(batch); lo += mb {
-		chunk := batch[lo:min(lo+mb, len(batch))]
-		if t, _ := cgo.CountTrained(chunk, u.cfg.Objective); t == 0 {
-			m.MaskedSequences += countMasked(chunk, u.cfg.Objective)
-			continue
-		}
-		st, err := u.Policy.ForwardBackward(chunk, u.cfg.Objective, scale)
-		if err != nil {
-			return m, fmt.Errorf("%w: micro-batch at %d: %w", ErrUpdate, lo, err)
-		}
-		w := float64(st.Tokens)
-		m.Loss += st.Loss
-		m.PolicyLoss += w * st.PolicyLoss
-		m.ClipFrac += w * st.ClipFrac
-		m.DualClipFrac += w * st.DualClipFrac
-		m.ApproxKL += w * st.ApproxKL
-		m.Entropy += w * st.Entropy
-		m.LogpMean += w * st.LogpMean
-		m.Tokens += st.Tokens
-		m.Sequences += st.Sequences
-		m.MaskedSequences += st.MaskedSequences
-		m.MicroBatches++
-		wsum += w
-	}
-	if wsum > 0 {
-		m.PolicyLoss /= wsum
-		m.ClipFrac /= wsum
-		m.DualClipFrac /= wsum
-		m.ApproxKL /= wsum
-		m.Entropy /= wsum
-		m.LogpMean /= wsum
+	m, err := accumulate(u.Policy, u.cfg, u.Step, batch)
+	if err != nil || m.Skipped {
+		return m, err
 	}
 	if bo := u.backend(); bo != nil {
 		if err := u.backendStep(bo, &m); err != nil {
@@ -262,17 +213,8 @@ func (u *Updater) Update(batch []cgo.Sequence) (Metrics, error) {
 // parameters are read back into the updater's adapter (for pushing and
 // saving). A non-finite gradient norm changes nothing.
 func (u *Updater) backendStep(bo BackendOptimizer, m *Metrics) error {
-	c := u.Opt.Config
-	norm, clipped, err := bo.AdamWStep(cgo.AdamWParams{
-		LR: m.LR, Beta1: c.Beta1, Beta2: c.Beta2, Eps: c.Eps, WeightDecay: c.WeightDecay,
-		Step: u.Opt.Steps + 1, MaxGradNorm: u.cfg.MaxGradNorm,
-	})
-	m.GradNorm, m.GradClipped = norm, clipped
-	if err != nil {
-		if errors.Is(err, cgo.ErrNonFinite) {
-			return fmt.Errorf("%w: %w", ErrNonFinite, err)
-		}
-		return fmt.Errorf("%w: AdamW step: %w", ErrUpdate, err)
+	if err := backendAdamW(bo, u.Opt.Config, u.Opt.Steps+1, u.cfg.MaxGradNorm, m); err != nil {
+		return err
 	}
 	u.Opt.Steps++
 	u.Step++
@@ -285,6 +227,101 @@ func (u *Updater) backendStep(bo BackendOptimizer, m *Metrics) error {
 		copy(t, vals[i])
 	}
 	u.adapter = next
+	return nil
+}
+
+// gradAccumulator is the gradient side of a Policy or a FullPolicy.
+type gradAccumulator interface {
+	ZeroGrads() error
+	ForwardBackward(batch []cgo.Sequence, obj cgo.Objective, lossScale float32) (cgo.Stats, error)
+}
+
+// accumulate is the gradient accumulation of Updater.Update and
+// FullUpdater.Update: it zeroes p's gradients and accumulates the gradient
+// of the mini-batch loss over micro-batches of cfg.MicroBatch sequences
+// (≤ 0: one call). The loss scale of every micro-batch is 1/N for the whole
+// mini-batch's N (trained tokens for token-mean, sequences for
+// seq-mean-token-mean, counted after low-probability masking by
+// cgo.CountTrained), so the accumulated gradient is the gradient of the
+// mini-batch mean however it is split; a micro-batch without trained
+// tokens is not run. The returned Metrics carry step, its learning rate
+// (cfg.Schedule) and the statistics of the pass (Loss: the sum of the
+// micro-batches' scaled losses, i.e. the mini-batch loss; policy
+// statistics: token-weighted means); GradNorm and GradClipped are left to
+// the caller's optimizer step. When no trained token survives, nothing is
+// run, not even ZeroGrads, and Metrics.Skipped is set.
+func accumulate(p gradAccumulator, cfg UpdateConfig, step int64, batch []cgo.Sequence) (Metrics, error) {
+	m := Metrics{Step: step, LR: cfg.Schedule.LR(step)}
+	obj := cfg.Objective
+	tokens, seqs := cgo.CountTrained(batch, obj)
+	if tokens == 0 {
+		m.Skipped = true
+		return m, nil
+	}
+	n := tokens
+	if obj.Aggregation == cgo.AggSeqMeanTokenMean {
+		n = seqs
+	}
+	scale := float32(1 / float64(n))
+	mb := cfg.MicroBatch
+	if mb <= 0 || mb > len(batch) {
+		mb = len(batch)
+	}
+	if err := p.ZeroGrads(); err != nil {
+		return m, fmt.Errorf("%w: %w", ErrUpdate, err)
+	}
+	var wsum float64
+	for lo := 0; lo < len(batch); lo += mb {
+		chunk := batch[lo:min(lo+mb, len(batch))]
+		if t, _ := cgo.CountTrained(chunk, obj); t == 0 {
+			m.MaskedSequences += countMasked(chunk, obj)
+			continue
+		}
+		st, err := p.ForwardBackward(chunk, obj, scale)
+		if err != nil {
+			return m, fmt.Errorf("%w: micro-batch at %d: %w", ErrUpdate, lo, err)
+		}
+		w := float64(st.Tokens)
+		m.Loss += st.Loss
+		m.PolicyLoss += w * st.PolicyLoss
+		m.ClipFrac += w * st.ClipFrac
+		m.DualClipFrac += w * st.DualClipFrac
+		m.ApproxKL += w * st.ApproxKL
+		m.Entropy += w * st.Entropy
+		m.LogpMean += w * st.LogpMean
+		m.Tokens += st.Tokens
+		m.Sequences += st.Sequences
+		m.MaskedSequences += st.MaskedSequences
+		m.MicroBatches++
+		wsum += w
+	}
+	if wsum > 0 {
+		m.PolicyLoss /= wsum
+		m.ClipFrac /= wsum
+		m.DualClipFrac /= wsum
+		m.ApproxKL /= wsum
+		m.Entropy /= wsum
+		m.LogpMean /= wsum
+	}
+	return m, nil
+}
+
+// backendAdamW takes AdamW step t (1-based: the bias corrections' t) with
+// learning rate m.LR on bo's backend, clipping the global gradient norm to
+// maxNorm (≤ 0: no clipping) first, and records the norm in m. A
+// non-finite gradient norm returns ErrNonFinite and changes nothing.
+func backendAdamW(bo BackendOptimizer, c AdamWConfig, t int64, maxNorm float64, m *Metrics) error {
+	norm, clipped, err := bo.AdamWStep(cgo.AdamWParams{
+		LR: m.LR, Beta1: c.Beta1, Beta2: c.Beta2, Eps: c.Eps, WeightDecay: c.WeightDecay,
+		Step: t, MaxGradNorm: maxNorm,
+	})
+	m.GradNorm, m.GradClipped = norm, clipped
+	if err != nil {
+		if errors.Is(err, cgo.ErrNonFinite) {
+			return fmt.Errorf("%w: %w", ErrNonFinite, err)
+		}
+		return fmt.Errorf("%w: AdamW step: %w", ErrUpdate, err)
+	}
 	return nil
 }
 

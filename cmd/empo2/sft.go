@@ -22,18 +22,17 @@ import (
 	"github.com/empo2/empo2/trainer"
 )
 
-// `empo2 sft`: supervised fine-tuning of a LoRA adapter on chat JSONL
-// (docs/sft.md).
+// `empo2 sft`: supervised fine-tuning of a LoRA adapter on chat JSONL, or
+// with --full of every weight of a small F32 model (docs/sft.md).
 
-// errFullNotImplemented: --full (training every weight) is not built; LoRA
-// at a high rank is what the measured recipe uses (docs/sft.md).
-var errFullNotImplemented = errors.New("sft --full is not implemented: train a LoRA adapter (raise --rank) and merge it with `empo2 export --merged` for a new base GGUF")
+// errFullFlag: a LoRA-only flag given with --full.
+var errFullFlag = errors.New("does not apply to --full, which trains every weight and has no adapter")
 
 var (
 	sftModelFlag   = &cli.StringFlag{Name: "model", Aliases: []string{"m"}, Usage: "base model GGUF `FILE` (Qwen2 architecture; required)"}
 	sftDataFlag    = &cli.StringFlag{Name: "data", Usage: "training chats, JSONL `FILE` ({\"messages\":[{\"role\",\"content\"}…]} per line; required)"}
 	sftValFlag     = &cli.StringFlag{Name: "val", Usage: "validation chats, JSONL `FILE` (loss after every epoch)"}
-	sftOutFlag     = &cli.StringFlag{Name: "out", Aliases: []string{"o"}, Usage: "adapter GGUF `FILE` to write (required)"}
+	sftOutFlag     = &cli.StringFlag{Name: "out", Aliases: []string{"o"}, Usage: "adapter GGUF `FILE` to write (with --full: the new base model GGUF; required)"}
 	sftRankFlag    = &cli.IntFlag{Name: "rank", Usage: "LoRA rank", Value: 16}
 	sftAlphaFlag   = &cli.Float64Flag{Name: "alpha", Usage: "LoRA alpha (scale alpha/rank; default 2·rank)"}
 	sftTargetsFlag = &cli.StringFlag{Name: "targets", Usage: "LoRA targets (comma-separated: q,k,v,o,gate,up,down)", Value: "q,k,v,o,gate,up,down"}
@@ -50,8 +49,8 @@ var (
 	sftCkptFlag    = &cli.StringFlag{Name: "checkpoint", Usage: "training-state `FILE` (default: OUT with .state.gguf)"}
 	sftSaveFlag    = &cli.IntFlag{Name: "save-every", Usage: "write the checkpoint every `N` steps (and after every epoch)", Value: 50}
 	sftResumeFlag  = &cli.BoolFlag{Name: "resume", Usage: "continue from the checkpoint if it exists"}
-	sftInitFlag    = &cli.StringFlag{Name: "init", Usage: "start from this adapter GGUF `FILE` instead of a fresh one (same rank, alpha, targets)"}
-	sftFullFlag    = &cli.BoolFlag{Name: "full", Usage: "train all weights (not implemented; see docs/sft.md)"}
+	sftInitFlag    = &cli.StringFlag{Name: "init", Usage: "start from this adapter GGUF `FILE` instead of a fresh one (same rank, alpha, targets; not with --full: pass the model to continue from as -m)"}
+	sftFullFlag    = &cli.BoolFlag{Name: "full", Usage: "train every weight of an F32 model (embeddings, norms, head too) and write OUT as a new base GGUF; memory: 4× the model in F32 (weights, gradients, 2 AdamW moments) + activations; --rank/--alpha/--targets/--init do not apply"}
 	sftJSONFlag    = &cli.BoolFlag{Name: "json", Usage: "print the epoch summaries as JSON lines"}
 	sftMicroFlag   = &cli.IntFlag{Name: "micro-tokens", Usage: "padded tokens per forward/backward call (memory bound; 0: --max-len)"}
 )
@@ -59,10 +58,11 @@ var (
 func init() {
 	register(&cli.Command{
 		Name:  "sft",
-		Usage: "supervised fine-tuning of a LoRA adapter on chat JSONL (loss on assistant tokens only)",
+		Usage: "supervised fine-tuning of a LoRA adapter (or, --full, of every weight) on chat JSONL (loss on assistant tokens only)",
 		Description: "Tokenizes every chat exactly as the rollouts do (trainer.Renderer), packs them up to --max-len,\n" +
 			"shuffles with --seed, and trains cross-entropy on the assistant tokens (contents and end-of-turn\n" +
-			"tokens) with AdamW. Writes OUT and a resumable checkpoint. Data: `empo2 env demos` or your own\n" +
+			"tokens) with AdamW. Writes OUT (a LoRA adapter; with --full a new base GGUF holding every trained\n" +
+			"weight, for F32 models only) and a resumable checkpoint. Data: `empo2 env demos` or your own\n" +
 			"{\"messages\":[…]} lines (docs/sft.md). Subcommand `sft eval` plays episodes greedily.",
 		Flags: []cli.Flag{sftModelFlag, sftDataFlag, sftValFlag, sftOutFlag, sftRankFlag, sftAlphaFlag, sftTargetsFlag, sftEpochsFlag,
 			sftLRFlag, sftMinLRFlag, sftWarmupFlag, sftWDFlag, sftClipFlag, sftBatchFlag, sftMaxLenFlag, sftNoPackFlag, sftSeedFlag,
@@ -83,8 +83,13 @@ func sftAction(c *cli.Context) error {
 	if err := checkThreads(c); err != nil {
 		return err
 	}
-	if c.Bool(sftFullFlag.Name) {
-		return errFullNotImplemented
+	full := c.Bool(sftFullFlag.Name)
+	if full {
+		for _, f := range []string{sftRankFlag.Name, sftAlphaFlag.Name, sftTargetsFlag.Name, sftInitFlag.Name} {
+			if c.IsSet(f) {
+				return fmt.Errorf("--%s %w", f, errFullFlag)
+			}
+		}
 	}
 	if c.NArg() > 0 {
 		return fmt.Errorf("sft takes no arguments, got %q (use --data FILE)", c.Args().Slice())
@@ -100,6 +105,10 @@ func sftAction(c *cli.Context) error {
 			return err
 		}
 	}
+	modelPath, out := c.String(sftModelFlag.Name), c.String(sftOutFlag.Name)
+	if full && samePath(modelPath, out) {
+		return fmt.Errorf("--out %s is the model being trained: write the new base model to another file", out)
+	}
 	targets, err := lora.ParseTargets(c.String(sftTargetsFlag.Name))
 	if err != nil {
 		return err
@@ -108,13 +117,12 @@ func sftAction(c *cli.Context) error {
 	if !c.IsSet(sftAlphaFlag.Name) {
 		alpha = float64(2 * rank)
 	}
-	if rank < 1 {
+	if !full && rank < 1 {
 		return fmt.Errorf("--rank %d must be ≥ 1", rank)
 	}
-	if !(alpha >= 0) || math.IsInf(alpha, 0) {
+	if !full && (!(alpha >= 0) || math.IsInf(alpha, 0)) {
 		return fmt.Errorf("--alpha %v must be ≥ 0", alpha)
 	}
-	modelPath := c.String(sftModelFlag.Name)
 	threads := sftThreads(c)
 	lm, err := llama.LoadModel(modelPath, llama.ModelParams{})
 	if err != nil {
@@ -125,8 +133,13 @@ func sftAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	policy, err := cgo.Load(modelPath, cgo.LoRAConfig{Rank: rank, Alpha: float32(alpha), Targets: targets, Seed: c.Int64(sftSeedFlag.Name)},
-		cgo.Options{Threads: threads, MaxTokens: max(c.Int(sftMicroFlag.Name), c.Int(sftMaxLenFlag.Name))})
+	opts := cgo.Options{Threads: threads, MaxTokens: max(c.Int(sftMicroFlag.Name), c.Int(sftMaxLenFlag.Name))}
+	var policy *cgo.Model
+	if full {
+		policy, err = cgo.LoadFull(modelPath, opts)
+	} else {
+		policy, err = cgo.Load(modelPath, cgo.LoRAConfig{Rank: rank, Alpha: float32(alpha), Targets: targets, Seed: c.Int64(sftSeedFlag.Name)}, opts)
+	}
 	if err != nil {
 		return err
 	}
@@ -137,7 +150,7 @@ func sftAction(c *cli.Context) error {
 		Warmup: c.Int(sftWarmupFlag.Name), WeightDecay: c.Float64(sftWDFlag.Name), MaxGradNorm: c.Float64(sftClipFlag.Name),
 		BatchTokens: c.Int(sftBatchFlag.Name), MaxLen: c.Int(sftMaxLenFlag.Name), MicroTokens: c.Int(sftMicroFlag.Name),
 		NoPack: c.Bool(sftNoPackFlag.Name), Seed: c.Int64(sftSeedFlag.Name), SaveEvery: c.Int(sftSaveFlag.Name),
-		Resume: c.Bool(sftResumeFlag.Name),
+		Resume: c.Bool(sftResumeFlag.Name), Full: full,
 	}
 	if cfg.MaxLen <= 0 || cfg.MaxLen > ctxLen {
 		if cfg.MaxLen > ctxLen {
@@ -148,7 +161,6 @@ func sftAction(c *cli.Context) error {
 	if cfg.MinLR > cfg.LR {
 		cfg.MinLR = cfg.LR
 	}
-	out := c.String(sftOutFlag.Name)
 	cfg.Checkpoint = c.String(sftCkptFlag.Name)
 	if cfg.Checkpoint == "" {
 		cfg.Checkpoint = trimExt(out) + ".state.gguf"
@@ -176,22 +188,36 @@ func sftAction(c *cli.Context) error {
 	steps := trainer.SFTSteps(train, cfg)
 	log.Info().Int("records", tst.Records).Int("tokens", tst.Tokens).Int("trained_tokens", tst.Trained).
 		Int("truncated", tst.Truncated).Int("dropped", tst.Dropped).Int("val_records", len(val)).
-		Int64("steps", steps).Int("max_len", cfg.MaxLen).Int("threads", threads).Msg("sft data")
+		Int64("steps", steps).Int("max_len", cfg.MaxLen).Int("threads", threads).Bool("full", full).Msg("sft data")
 	if tst.Truncated > 0 {
 		log.Warn().Int("records", tst.Truncated).Int("max_len", cfg.MaxLen).Msg("records longer than --max-len were cut (their tail is not trained)")
 	}
-	u, err := trainer.NewSFTUpdater(policy, cfg, steps)
-	if err != nil {
-		return err
-	}
-	if p := c.String(sftInitFlag.Name); p != "" {
-		a, err := lora.Read(p)
+	var u trainer.SFTUpdater
+	var lu *trainer.Updater // LoRA
+	var step func() int64
+	if full {
+		mem := policy.MemoryBytes()
+		log.Info().Int("tensors", len(policy.Params())).Int64("state_bytes", mem.Params).
+			Msg("full SFT: weights, gradients and AdamW moments on the backend")
+		fu, err := trainer.NewFullSFTUpdater(policy, cfg, steps)
 		if err != nil {
 			return err
 		}
-		if err := u.LoadAdapter(a); err != nil {
+		u, step = fu, func() int64 { return fu.Step }
+	} else {
+		if lu, err = trainer.NewSFTUpdater(policy, cfg, steps); err != nil {
 			return err
 		}
+		if p := c.String(sftInitFlag.Name); p != "" {
+			a, err := lora.Read(p)
+			if err != nil {
+				return err
+			}
+			if err := lu.LoadAdapter(a); err != nil {
+				return err
+			}
+		}
+		u, step = lu, func() int64 { return lu.Step }
 	}
 	var bar *progressbar.ProgressBar
 	if term.IsTerminal(int(os.Stderr.Fd())) {
@@ -213,14 +239,23 @@ func sftAction(c *cli.Context) error {
 		}
 	}
 	w := c.App.Writer
+	// the adapter, or with --full the new base model
 	writeAdapter := func(steps int64, loss float64) error {
-		a, err := u.Adapter()
+		meta := map[string]string{
+			"empo2.sft.data":       c.String(sftDataFlag.Name),
+			"empo2.sft.steps":      strconv.FormatInt(steps, 10),
+			"empo2.sft.train_loss": strconv.FormatFloat(loss, 'g', 6, 64),
+		}
+		if full {
+			return policy.SaveFull(out, meta)
+		}
+		a, err := lu.Adapter()
 		if err != nil {
 			return err
 		}
-		a.Meta["empo2.sft.data"] = c.String(sftDataFlag.Name)
-		a.Meta["empo2.sft.steps"] = strconv.FormatInt(steps, 10)
-		a.Meta["empo2.sft.train_loss"] = strconv.FormatFloat(loss, 'g', 6, 64)
+		for k, v := range meta {
+			a.Meta[k] = v
+		}
 		return a.Write(out, gguf.TypeF32)
 	}
 	cfg.EpochDone = func(e trainer.SFTEpoch) {
@@ -228,8 +263,8 @@ func sftAction(c *cli.Context) error {
 			bar.Clear()
 		}
 		// the adapter of every finished epoch, so it can be evaluated while training goes on
-		if err := writeAdapter(u.Step, e.TrainLoss); err != nil {
-			log.Error().Err(err).Str("out", out).Msg("writing the epoch's adapter")
+		if err := writeAdapter(step(), e.TrainLoss); err != nil {
+			log.Error().Err(err).Str("out", out).Msg("writing the epoch's output")
 		}
 		if c.Bool(sftJSONFlag.Name) {
 			type ej struct {
@@ -267,6 +302,10 @@ func sftAction(c *cli.Context) error {
 	}
 	if err := writeAdapter(res.Steps, loss); err != nil {
 		return err
+	}
+	if full {
+		fmt.Fprintf(w, "wrote %s (full model, every weight trained, %d steps); checkpoint %s\n", out, res.Steps, cfg.Checkpoint)
+		return nil
 	}
 	fmt.Fprintf(w, "wrote %s (rank %d, alpha %g, %d steps); checkpoint %s\n", out, rank, alpha, res.Steps, cfg.Checkpoint)
 	return nil

@@ -15,6 +15,21 @@ import (
 	"github.com/empo2/empo2/modelgen"
 )
 
+// jsonEpochs: the per-epoch JSON lines of `sft --json` output (the lines
+// that are JSON objects), decoded.
+func jsonEpochs(t *testing.T, out string) []map[string]float64 {
+	t.Helper()
+	var epochs []map[string]float64
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if strings.HasPrefix(line, "{") {
+			var e map[string]float64
+			require.NoError(t, json.Unmarshal([]byte(line), &e))
+			epochs = append(epochs, e)
+		}
+	}
+	return epochs
+}
+
 // demos → sft → sft eval through the binary, on a tiny generated model.
 func TestSFTCommandPipeline(t *testing.T) {
 	dir := t.TempDir()
@@ -57,14 +72,7 @@ func TestSFTCommandPipeline(t *testing.T) {
 	out, serr, err = runCLI(t, "sft", "-m", model, "--data", demos, "--val", demos, "-o", adapter, "--rank", "4", "--alpha", "8",
 		"--epochs", "2", "--batch-tokens", "100000", "--threads", "1", "--json")
 	require.NoError(t, err, serr)
-	var epochs []map[string]float64
-	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		if strings.HasPrefix(line, "{") {
-			var e map[string]float64
-			require.NoError(t, json.Unmarshal([]byte(line), &e))
-			epochs = append(epochs, e)
-		}
-	}
+	epochs := jsonEpochs(t, out)
 	require.Len(t, epochs, 2, out)
 	assert.Less(t, epochs[1]["val_loss"], epochs[0]["val_loss"])
 	a, err := lora.Read(adapter)
@@ -97,6 +105,10 @@ func TestSFTCommandErrors(t *testing.T) {
 	dir := t.TempDir()
 	model := filepath.Join(dir, "m.gguf")
 	require.NoError(t, modelgen.Write(model, modelgen.DefaultConfig()))
+	model16 := filepath.Join(dir, "m16.gguf")
+	c16 := modelgen.DefaultConfig()
+	c16.DType = "f16"
+	require.NoError(t, modelgen.Write(model16, c16))
 	bad := filepath.Join(dir, "bad.jsonl")
 	require.NoError(t, os.WriteFile(bad, []byte(`{"messages":[{"role":"user","content":"hi"}]}`+"\n"), 0o644))
 	good := filepath.Join(dir, "good.jsonl")
@@ -107,7 +119,11 @@ func TestSFTCommandErrors(t *testing.T) {
 	}{
 		{[]string{"sft", "-m", model, "--data", bad, "-o", filepath.Join(dir, "a.gguf")}, "no assistant message"},
 		{[]string{"sft", "-m", model, "--data", filepath.Join(dir, "missing.jsonl"), "-o", filepath.Join(dir, "a.gguf")}, "no such file"},
-		{[]string{"sft", "-m", model, "--data", good, "-o", filepath.Join(dir, "a.gguf"), "--full"}, "not implemented"},
+		{[]string{"sft", "-m", model, "--data", good, "-o", filepath.Join(dir, "a.gguf"), "--full", "--rank", "8"}, "--rank does not apply to --full"},
+		{[]string{"sft", "-m", model, "--data", good, "-o", filepath.Join(dir, "a.gguf"), "--full", "--targets", "q"}, "--targets does not apply to --full"},
+		{[]string{"sft", "-m", model, "--data", good, "-o", filepath.Join(dir, "a.gguf"), "--full", "--init", good}, "--init does not apply to --full"},
+		{[]string{"sft", "-m", model, "--data", good, "-o", model, "--full"}, "is the model being trained"},
+		{[]string{"sft", "-m", model16, "--data", good, "-o", filepath.Join(dir, "a.gguf"), "--full", "--threads", "1"}, "full training needs an F32 model: tensor token_embd.weight is f16"},
 		{[]string{"sft", "-m", model, "--data", good, "-o", filepath.Join(dir, "a.gguf"), "--rank", "0"}, "--rank"},
 		{[]string{"sft", "-m", model, "--data", good, "-o", filepath.Join(dir, "a.gguf"), "--lr", "-1"}, "learning rate"},
 		{[]string{"env", "demos", "textlab", "-o", filepath.Join(dir, "d.jsonl"), "--split", "nope"}, "unknown split"},
@@ -120,4 +136,61 @@ func TestSFTCommandErrors(t *testing.T) {
 		assert.Contains(t, stderr, c.want, c.args)
 		assert.NotContains(t, stderr, "panic", c.args)
 	}
+}
+
+// sft --full through the binary: every weight trained, a new base GGUF that
+// llama.cpp loads (score, generate) and that scores the trained answers
+// higher than the original model; resume of a finished run trains nothing.
+func TestSFTFullCommand(t *testing.T) {
+	dir := t.TempDir()
+	model := filepath.Join(dir, "m.gguf")
+	require.NoError(t, modelgen.Write(model, modelgen.DefaultConfig()))
+	data := filepath.Join(dir, "d.jsonl")
+	var lines []string
+	for _, c := range [][2]string{{"open the red door", "open red door"}, {"pick up the key", "pick up key"},
+		{"look at the lamp", "look at lamp"}, {"go to the kitchen", "teleport to kitchen"}} {
+		b, err := json.Marshal(map[string]any{"messages": []map[string]string{
+			{"role": "system", "content": "You are an agent."}, {"role": "user", "content": "Task: " + c[0]}, {"role": "assistant", "content": c[1]}}})
+		require.NoError(t, err)
+		lines = append(lines, string(b))
+	}
+	require.NoError(t, os.WriteFile(data, []byte(strings.Join(lines, "\n")+"\n"), 0o644))
+	base := filepath.Join(dir, "base.gguf")
+	args := []string{"sft", "--full", "-m", model, "--data", data, "-o", base, "--epochs", "3", "--lr", "3e-3", "--min-lr", "3e-3",
+		"--warmup", "0", "--batch-tokens", "64", "--threads", "1", "--json"}
+	out, serr, err := runCLI(t, args...)
+	require.NoError(t, err, serr)
+	epochs := jsonEpochs(t, out)
+	require.Len(t, epochs, 3, out)
+	assert.Less(t, epochs[2]["train_loss"], epochs[0]["train_loss"]-0.5, "%v", epochs)
+	assert.Contains(t, out, "full model")
+	_, err = os.Stat(filepath.Join(dir, "base.state.gguf"))
+	require.NoError(t, err, "checkpoint written")
+
+	// the new base loads in llama.cpp and prefers the trained answer
+	score := func(m string) float64 {
+		out, serr, err := runCLI(t, "score", "--model", m, "--chat", "--system", "You are an agent.", "--prompt", "Task: pick up the key",
+			"--continuation", "pick up key<|im_end|>", "--threads", "1", "--json")
+		require.NoError(t, err, serr)
+		var r struct {
+			Sum float64 `json:"sum_logprob"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &r), out)
+		return r.Sum
+	}
+	before, after := score(model), score(base)
+	t.Logf("sum log-prob of a trained answer: %.3f (original) → %.3f (trained base); epochs %v", before, after, epochs)
+	assert.Greater(t, after, before+1)
+	_, serr, err = runCLI(t, "generate", "--model", base, "--prompt", "hi", "--max-tokens", "4", "--temperature", "0", "--threads", "1")
+	require.NoError(t, err, serr)
+
+	// resume of the finished run: nothing more is trained
+	out, serr, err = runCLI(t, append(args[:len(args)-1], "--resume")...)
+	require.NoError(t, err, serr)
+	assert.NotContains(t, out, "epoch 1:")
+	// the full checkpoint cannot resume a LoRA run
+	_, serr, err = runCLI(t, "sft", "-m", model, "--data", data, "-o", filepath.Join(dir, "a.gguf"), "--checkpoint",
+		filepath.Join(dir, "base.state.gguf"), "--resume", "--threads", "1")
+	require.Error(t, err)
+	assert.Contains(t, serr, "empo2.full_train_state")
 }
