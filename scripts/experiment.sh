@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The EMPO² vs GRPO study of docs/experiment.md, end to end, in one command:
-#   model init → demonstrations → SFT warm start → warm-start evaluation →
-#   train (arms × seeds, JOBS at a time) → evaluation of every run (held-out
+#   model init → demonstrations → full-SFT warm start (a new base model,
+#   OUT/sft.gguf) → warm-start evaluation → train a fresh LoRA on that base
+#   (arms × seeds, JOBS at a time) → evaluation of every run (held-out
 #   variations memory off, training pool memory off/on, adaptation trials on
 #   held-out variations, OOD trials on boil/freeze) → empo2 report over all
 #   runs → results table (scripts/exptable) and diagnosis.
@@ -10,17 +11,19 @@
 #   scripts/experiment.sh quick      # or: make experiment-quick  (≤ 10 min smoke test)
 #   OUT=dir SEEDS="1 2" ARMS="grpo empo2" STEPS=20 scripts/experiment.sh
 #   RESUME=1 scripts/experiment.sh   # continue in an existing OUT, skipping finished stages
+#   UNTIL=warmstart scripts/experiment.sh  # stop after a stage (demos model sft warmstart runs report)
 #
 # Everything is written under $OUT (default build/experiment, quick:
 # build/experiment-quick); OUT/table.md is the results table, OUT/report/
-# the curves. Every knob below is an environment variable.
+# the curves, OUT/timing.tsv the seconds per phase. Every knob below is an
+# environment variable.
 set -euo pipefail
 
 MODE=${1:-full}
 case "$MODE" in
 full | quick) ;;
 -h | --help | help)
-	sed -n '2,16p' "$0"
+	sed -n '2,19p' "$0"
 	exit 0
 	;;
 *)
@@ -33,8 +36,9 @@ EMPO2=${EMPO2:-bin/empo2}
 GO=${GO:-go}
 if [[ "$MODE" == quick ]]; then
 	OUT=${OUT:-build/experiment-quick}
-	SFT_VARS=${SFT_VARS:-8}       # demonstrations per SFT family (train split)
-	SFT_EPOCHS=${SFT_EPOCHS:-3}
+	SFT_VARS=${SFT_VARS:-12}      # demonstrations per SFT family (train split; melt has 18)
+	RL_SFT_VARS=${RL_SFT_VARS:-8} # demonstrations of the RL family (variations RL_SFT_FROM…)
+	SFT_EPOCHS=${SFT_EPOCHS:-10}  # full SFT (every weight); docs/experiment.md
 	SEEDS=${SEEDS:-1}
 	STEPS=${STEPS:-3}
 	BATCH_TASKS=${BATCH_TASKS:-2}
@@ -42,39 +46,46 @@ if [[ "$MODE" == quick ]]; then
 	POOL=${POOL:-4}               # training variations 0..POOL-1 of the RL family
 	TEST_VARS=${TEST_VARS:-6}     # held-out test variations evaluated (0: all 36)
 	OOD_RL_VARS=${OOD_RL_VARS:-2} # test variations in the adaptation trials
-	OOD_VARS=${OOD_VARS:-2}       # boil/freeze test variations per family (0: all)
+	OOD_VARS=${OOD_VARS:-1}       # boil/freeze test variations per family (0: all)
 	TRIALS=${TRIALS:-2}
 	SKILL_VARS=${SKILL_VARS:-1}   # test variations per SFT family (warm-start sanity check)
 else
 	OUT=${OUT:-build/experiment}
 	SFT_VARS=${SFT_VARS:-24}
-	SFT_EPOCHS=${SFT_EPOCHS:-6}
+	RL_SFT_VARS=${RL_SFT_VARS:-16}
+	SFT_EPOCHS=${SFT_EPOCHS:-16}
 	SEEDS=${SEEDS:-1 2 3}
-	STEPS=${STEPS:-40}
+	STEPS=${STEPS:-20}
 	BATCH_TASKS=${BATCH_TASKS:-4}
 	BATCH_ROLLOUTS=${BATCH_ROLLOUTS:-4}
 	POOL=${POOL:-8}
 	TEST_VARS=${TEST_VARS:-0}
-	OOD_RL_VARS=${OOD_RL_VARS:-12}
-	OOD_VARS=${OOD_VARS:-0}
-	TRIALS=${TRIALS:-5}
-	SKILL_VARS=${SKILL_VARS:-6}
+	OOD_RL_VARS=${OOD_RL_VARS:-4}
+	OOD_VARS=${OOD_VARS:-2}
+	TRIALS=${TRIALS:-3}
+	SKILL_VARS=${SKILL_VARS:-4}
 fi
 ARMS=${ARMS:-grpo empo2 memory-only}  # also: empo2-paper (p = 1/2, q = 1/3)
 JOBS=${JOBS:-2}                       # trained runs at a time (one thread each)
 THREADS=${THREADS:-2}                 # threads of the single-process phases
 RL_TASK=${RL_TASK:-find-living-thing}
 SFT_TASKS=${SFT_TASKS:-light-bulb,melt,use-thermometer}
-RL_LR=${RL_LR:-5e-4}
+RL_SFT_FROM=${RL_SFT_FROM:-8}         # first RL-family variation in SFT (the pool 0..POOL-1 stays unseen)
+RL_LR=${RL_LR:-3e-3}                 # LoRA lr of the RL updates (constant; KL ≤ 0.02, clip ≤ 6 % per step measured)
 MINI_BATCH=${MINI_BATCH:-0}  # 0: one optimizer step per PPO epoch, whatever the mode (equal updates per arm)
 PPO_EPOCHS=${PPO_EPOCHS:-2}
 OLD_LOGP=${OLD_LOGP:-rollout} # π_old from the rollout's own log-probs (no recompute pass; docs/experiment.md)
 THRESHOLD=${THRESHOLD:-0.9} # hash-embedder retrieval threshold (calibration: docs/experiment.md)
 CTX=${CTX:-4096}
 EVAL_TEMP=${EVAL_TEMP:-0.4}
-RANK=${RANK:-32}
+RANK=${RANK:-8}          # rank of the fresh RL LoRA on the SFT base (alpha 2·rank)
+TOP_K=${TOP_K:-3}        # tips per prompt (memory.top_k; eval --top-k); 10 costs 2.5× per memory step
+SFT_LR=${SFT_LR:-3e-3}   # full SFT: peak lr (cosine to SFT_MIN_LR)
+SFT_MIN_LR=${SFT_MIN_LR:-3e-4}
+SFT_MAXLEN=${SFT_MAXLEN:-2048} # tokens per SFT record (these demos + tip turn fit; a cut one is refused); 2 per forward
 HIDDEN=${HIDDEN:-64}
 RESUME=${RESUME:-0}
+UNTIL=${UNTIL:-} # stop after this stage (then RESUME=1 continues)
 SIMP=(--simplifications easy) # explore demos need "teleport to"; every phase uses the same world
 
 die() {
@@ -83,6 +94,7 @@ die() {
 }
 log() { printf '%s  %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 
+((POOL <= RL_SFT_FROM || RL_SFT_VARS == 0)) || die "POOL=$POOL overlaps the RL-family SFT demonstrations (variations $RL_SFT_FROM…): raise RL_SFT_FROM"
 [[ -x "$EMPO2" ]] || die "$EMPO2 not found: run 'make build' first (or set EMPO2=path)"
 for c in train eval sft report; do
 	"$EMPO2" "$c" --help >/dev/null 2>&1 || die "'$EMPO2 $c' is not available in this build"
@@ -102,14 +114,20 @@ stage() {
 	shift
 	if [[ -f "$OUT/.done-$name" ]]; then
 		log "skip $name (done)"
+		[[ "$name" != "$UNTIL" ]] || exit 0
 		return 0
 	fi
 	log "start $name"
+	RAN=1
 	local t=$SECONDS
 	"$@"
 	printf '%s\t%d\n' "$name" $((SECONDS - t)) >>"$OUT/timing.tsv"
 	touch "$OUT/.done-$name"
 	log "done  $name ($((SECONDS - t)) s)"
+	if [[ "$name" == "$UNTIL" ]]; then
+		log "stopping after $name (UNTIL); RESUME=1 continues"
+		exit 0
+	fi
 }
 
 pool_tasks() {
@@ -128,6 +146,20 @@ demos() {
 		--kind explore "${SIMP[@]}" -o "$OUT/sft-train.jsonl"
 	"$EMPO2" env demos textlab --tasks "$SFT_TASKS" --split dev --variations 2 \
 		--kind explore "${SIMP[@]}" -o "$OUT/sft-dev.jsonl"
+	if ((RL_SFT_VARS > 0)); then
+		# a few demonstrations of the RL family, from train variations outside the
+		# pool (RL_SFT_FROM…): without them the warm start never focuses on a
+		# creature and RL has nothing beyond the +10 to learn (docs/experiment.md)
+		"$EMPO2" env demos textlab --tasks "$RL_TASK" --split train --variations $((RL_SFT_FROM + RL_SFT_VARS)) \
+			--kind explore "${SIMP[@]}" -o "$OUT/rl-demos.jsonl"
+		# one line per episode, in variation order
+		tail -n +$((RL_SFT_FROM + 1)) "$OUT/rl-demos.jsonl" >"$OUT/rl-sft.jsonl"
+		(($(wc -l <"$OUT/rl-sft.jsonl") == RL_SFT_VARS)) || die "expected $RL_SFT_VARS $RL_TASK demonstrations in rl-sft.jsonl"
+		cat "$OUT/rl-sft.jsonl" >>"$OUT/sft-train.jsonl"
+		"$EMPO2" env demos textlab --tasks "$RL_TASK" --split dev --variations 2 \
+			--kind explore "${SIMP[@]}" -o "$OUT/rl-dev.jsonl"
+		cat "$OUT/rl-dev.jsonl" >>"$OUT/sft-dev.jsonl"
+	fi
 }
 
 # ---- 2. the random model ----------------------------------------------------
@@ -137,21 +169,27 @@ model() {
 }
 
 # ---- 3. SFT warm start (shared by every arm) ------------------------------
+# Full SFT: every weight of the random model is trained and OUT/sft.gguf is a
+# new base model (no adapter). Every arm trains a fresh LoRA on top of it.
 sft() {
-	"$EMPO2" sft -m "$OUT/model.gguf" --data "$OUT/sft-train.jsonl" --val "$OUT/sft-dev.jsonl" \
-		-o "$OUT/sft.gguf" --rank "$RANK" --alpha $((2 * RANK)) --epochs "$SFT_EPOCHS" \
-		--lr 5e-3 --min-lr 5e-4 --warmup 5 --batch-tokens 2048 --no-pack --micro-tokens "$CTX" \
-		--threads "$THREADS" --seed 1 --resume --json >"$OUT/sft-epochs.jsonl" 2> >(tee "$OUT/sft.log" >&2)
+	"$EMPO2" sft --full -m "$OUT/model.gguf" --data "$OUT/sft-train.jsonl" --val "$OUT/sft-dev.jsonl" \
+		-o "$OUT/sft.gguf" --epochs "$SFT_EPOCHS" --lr "$SFT_LR" --min-lr "$SFT_MIN_LR" --warmup 10 \
+		--batch-tokens 2048 --no-pack --max-len "$SFT_MAXLEN" --micro-tokens $((2 * SFT_MAXLEN)) \
+		--threads "$THREADS" --seed 1 --resume --json 2>&1 >"$OUT/sft-epochs.jsonl" | tee "$OUT/sft.log" >&2
+	# a record cut at --max-len would train on a truncated episode: refuse
+	if grep -q 'truncated=[1-9]' "$OUT/sft.log"; then
+		die "SFT records were truncated at SFT_MAXLEN=$SFT_MAXLEN tokens (see sft.log): raise it"
+	fi
 }
 
 # ---- 4/6. evaluation of one policy ---------------------------------------
-# evaluate DIR THREADS ARGS…: ARGS name the policy (--run R | --model M --lora A);
+# evaluate DIR THREADS ARGS…: ARGS name the policy (--run R | --model M);
 # the JSON results go to DIR/eval/*.json.
 evaluate() {
 	local dir=$1 threads=$2
 	shift 2
 	local common=(--env textlab "${SIMP[@]}" --temperature "$EVAL_TEMP" --seed 1 --threads "$threads"
-		--ctx "$CTX" --threshold "$THRESHOLD" "$@")
+		--ctx "$CTX" --threshold "$THRESHOLD" --top-k "$TOP_K" "$@")
 	local memboth=(--memory off)
 	[[ "$*" == *--run* ]] && memboth=(--memory both)
 	mkdir -p "$dir/eval"
@@ -172,11 +210,13 @@ evaluate() {
 		-o "$dir/eval/ood-heldout.json" || return 1
 }
 
+# The warm start is the SFT base model itself, no adapter (step 0 of every
+# arm: a fresh LoRA starts with B = 0).
 warmstart() {
-	evaluate "$OUT/warmstart" "$THREADS" --model "$OUT/model.gguf" --lora "$OUT/sft.gguf"
+	evaluate "$OUT/warmstart" "$THREADS" --model "$OUT/sft.gguf"
 	# sanity check: the warm start on its own SFT families (held-out variations)
 	"$EMPO2" eval --env textlab "${SIMP[@]}" --temperature "$EVAL_TEMP" --seed 1 --threads "$THREADS" \
-		--ctx "$CTX" --model "$OUT/model.gguf" --lora "$OUT/sft.gguf" --tasks "$SFT_TASKS" \
+		--ctx "$CTX" --model "$OUT/sft.gguf" --tasks "$SFT_TASKS" \
 		--split test --variations "$SKILL_VARS" --memory off -o "$OUT/warmstart/eval/sft-families-test-off.json"
 }
 
@@ -202,10 +242,11 @@ run_one() {
 			# an interrupted run (RESUME=1): continue from its checkpoint and config.yaml
 			"$EMPO2" train --run-dir "$dir" --resume --steps "$STEPS" --threads 1 >>"$dir/train.log" 2>&1 || return 1
 		else
+			# a fresh LoRA (B = 0) on the SFT base: step 0 is the warm start exactly
 			# shellcheck disable=SC2086
-			"$EMPO2" train $flags --model "$OUT/model.gguf" --env textlab --tasks "$(pool_tasks)" \
+			"$EMPO2" train $flags --model "$OUT/sft.gguf" --env textlab --tasks "$(pool_tasks)" \
 				--steps "$STEPS" --seed "$seed" --threads 1 --run-dir "$dir" \
-				--set "lora.init=$OUT/sft.gguf" --set "lora.rank=$RANK" --set "lora.alpha=$((2 * RANK))" \
+				--set "lora.rank=$RANK" --set "lora.alpha=$((2 * RANK))" --set "memory.top_k=$TOP_K" \
 				--set "batch.tasks=$BATCH_TASKS" --set "batch.rollouts=$BATCH_ROLLOUTS" \
 				--set "context=$CTX" --set env_options.simplifications=easy \
 				--set "memory.threshold=$THRESHOLD" --set "update.lr=$RL_LR" \
@@ -215,10 +256,11 @@ run_one() {
 		touch "$dir/.trained"
 	fi
 	if [[ ! -f "$dir/.evaluated" ]]; then
-		local policy=(--run "$dir")
-		# a run without a checkpoint (no updates) is evaluated with the warm start's adapter
-		[[ -e "$dir/checkpoints/latest" ]] || policy+=(--lora "$OUT/sft.gguf")
-		evaluate "$dir" 1 "${policy[@]}" >>"$dir/eval.log" 2>&1 || return 1
+		# the run's model is the SFT base and its latest checkpoint the LoRA;
+		# memory-only's checkpoints hold the untouched B = 0 adapter (= the base),
+		# and a run with no checkpoint at all is evaluated as the base
+		# (empo2 eval --run does so)
+		evaluate "$dir" 1 --run "$dir" >>"$dir/eval.log" 2>&1 || return 1
 		if [[ -f "$dir/memory.db" ]]; then
 			"$EMPO2" memory export --db "$dir/memory.db" --out "$dir/memory.jsonl" >>"$dir/eval.log" 2>&1 || return 1
 		fi
@@ -262,6 +304,7 @@ stage warmstart warmstart
 stage runs runs
 stage report report
 stage table table
-printf 'total\t%d\n' $(($(date +%s) - T0)) >>"$OUT/timing.tsv"
+# the wall time of this invocation (a RESUME=1 that had nothing left to do adds no line)
+[[ -z "${RAN:-}" ]] || printf 'total\t%d\n' $(($(date +%s) - T0)) >>"$OUT/timing.tsv"
 cat "$OUT/table.md"
 log "finished in $(($(date +%s) - T0)) s: $OUT/table.md, $OUT/diagnosis.md, $OUT/report/report.html"

@@ -42,6 +42,15 @@ type evalFile struct {
 	MemoryOn  *evalSetting `json:"memory_on"`
 }
 
+// skillFile is the warm start's sanity check on its SFT families
+// (sft-families-test-off.json): the per-task figures of memory off.
+type skillFile struct {
+	MemoryOff *struct {
+		evalSetting
+		Tasks map[string]evalSetting `json:"tasks"`
+	} `json:"memory_off"`
+}
+
 type oodSeries struct {
 	ScorePerTrial   []float64 `json:"score_per_trial"`
 	SuccessPerTrial []float64 `json:"success_per_trial"`
@@ -92,6 +101,7 @@ type run struct {
 	pool  *evalFile
 	oodRL *oodFile
 	oodHO *oodFile
+	skill *skillFile // warm start only: its SFT families
 	steps []stepLine
 	tips  []memLine
 }
@@ -168,6 +178,7 @@ func loadRun(dir, arm, seed string) (*run, error) {
 		{"pool.json", &evalFile{}},
 		{"ood-rl-test.json", &oodFile{}},
 		{"ood-heldout.json", &oodFile{}},
+		{"sft-families-test-off.json", &skillFile{}},
 	} {
 		b, err := os.ReadFile(filepath.Join(dir, "eval", f.name))
 		if errors.Is(err, os.ErrNotExist) {
@@ -180,6 +191,8 @@ func loadRun(dir, arm, seed string) (*run, error) {
 			return nil, fmt.Errorf("exptable: %s: %w", filepath.Join(dir, "eval", f.name), err)
 		}
 		switch v := f.dst.(type) {
+		case *skillFile:
+			r.skill = v
 		case *evalFile:
 			if f.name == "test-off.json" {
 				r.test = v
@@ -376,6 +389,24 @@ func writeTable(w io.Writer, runs []*run) {
 			cell(rs, evalGet(test, false, true), 100), cell(rs, evalGet(test, false, false), 1),
 			cell(rs, evalGet(pool, false, true), 100), cell(rs, evalGet(pool, true, true), 100),
 			cell(rs, evalGet(pool, false, false), 1), cell(rs, evalGet(pool, true, false), 1))
+	}
+	for _, r := range runs {
+		if r.skill == nil || r.skill.MemoryOff == nil {
+			continue
+		}
+		s := r.skill.MemoryOff
+		var names []string
+		for n := range s.Tasks {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		var per []string
+		for _, n := range names {
+			t := s.Tasks[n]
+			per = append(per, fmt.Sprintf("%s %.0f %% / %.1f (%d)", n, 100*t.SuccessRate, t.ScoreMean, t.Episodes))
+		}
+		fmt.Fprintf(w, "\nThe %s on its SFT families (test variations, memory off; success / score (episodes)): %.1f %% / %.1f over %d episodes — %s.\n",
+			r.arm, 100*s.SuccessRate, s.ScoreMean, s.Episodes, strings.Join(per, ", "))
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "**Adaptation with memory and no weight updates** (score, trial 1 → trial %d; control = the same trials without memory)\n\n", K)

@@ -39,6 +39,8 @@ func TestTable(t *testing.T) {
 	out := t.TempDir()
 	write(t, filepath.Join(out, "warmstart/eval/test-off.json"),
 		`{"memory_off":{"score_mean":-20,"success_rate":0.1,"episodes":10,"tasks":{}},"split":"test"}`)
+	write(t, filepath.Join(out, "warmstart/eval/sft-families-test-off.json"),
+		`{"memory_off":{"score_mean":30,"success_rate":0.5,"episodes":4,"tasks":{"melt":{"score_mean":50,"success_rate":1,"episodes":2},"light-bulb":{"score_mean":10,"success_rate":0,"episodes":2}}}}`)
 	for seed, rate := range map[string]string{"1": "0.5", "2": "0.7"} {
 		dir := filepath.Join(out, "runs", "empo2-s"+seed)
 		write(t, filepath.Join(dir, "eval/test-off.json"), `{"memory_off":{"score_mean":40,"success_rate":`+rate+`,"episodes":10}}`)
@@ -74,6 +76,7 @@ func TestTable(t *testing.T) {
 		"| empo2 | 2 | 60.0 ± 14.1 | 40.0 ± 0.0 | 25.0 ± 0.0 | 75.0 ± 0.0 | 10.0 ± 0.0 | 30.0 ± 0.0 |",
 		"10.0 ± 0.0 → 40.0 ± 14.1 | 10.0 ± 0.0 → 10.0 ± 0.0 | 0.0 ± 0.0 → 50.0 ± 0.0 |",
 		"trial 1 → trial 3",
+		"The warm start on its SFT families (test variations, memory off; success / score (episodes)): 50.0 % / 30.0 over 4 episodes — light-bulb 0 % / 10.0 (2), melt 100 % / 50.0 (2).",
 		"| empo2 | 2.0 ± 0.0 | 32.0 ± 0.0 | 180.0 ± 0.0 |",
 	} {
 		if !strings.Contains(got, want) {
