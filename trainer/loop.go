@@ -239,10 +239,7 @@ func RunUpdates(u *Updater, samples []Sample, epochs, miniBatch int, rng *rand.R
 	first := miniBatches(rng.Perm(len(samples)))
 	// π_old deferred by BuildSamples: recomputed now, before any update, in
 	// the first epoch's own micro-batches (recomputeOwnOld).
-	for i := range samples {
-		if !samples[i].oldDeferred {
-			continue
-		}
+	if slices.ContainsFunc(samples, func(x Sample) bool { return x.oldDeferred }) {
 		lp, ok := u.Policy.(ExactLogProber)
 		if !ok {
 			return s, fmt.Errorf("%w: π_old was left to the update, but the policy cannot compute it", ErrSamples)
@@ -257,7 +254,6 @@ func RunUpdates(u *Updater, samples []Sample, epochs, miniBatch int, rng *rand.R
 		for i := range samples {
 			samples[i].oldDeferred = false
 		}
-		break
 	}
 	var wsum float64
 	for e := 0; e < epochs; e++ {
