@@ -48,18 +48,7 @@ func TestInterruptedWriteRemovesTemp(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
 		dir := t.TempDir()
 		path := filepath.Join(dir, "m.gguf")
-		cmd := exec.Command(os.Args[0], "-test.run=^TestInterruptedWriteRemovesTemp$", "-test.count=1")
-		cmd.Env = append(os.Environ(), tempChildEnv+"="+path)
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		sc := bufio.NewScanner(out)
-		for sc.Scan() && sc.Text() != "writing" {
-		}
+		cmd, out := startWriter(t, tempChildEnv+"="+path)
 		if tmps := temps(t, dir); len(tmps) != 1 {
 			t.Fatalf("%v: want one temporary file while writing, have %v", sig, tmps)
 		}
@@ -145,18 +134,7 @@ func temps(t *testing.T, dir string) []string {
 func TestSignalCleanupOff(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "m.gguf")
-	cmd := exec.Command(os.Args[0], "-test.run=^TestInterruptedWriteRemovesTemp$", "-test.count=1")
-	cmd.Env = append(os.Environ(), tempChildEnv+"="+path, tempChildEnv+"_KEEP=1")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	sc := bufio.NewScanner(out)
-	for sc.Scan() && sc.Text() != "writing" {
-	}
+	cmd, out := startWriter(t, tempChildEnv+"="+path, tempChildEnv+"_KEEP=1")
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -171,4 +149,25 @@ func TestSignalCleanupOff(t *testing.T) {
 	if tmps := temps(t, dir); len(tmps) != 0 {
 		t.Errorf("temporary files left: %v", tmps)
 	}
+}
+
+// startWriter starts this test binary as the writing child of
+// TestInterruptedWriteRemovesTemp with the extra environment env and
+// returns once the child has printed "writing" (a write is in progress),
+// with the child's stdout for the rest of its output.
+func startWriter(t *testing.T, env ...string) (*exec.Cmd, io.Reader) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestInterruptedWriteRemovesTemp$", "-test.count=1")
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(out)
+	for sc.Scan() && sc.Text() != "writing" {
+	}
+	return cmd, out
 }
