@@ -84,6 +84,9 @@ SFT_LR=${SFT_LR:-3e-3}   # full SFT: peak lr (cosine to SFT_MIN_LR)
 SFT_MIN_LR=${SFT_MIN_LR:-3e-4}
 SFT_MAXLEN=${SFT_MAXLEN:-2048} # tokens per SFT record (these demos + tip turn fit; a cut one is refused); 2 per forward
 HIDDEN=${HIDDEN:-64}
+TIP_RECORDS=${TIP_RECORDS:-4}         # per RL-family SFT episode: records with retrieved tips in the prompt (0: none)
+SFT_TIP_RECORDS=${SFT_TIP_RECORDS:-1} # the same for the other SFT families (each record costs a prefix forward)
+TIP_TEMP=${TIP_TEMP:-0}               # tip-writing temperature (rollout.tip_temperature; <0: the rollout's 1.0)
 RESUME=${RESUME:-0}
 UNTIL=${UNTIL:-} # stop after this stage (then RESUME=1 continues)
 SIMP=(--simplifications easy) # explore demos need "teleport to"; every phase uses the same world
@@ -139,25 +142,33 @@ vars_flag() { [[ "$1" == 0 ]] || echo "--variations $1"; }
 
 # ---- 1. demonstrations and the tokenizer corpus ---------------------------
 demos() {
-	# the corpus covers all six families (the vocabulary only; docs/experiment.md)
-	"$EMPO2" env demos textlab --split train --kind explore --held-out "${SIMP[@]}" \
+	# tip records: per-step records whose prompts carry tips retrieved from a
+	# memory of the demo and of failed attempts at its variation, with the
+	# RL runs' threshold and top-k, so that the warm start has seen tip
+	# blocks before EMPO²'s memory steps show it one (docs/experiment.md)
+	local tips=(--threshold "$THRESHOLD" --top-k "$TOP_K" --tip-records)
+	# the corpus covers all six families and the tip blocks (the vocabulary only; docs/experiment.md)
+	"$EMPO2" env demos textlab --split train --kind explore --held-out "${SIMP[@]}" --tip-records 1 \
 		-o "$OUT/corpus-demos.jsonl" --text "$OUT/corpus.txt"
 	"$EMPO2" env demos textlab --tasks "$SFT_TASKS" --split train --variations "$SFT_VARS" \
-		--kind explore "${SIMP[@]}" -o "$OUT/sft-train.jsonl"
+		--kind explore "${SIMP[@]}" "${tips[@]}" "$SFT_TIP_RECORDS" -o "$OUT/sft-train.jsonl"
 	"$EMPO2" env demos textlab --tasks "$SFT_TASKS" --split dev --variations 2 \
-		--kind explore "${SIMP[@]}" -o "$OUT/sft-dev.jsonl"
+		--kind explore "${SIMP[@]}" "${tips[@]}" "$SFT_TIP_RECORDS" -o "$OUT/sft-dev.jsonl"
 	if ((RL_SFT_VARS > 0)); then
 		# a few demonstrations of the RL family, from train variations outside the
 		# pool (RL_SFT_FROM…): without them the warm start never focuses on a
 		# creature and RL has nothing beyond the +10 to learn (docs/experiment.md)
-		"$EMPO2" env demos textlab --tasks "$RL_TASK" --split train --variations $((RL_SFT_FROM + RL_SFT_VARS)) \
-			--kind explore "${SIMP[@]}" -o "$OUT/rl-demos.jsonl"
-		# one line per episode, in variation order
-		tail -n +$((RL_SFT_FROM + 1)) "$OUT/rl-demos.jsonl" >"$OUT/rl-sft.jsonl"
-		(($(wc -l <"$OUT/rl-sft.jsonl") == RL_SFT_VARS)) || die "expected $RL_SFT_VARS $RL_TASK demonstrations in rl-sft.jsonl"
+		"$EMPO2" env demos textlab --tasks "$RL_TASK" --split train --skip-variations "$RL_SFT_FROM" \
+			--variations "$RL_SFT_VARS" --kind explore "${SIMP[@]}" --failure-tips "${tips[@]}" "$TIP_RECORDS" -o "$OUT/rl-sft.jsonl"
+		# every episode of the pool stays unseen
+		local low
+		low=$(grep -o '"variation":[0-9]*' "$OUT/rl-sft.jsonl" | cut -d: -f2 | sort -n | head -1)
+		((low >= POOL)) || die "rl-sft.jsonl holds pool variation $low (< POOL=$POOL)"
+		(($(grep '"steps":' "$OUT/rl-sft.jsonl" | grep -vc '"failed":true') == RL_SFT_VARS)) ||
+			die "expected $RL_SFT_VARS $RL_TASK demonstrations in rl-sft.jsonl"
 		cat "$OUT/rl-sft.jsonl" >>"$OUT/sft-train.jsonl"
 		"$EMPO2" env demos textlab --tasks "$RL_TASK" --split dev --variations 2 \
-			--kind explore "${SIMP[@]}" -o "$OUT/rl-dev.jsonl"
+			--kind explore "${SIMP[@]}" --failure-tips "${tips[@]}" "$TIP_RECORDS" -o "$OUT/rl-dev.jsonl"
 		cat "$OUT/rl-dev.jsonl" >>"$OUT/sft-dev.jsonl"
 	fi
 }
@@ -189,7 +200,7 @@ evaluate() {
 	local dir=$1 threads=$2
 	shift 2
 	local common=(--env textlab "${SIMP[@]}" --temperature "$EVAL_TEMP" --seed 1 --threads "$threads"
-		--ctx "$CTX" --threshold "$THRESHOLD" --top-k "$TOP_K" "$@")
+		--ctx "$CTX" --threshold "$THRESHOLD" --top-k "$TOP_K" --tip-temperature "$TIP_TEMP" "$@")
 	local memboth=(--memory off)
 	[[ "$*" == *--run* ]] && memboth=(--memory both)
 	mkdir -p "$dir/eval"
@@ -251,7 +262,7 @@ run_one() {
 				--set "context=$CTX" --set env_options.simplifications=easy \
 				--set "memory.threshold=$THRESHOLD" --set "update.lr=$RL_LR" \
 				--set "update.mini_batch=$MINI_BATCH" --set "update.ppo_epochs=$PPO_EPOCHS" \
-				--set "update.old_logp=$OLD_LOGP" >>"$dir/train.log" 2>&1 || return 1
+				--set "update.old_logp=$OLD_LOGP" --set "rollout.tip_temperature=$TIP_TEMP" >>"$dir/train.log" 2>&1 || return 1
 		fi
 		touch "$dir/.trained"
 	fi

@@ -89,6 +89,7 @@ type RolloutSection struct {
 	System          string  `yaml:"system"`
 	CorrectInvalid  bool    `yaml:"correct_invalid"`
 	TipMaxTokens    int     `yaml:"tip_max_tokens"`
+	TipTemperature  float64 `yaml:"tip_temperature"`
 }
 
 // MemorySection configures retrieval and tip writing.
@@ -169,7 +170,7 @@ func DefaultConfig() Config {
 		Batch:   BatchConfig{Tasks: 2, Rollouts: 4},
 		Mode:    ModeConfig{MemoryProb: 0.25, OffPolicyProb: 0.68, Per: "step", Update: true},
 		Rollout: RolloutSection{Temperature: 1.0, MaxActionTokens: 32, History: "full", HistoryK: 4,
-			ActionFormat: "naive", CorrectInvalid: false, TipMaxTokens: 64},
+			ActionFormat: "naive", CorrectInvalid: false, TipMaxTokens: 64, TipTemperature: -1},
 		Memory:    MemorySection{Embedder: "hash", Threshold: 0.5, TopK: 10, IntrinsicCoef: 1, Cap: 1000, WriteTips: true},
 		Advantage: AdvantageConfig{StdNorm: true, RewardScale: 0.01, Eps: 1e-6},
 		Update: UpdateSection{LR: 1e-4, MinLR: 0, Schedule: "constant", Warmup: 0, WeightDecay: 0,
@@ -223,6 +224,7 @@ var configDocs = map[string]string{
 	"rollout.system":              "system text; empty = the built-in one",
 	"rollout.correct_invalid":     "map an invalid action to the most similar valid one (Jaccard, as the reference for ScienceWorld)",
 	"rollout.tip_max_tokens":      "max tokens of a written tip",
+	"rollout.tip_temperature":     "sampling temperature of tip writing; < 0 = rollout.temperature (the reference), 0 = greedy",
 	"memory":                      "tips memory (memory.db in the run directory)",
 	"memory.embedder":             "hash (built-in) | policy (the policy's mean-pooled states) | path of a BERT-type embedding GGUF",
 	"memory.threshold":            "cosine similarity a tip must exceed to be retrieved (calibrate per embedder; 0.5 was for MiniLM)",
@@ -555,6 +557,8 @@ func (c *Config) Validate() error {
 		return bad("context %d < 64", c.Context)
 	case c.Rollout.Temperature < 0 || math.IsNaN(c.Rollout.Temperature):
 		return bad("rollout.temperature %v < 0", c.Rollout.Temperature)
+	case c.Rollout.TipTemperature > 100 || math.IsNaN(c.Rollout.TipTemperature):
+		return bad("rollout.tip_temperature %v > 100", c.Rollout.TipTemperature)
 	case c.Rollout.MaxActionTokens < 1:
 		return bad("rollout.max_action_tokens %d < 1", c.Rollout.MaxActionTokens)
 	case c.Rollout.History != "full" && c.Rollout.History != "last-k":

@@ -380,12 +380,7 @@ func DemoRecords(d Demo, cfg DemoConfig) ([]ChatRecord, error) {
 	if len(d.Steps) == 0 {
 		return nil, fmt.Errorf("%w: %s/%d has no steps", ErrDemo, d.Task, d.Variation)
 	}
-	turns := d.Turns()
-	for i := range turns {
-		if pc.ActionFormat == FormatCoT {
-			turns[i].Action = ActionOpen + turns[i].Action + ActionClose
-		}
-	}
+	turns := actionTurns(pc, d)
 	meta := func(extra ...any) map[string]any {
 		m := map[string]any{"env": d.Env, "task": d.Task, "variation": d.Variation, "kind": d.Kind, "score": d.Score, "done": d.Done}
 		for i := 0; i+1 < len(extra); i += 2 {

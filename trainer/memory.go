@@ -99,7 +99,7 @@ func (r *Roller) WriteTips(ctx context.Context, eps []Episode, trainStep int64) 
 		var seqs []llama.Sequence
 		if len(reqs) > 0 {
 			seqs, err = r.lctx.GenerateSlots(ctx, reqs, llama.SampleParams{
-				Temperature: float32(r.cfg.Temperature), MaxTokens: r.cfg.TipMaxTokens,
+				Temperature: float32(r.tipTemperature()), MaxTokens: r.cfg.TipMaxTokens,
 			})
 			if err != nil {
 				return written, fmt.Errorf("%w: tip generation: %w", ErrRollout, err)
@@ -128,6 +128,15 @@ func (r *Roller) WriteTips(ctx context.Context, eps []Episode, trainStep int64) 
 		}
 	}
 	return written, nil
+}
+
+// tipTemperature is the sampling temperature of tip writing: the rollout
+// temperature (the reference), unless TipTemperature ≥ 0 sets its own.
+func (r *Roller) tipTemperature() float64 {
+	if r.cfg.TipTemperature >= 0 {
+		return r.cfg.TipTemperature
+	}
+	return r.cfg.Temperature
 }
 
 // LastTipsDuration is how long the last WriteTips took (RolloutStats.TTips).

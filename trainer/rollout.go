@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -57,7 +58,8 @@ type RolloutConfig struct {
 	StepLimit      int          `yaml:"step_limit"`      // 0: each task's own limit
 	CorrectInvalid bool         `yaml:"correct_invalid"` // map an invalid action to the most similar valid one (Jaccard)
 	Memory         MemoryConfig `yaml:"memory"`
-	TipMaxTokens   int          `yaml:"tip_max_tokens"` // tip generation limit (0 = 64)
+	TipMaxTokens   int          `yaml:"tip_max_tokens"`  // tip generation limit (0 = 64)
+	TipTemperature float64      `yaml:"tip_temperature"` // tip sampling temperature (< 0: Temperature; 0: greedy)
 	Seed           int64        `yaml:"seed"`
 	SuccessScore   float64      `yaml:"success_score"` // an episode succeeds when its score reaches it (0 = 100)
 }
@@ -68,7 +70,7 @@ func DefaultRolloutConfig() RolloutConfig {
 	return RolloutConfig{
 		Prompt: DefaultPromptConfig(), Temperature: 1,
 		Memory:       MemoryConfig{Threshold: memstore.DefaultThreshold, TopK: memstore.DefaultK, IntrinsicCoef: 1, Embedder: "hash"},
-		TipMaxTokens: 64, SuccessScore: 100,
+		TipMaxTokens: 64, TipTemperature: -1, SuccessScore: 100,
 	}
 }
 
@@ -214,6 +216,8 @@ func NewRoller(lctx *llama.Context, cfg RolloutConfig, o RollerOptions) (*Roller
 		return nil, fmt.Errorf("%w: memory threshold %v not in [-1, 1)", ErrRollout, cfg.Memory.Threshold)
 	case cfg.Temperature < 0 || cfg.Temperature > 100:
 		return nil, fmt.Errorf("%w: temperature %v", ErrRollout, cfg.Temperature)
+	case cfg.TipTemperature > 100 || math.IsNaN(cfg.TipTemperature):
+		return nil, fmt.Errorf("%w: tip temperature %v", ErrRollout, cfg.TipTemperature)
 	}
 	rend, err := NewRenderer(lctx.Model(), cfg.Prompt)
 	if err != nil {

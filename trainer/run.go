@@ -335,6 +335,7 @@ func (c *Config) RolloutConfig() RolloutConfig {
 	rc.StepLimit = c.Rollout.StepLimit
 	rc.CorrectInvalid = c.Rollout.CorrectInvalid
 	rc.TipMaxTokens = c.Rollout.TipMaxTokens
+	rc.TipTemperature = c.Rollout.TipTemperature
 	rc.Memory = MemoryConfig{Threshold: c.Memory.Threshold, TopK: c.Memory.TopK, IntrinsicCoef: c.Memory.IntrinsicCoef, Embedder: c.Memory.Embedder}
 	rc.Seed = c.Seed
 	return rc

@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/empo2/empo2/environments"
+	"github.com/empo2/empo2/memstore"
 	"github.com/empo2/empo2/trainer"
 )
 
@@ -20,7 +21,8 @@ import (
 var (
 	demosTasksFlag   = &cli.StringSliceFlag{Name: "tasks", Usage: "task `NAMES` (comma-separated or repeated; default: every task not held out)"}
 	demosSplitFlag   = &cli.StringFlag{Name: "split", Usage: "variation split: train, dev or test", Value: "train"}
-	demosVarsFlag    = &cli.IntFlag{Name: "variations", Usage: "at most `N` variations per task, the first of the split (0: all)"}
+	demosVarsFlag    = &cli.IntFlag{Name: "variations", Usage: "at most `N` variations per task, the first of the split (after --skip-variations; 0: all)"}
+	demosSkipFlag    = &cli.IntFlag{Name: "skip-variations", Usage: "leave out the first `N` variations of the split per task (e.g. those an RL run trains on)"}
 	demosOutFlag     = &cli.StringFlag{Name: "out", Aliases: []string{"o"}, Usage: "JSONL `FILE` to write", Required: true}
 	demosPerStepFlag = &cli.BoolFlag{Name: "per-step", Usage: "one record per step instead of one packed record per episode (last-k history needs this)"}
 	demosKindFlag    = &cli.StringFlag{Name: "kind", Usage: "gold (the environment's gold actions) or explore (gold work, observable room search instead of its moves; needs the teleport simplification, e.g. --simplifications easy)", Value: trainer.DemoGold}
@@ -28,6 +30,11 @@ var (
 	demosHeldFlag    = &cli.BoolFlag{Name: "held-out", Usage: "with no --tasks, also include held-out tasks"}
 	demosSeedFlag    = &cli.Int64Flag{Name: "seed", Usage: "reset seed", Value: 0}
 	demosTextFlag    = &cli.StringFlag{Name: "text", Usage: "also write every message's text to `FILE` (a corpus for `empo2 model init --corpus`, so a generated tokenizer fits the environment)"}
+	demosTipRecFlag  = &cli.IntFlag{Name: "tip-records", Usage: "per episode, also write `N` one-step records whose prompts carry tips retrieved (hash embedder) from a memory of the demo and of failed attempts at its variation (docs/sft.md)"}
+	demosTipFailFlag = &cli.IntFlag{Name: "tip-failures", Usage: "failed attempts played per episode for --tip-records", Value: trainer.DefaultTipFailures}
+	demosFailTipFlag = &cli.BoolFlag{Name: "failure-tips", Usage: "with --tip-records, also write each failed attempt's tip-writing turn (so the model learns to write tips after failures too)"}
+	demosThreshFlag  = &cli.Float64Flag{Name: "threshold", Usage: "retrieval cosine threshold of --tip-records (memory.threshold)", Value: trainer.DefaultConfig().Memory.Threshold}
+	demosTopKFlag    = &cli.IntFlag{Name: "top-k", Usage: "tips per prompt of --tip-records (memory.top_k)", Value: trainer.DefaultConfig().Memory.TopK}
 
 	promptHistoryFlag = &cli.StringFlag{Name: "history", Usage: "prompt history: full or last-k", Value: trainer.HistoryFull}
 	promptKFlag       = &cli.IntFlag{Name: "history-k", Usage: "turns kept with --history last-k", Value: trainer.DefaultPromptConfig().HistoryK}
@@ -44,8 +51,9 @@ func envDemosCommand() *cli.Command {
 		Description: "Each episode is played through the environment and written in exactly the prompt format of\n" +
 			"the rollouts (system text, task, history, action format), followed by a tip-writing turn.\n" +
 			"Only episodes that end done with a positive score are written. See docs/sft.md.",
-		Flags: append([]cli.Flag{demosTasksFlag, demosSplitFlag, demosVarsFlag, demosOutFlag, demosPerStepFlag, demosKindFlag,
-			demosNoTipsFlag, demosHeldFlag, demosSeedFlag, demosTextFlag, promptHistoryFlag, promptKFlag, promptFormatFlag, promptSystemFlag}, envOptionFlags()...),
+		Flags: append([]cli.Flag{demosTasksFlag, demosSplitFlag, demosVarsFlag, demosSkipFlag, demosOutFlag, demosPerStepFlag, demosKindFlag,
+			demosNoTipsFlag, demosHeldFlag, demosSeedFlag, demosTextFlag, demosTipRecFlag, demosTipFailFlag, demosFailTipFlag, demosThreshFlag, demosTopKFlag,
+			promptHistoryFlag, promptKFlag, promptFormatFlag, promptSystemFlag}, envOptionFlags()...),
 		Action: envDemos,
 	}
 }
@@ -80,6 +88,26 @@ func envDemos(c *cli.Context) error {
 	if c.Int(demosVarsFlag.Name) < 0 {
 		return fmt.Errorf("--variations %d is negative", c.Int(demosVarsFlag.Name))
 	}
+	if c.Int(demosSkipFlag.Name) < 0 {
+		return fmt.Errorf("--skip-variations %d is negative", c.Int(demosSkipFlag.Name))
+	}
+	tcfg := trainer.TipRecordConfig{Prompt: pc, Records: c.Int(demosTipRecFlag.Name), Failures: c.Int(demosTipFailFlag.Name),
+		TopK: c.Int(demosTopKFlag.Name), Threshold: c.Float64(demosThreshFlag.Name), Seed: c.Int64(demosSeedFlag.Name),
+		FailureTips: c.Bool(demosFailTipFlag.Name)}
+	switch {
+	case tcfg.Records < 0:
+		return fmt.Errorf("--tip-records %d is negative", tcfg.Records)
+	case tcfg.Failures < 1:
+		return fmt.Errorf("--tip-failures %d: want at least 1", tcfg.Failures)
+	case tcfg.TopK < 1:
+		return fmt.Errorf("--top-k %d: want at least 1", tcfg.TopK)
+	case tcfg.Threshold < -1 || tcfg.Threshold > 1:
+		return fmt.Errorf("--threshold %g: want a cosine in [-1, 1]", tcfg.Threshold)
+	case tcfg.FailureTips && tcfg.Records == 0:
+		return fmt.Errorf("--failure-tips needs --tip-records")
+	case tcfg.Records > 0 && pc.History != trainer.HistoryFull:
+		return fmt.Errorf("--tip-records needs --history %s", trainer.HistoryFull)
+	}
 	all, err := spec.Tasks(opts)
 	if err != nil {
 		return err
@@ -102,12 +130,27 @@ func envDemos(c *cli.Context) error {
 	w := bufio.NewWriter(tmp)
 	var text strings.Builder
 	dcfg := trainer.DemoConfig{Prompt: pc, PerStep: perStep, NoTips: c.Bool(demosNoTipsFlag.Name)}
+	var mem *memstore.Store // the memory --tip-records retrieves from (a temporary file)
+	if tcfg.Records > 0 {
+		dir, err := os.MkdirTemp("", "empo2-demo-tips-*")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		mem, err = memstore.Open(filepath.Join(dir, "tips.db"), memstore.NewHashEmbedder(memstore.DefaultDim))
+		if err != nil {
+			return err
+		}
+		defer mem.Close()
+	}
+	var tipRecords, failTips int
 	var episodes, steps, records, skipped int
 	for _, t := range tasks {
 		vars, err := t.VariationsIn(split)
 		if err != nil {
 			return err
 		}
+		vars = vars[min(c.Int(demosSkipFlag.Name), len(vars)):]
 		if n := c.Int(demosVarsFlag.Name); n > 0 && n < len(vars) {
 			vars = vars[:n]
 		}
@@ -129,6 +172,20 @@ func envDemos(c *cli.Context) error {
 			recs, err := trainer.DemoRecords(d, dcfg)
 			if err != nil {
 				return err
+			}
+			if mem != nil {
+				trecs, err := trainer.DemoTipRecords(c.Context, env, d, mem, tcfg)
+				if err != nil {
+					return err
+				}
+				recs = append(recs, trecs...)
+				for _, r := range trecs {
+					if r.Meta["failed"] == true {
+						failTips++
+					} else {
+						tipRecords++
+					}
+				}
 			}
 			if err := trainer.WriteChatJSONL(w, recs); err != nil {
 				return err
@@ -169,8 +226,8 @@ func envDemos(c *cli.Context) error {
 			return err
 		}
 	}
-	fmt.Fprintf(c.App.Writer, "wrote %s: %d episodes, %d steps, %d records (%s demos, %s split, history %s); %d skipped\n",
-		out, episodes, steps, records, kind, split, pc.History, skipped)
+	fmt.Fprintf(c.App.Writer, "wrote %s: %d episodes, %d steps, %d records (%d with retrieved tips, %d failed-attempt tip turns; %s demos, %s split, history %s); %d skipped\n",
+		out, episodes, steps, records, tipRecords, failTips, kind, split, pc.History, skipped)
 	return nil
 }
 

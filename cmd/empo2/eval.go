@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -52,6 +53,7 @@ var (
 	evalEmbedderFlag   = &cli.StringFlag{Name: "embedder", Usage: "retrieval embedder: hash, policy or a GGUF `FILE` (default: the run's, else hash)"}
 	evalThresholdFlag  = &cli.Float64Flag{Name: "threshold", Usage: "retrieval cosine threshold (0: the run's, else 0.5)"}
 	evalTopKFlag       = &cli.IntFlag{Name: "top-k", Usage: "tips per prompt (0: the run's, else 10)"}
+	evalTipTempFlag    = &cli.Float64Flag{Name: "tip-temperature", Usage: "sampling temperature of written tips (--ood, --write-tips); < 0: --temperature (default: the run's rollout.tip_temperature, else --temperature)"}
 	evalSuccessFlag    = &cli.Float64Flag{Name: "success-score", Usage: "an episode succeeds when its score reaches this (ScienceWorld's reference used 70)", Value: 100}
 	evalMemorySettings = map[string]bool{trainer.MemoryOff: true, trainer.MemoryOn: true, trainer.MemoryBoth: true}
 )
@@ -73,7 +75,7 @@ func init() {
 		Flags: append([]cli.Flag{evalModelFlag, evalLoraFlag, evalRunFlag, evalCkptFlag, evalEnvFlag, evalTasksFlag, evalSplitFlag,
 			evalMemoryFlag, evalMemoryDBFlag, evalWriteTipsFlag, evalEpisodesFlag, evalVarsFlag, evalTempFlag, evalSeedFlag,
 			evalJSONFlag, evalOutFlag, evalOODFlag, evalTrialsFlag, evalParallelFlag, llmThreadsFlag, evalCtxFlag, evalGPULayersFlag,
-			evalActionTokFlag, evalHistoryFlag, evalHistoryKFlag, evalFormatFlag, evalEmbedderFlag, evalThresholdFlag, evalTopKFlag,
+			evalActionTokFlag, evalHistoryFlag, evalHistoryKFlag, evalFormatFlag, evalEmbedderFlag, evalThresholdFlag, evalTopKFlag, evalTipTempFlag,
 			evalSuccessFlag}, envOptionFlags()...),
 		Action: evalAction,
 	})
@@ -299,6 +301,13 @@ func openEval(c *cli.Context) (*evalSetup, error) {
 	}
 	if v := c.Int(evalTopKFlag.Name); v != 0 {
 		rc.Memory.TopK = v
+	}
+	if c.IsSet(evalTipTempFlag.Name) {
+		v := c.Float64(evalTipTempFlag.Name)
+		if v > 100 || math.IsNaN(v) {
+			return nil, fmt.Errorf("--tip-temperature %v: want at most 100", v)
+		}
+		rc.TipTemperature = v
 	}
 	rc.SuccessScore = c.Float64(evalSuccessFlag.Name)
 	rc.Temperature = c.Float64(evalTempFlag.Name)

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -130,6 +131,12 @@ func TestSFTCommandErrors(t *testing.T) {
 		{[]string{"env", "demos", "textlab", "-o", filepath.Join(dir, "d.jsonl"), "--kind", "explore", "--tasks", "melt", "--variations", "1"}, "teleport"},
 		{[]string{"env", "demos", "textlab", "-o", filepath.Join(dir, "d.jsonl"), "--history", "last-k"}, "--per-step"},
 		{[]string{"env", "demos", "textlab", "-o", filepath.Join(dir, "d.jsonl"), "--tasks", "nope"}, "unknown task"},
+		{[]string{"env", "demos", "textlab", "-o", filepath.Join(dir, "d.jsonl"), "--tip-records", "-1"}, "--tip-records -1 is negative"},
+		{[]string{"env", "demos", "textlab", "-o", filepath.Join(dir, "d.jsonl"), "--tip-records", "2", "--top-k", "0"}, "--top-k 0"},
+		{[]string{"env", "demos", "textlab", "-o", filepath.Join(dir, "d.jsonl"), "--tip-records", "2", "--threshold", "2"}, "--threshold 2"},
+		{[]string{"env", "demos", "textlab", "-o", filepath.Join(dir, "d.jsonl"), "--tip-records", "2", "--tip-failures", "0"}, "--tip-failures 0"},
+		{[]string{"env", "demos", "textlab", "-o", filepath.Join(dir, "d.jsonl"), "--tip-records", "2", "--history", "last-k", "--per-step"}, "--tip-records needs --history full"},
+		{[]string{"env", "demos", "textlab", "-o", filepath.Join(dir, "d.jsonl"), "--failure-tips"}, "--failure-tips needs --tip-records"},
 	} {
 		_, stderr, err := runCLI(t, c.args...)
 		require.Error(t, err, c.args)
@@ -193,4 +200,53 @@ func TestSFTFullCommand(t *testing.T) {
 		filepath.Join(dir, "base.state.gguf"), "--resume", "--threads", "1")
 	require.Error(t, err)
 	assert.Contains(t, serr, "empo2.full_train_state")
+}
+
+// env demos --tip-records through the binary: extra one-step records whose
+// last user message ends with a tip block of at most --top-k tips, the
+// demo's action as the answer; --skip-variations leaves out the first
+// variations of the split.
+func TestEnvDemosTipRecords(t *testing.T) {
+	dir := t.TempDir()
+	demos := filepath.Join(dir, "d.jsonl")
+	out, serr, err := runCLI(t, "env", "demos", "textlab", "--tasks", "find-living-thing", "--split", "train",
+		"--skip-variations", "2", "--variations", "2", "--kind", "explore", "--simplifications", "easy",
+		"--tip-records", "3", "--failure-tips", "--threshold", "0.9", "--top-k", "2", "-o", demos)
+	require.NoError(t, err, serr)
+	assert.Contains(t, out, "2 episodes")
+	f, err := os.Open(demos)
+	require.NoError(t, err)
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<24)
+	var withTips, failTips int
+	vars := map[float64]bool{}
+	for sc.Scan() {
+		var rec struct {
+			Messages []struct{ Role, Content string } `json:"messages"`
+			Meta     map[string]any                   `json:"meta"`
+		}
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &rec))
+		vars[rec.Meta["variation"].(float64)] = true
+		if rec.Meta["failed"] == true {
+			failTips++
+			assert.Contains(t, rec.Messages[len(rec.Messages)-2].Content, "The episode is over.")
+			continue
+		}
+		if rec.Meta["memory"] == nil {
+			continue
+		}
+		withTips++
+		user := rec.Messages[len(rec.Messages)-2].Content
+		require.True(t, strings.HasSuffix(user, "</memory>"), user)
+		block := user[strings.LastIndex(user, "<memory>"):]
+		assert.LessOrEqual(t, strings.Count(block, "\n- "), 2, block)
+		assert.Contains(t, block, "(At this step the action was ")
+		assert.Equal(t, "assistant", rec.Messages[len(rec.Messages)-1].Role)
+	}
+	require.NoError(t, sc.Err())
+	assert.Positive(t, withTips)
+	assert.Equal(t, 2*2, failTips, "--tip-failures 2 (default) per episode, 2 episodes")
+	assert.Contains(t, out, fmt.Sprintf("(%d with retrieved tips, %d failed-attempt tip turns;", withTips, failTips))
+	assert.Equal(t, map[float64]bool{2: true, 3: true}, vars, "--skip-variations 2 --variations 2")
 }
