@@ -15,13 +15,16 @@ import (
 	"github.com/empo2/empo2/lora"
 )
 
-// cPairs lays out a's pairs as C structs (C memory; the float data stays in
-// Go memory, pinned until free is called).
+// cPairs lays out a's pairs as C structs in Go memory that holds the pinned
+// Go pointers of the float data and C strings (legal to pass to C while
+// pinned); everything stays valid until free is called. Not C.malloc:
+// storing a Go pointer into uninitialized C memory runs the GC write barrier
+// on the garbage it overwrites, and leaves Go pointers in the C heap after
+// C.free — stale words that later read as heap pointers make the GC mark
+// free objects ("found pointer to free object"; golang/go#19928).
 func cPairs(a *lora.Adapter) (pairs *C.struct_empo2_lora_pair, n int, free func()) {
 	n = len(a.Pairs)
-	size := C.size_t(n) * C.size_t(unsafe.Sizeof(C.struct_empo2_lora_pair{}))
-	pairs = (*C.struct_empo2_lora_pair)(C.malloc(size))
-	ps := unsafe.Slice(pairs, n)
+	ps := make([]C.struct_empo2_lora_pair, max(1, n))
 	var pin runtime.Pinner
 	names := make([]*C.char, n)
 	for i, p := range a.Pairs {
@@ -33,12 +36,12 @@ func cPairs(a *lora.Adapter) (pairs *C.struct_empo2_lora_pair, n int, free func(
 			a: (*C.float)(unsafe.Pointer(&p.A[0])), b: (*C.float)(unsafe.Pointer(&p.B[0])),
 		}
 	}
-	return pairs, n, func() {
+	return &ps[0], n, func() {
 		pin.Unpin()
 		for _, s := range names {
 			C.free(unsafe.Pointer(s))
 		}
-		C.free(unsafe.Pointer(pairs))
+		runtime.KeepAlive(ps)
 	}
 }
 

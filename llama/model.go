@@ -397,8 +397,12 @@ func (m *Model) ApplyChatTemplate(msgs []Message, addAssistant bool) (string, er
 			return "", fmt.Errorf("%w: message %d contains a NUL byte", ErrInvalidArgument, i)
 		}
 	}
-	cmsgs := unsafe.Slice((*C.struct_llama_chat_message)(C.malloc(C.size_t(max(1, len(msgs)))*C.size_t(unsafe.Sizeof(C.struct_llama_chat_message{})))), max(1, len(msgs)))
-	defer C.free(unsafe.Pointer(&cmsgs[0]))
+	// The message array is zeroed Go memory holding C pointers only (allowed
+	// to pass to C). Not C.malloc: storing a pointer into uninitialized C
+	// memory runs the GC write barrier on the garbage it overwrites, and a
+	// stale word that looks like a Go heap pointer makes the GC mark a free
+	// object ("fatal error: found pointer to free object"; golang/go#19928).
+	cmsgs := make([]C.struct_llama_chat_message, max(1, len(msgs)))
 	total := 0
 	for i, msg := range msgs {
 		cmsgs[i].role = C.CString(msg.Role)

@@ -131,6 +131,19 @@ func TestConfigStrict(t *testing.T) {
 	if err := c.Validate(); !errors.Is(err, ErrRunConfig) {
 		t.Fatalf("p = 1.5 accepted: %v", err)
 	}
+	c.Mode.MemoryProb = 0.25
+	// rollout.tip_temperature: default −1 (the rollout temperature), mapped
+	// onto the rollout engine; above 100 refused
+	if d := DefaultConfig(); d.Rollout.TipTemperature != -1 || d.RolloutConfig().TipTemperature != -1 {
+		t.Fatalf("default tip temperature %v", d.Rollout.TipTemperature)
+	}
+	if err := c.Set("rollout.tip_temperature=0"); err != nil || c.RolloutConfig().TipTemperature != 0 {
+		t.Fatalf("--set rollout.tip_temperature=0: %v, %v", err, c.RolloutConfig().TipTemperature)
+	}
+	c.Rollout.TipTemperature = 101
+	if err := c.Validate(); !errors.Is(err, ErrRunConfig) || !strings.Contains(err.Error(), "tip_temperature") {
+		t.Fatalf("tip_temperature 101 accepted: %v", err)
+	}
 }
 
 // TestDrawMode: the reference's thresholds 0.17 and 0.25, and the empirical

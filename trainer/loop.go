@@ -174,6 +174,7 @@ type StepMetrics struct {
 	LR                float64        `json:"lr"`
 	Updates           int            `json:"updates"`
 	MaskedSeqs        int            `json:"masked_seqs"`
+	SampleSteps       int            `json:"sample_steps"`
 	ZeroVarGroups     int            `json:"zero_var_groups"`
 	Sequences         int            `json:"sequences"`
 	TrainedTokens     int            `json:"trained_tokens"`
@@ -408,6 +409,7 @@ func (l *Loop) Step(ctx context.Context, step int) (StepMetrics, error) {
 		}
 		m.TOldLogp = time.Since(t).Seconds()
 		m.MaskedSeqs = st.MaskedSteps
+		m.SampleSteps = st.Steps
 		m.ZeroVarGroups = st.ZeroVarGroups
 		m.Sequences = st.Sequences
 		m.SampleTokens, m.UnpackedTokens = st.SampleTokens, st.UnpackedTokens

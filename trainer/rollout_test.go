@@ -308,3 +308,46 @@ func TestRolloutPool(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, pool.Release(e))
 }
+
+// rollout.tip_temperature: 0 writes tips greedily (the same tips whatever
+// the sampling seed); the default (< 0) samples them at the rollout
+// temperature (1.0 here), so other seeds give other tips.
+func TestWriteTipsTemperature(t *testing.T) {
+	ctx := context.Background()
+	m := rolloutModel(t)
+	eps, _, err := testRoller(t, m, 4, testStore(t)).Run(ctx, testJobs(4, false))
+	require.NoError(t, err)
+	tips := func(tipTemp float64, seed int64) []string {
+		c, err := llama.NewContext(m, llama.ContextParams{NSeqMax: 4, NCtx: 2048, Threads: 1})
+		require.NoError(t, err)
+		defer c.Close()
+		cfg := DefaultRolloutConfig()
+		cfg.Prompt.MaxActionTokens = 8
+		cfg.StepLimit = 3
+		cfg.TipMaxTokens = 12
+		cfg.Seed = seed
+		cfg.TipTemperature = tipTemp
+		r, err := NewRoller(c, cfg, RollerOptions{Env: "textlab", Memory: testStore(t)})
+		require.NoError(t, err)
+		cp := append([]Episode(nil), eps...)
+		_, err = r.WriteTips(ctx, cp, 1)
+		require.NoError(t, err)
+		out := make([]string, len(cp))
+		for i := range cp {
+			out[i] = cp[i].Tip
+		}
+		return out
+	}
+	assert.Equal(t, tips(0, 1), tips(0, 2), "greedy tips depend on the seed")
+	assert.NotEqual(t, tips(-1, 1), tips(-1, 2), "tips at temperature 1 do not depend on the seed")
+	assert.Equal(t, tips(-1, 1), tips(-1, 1))
+	assert.Equal(t, tips(1, 3), tips(-1, 3), "tip_temperature < 0 is the rollout temperature (1)")
+
+	c, err := llama.NewContext(m, llama.ContextParams{NSeqMax: 1, NCtx: 512, Threads: 1})
+	require.NoError(t, err)
+	defer c.Close()
+	cfg := DefaultRolloutConfig()
+	cfg.TipTemperature = 101
+	_, err = NewRoller(c, cfg, RollerOptions{Env: "textlab"})
+	assert.ErrorIs(t, err, ErrRollout)
+}

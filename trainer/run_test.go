@@ -100,7 +100,7 @@ func readMetrics(t testing.TB, dir string) []map[string]any {
 }
 
 var metricFields = []string{"step", "mode", "time", "seed", "score_mean", "success_rate", "reward_mean", "tips_retrieved_mean",
-	"tips_written", "loss", "clip_frac", "approx_kl", "grad_norm", "masked_seqs", "trained_tokens", "rollout_tokens_per_s",
+	"tips_written", "loss", "clip_frac", "approx_kl", "grad_norm", "masked_seqs", "sample_steps", "trained_tokens", "rollout_tokens_per_s",
 	"env_steps_per_s", "t_rollout", "t_embed_retrieve", "t_tips", "t_update"}
 
 // TestTrainPresets: each preset runs end to end and writes the run
@@ -195,6 +195,12 @@ func TestTrainPresets(t *testing.T) {
 				if cfg.Mode.Per == "step" && (ms[0]["mode"] != ModeOffPolicy || ms[1]["tips_retrieved_mean"].(float64) == 0 ||
 					ms[0]["trained_tokens"].(float64) == 0 || ms[1]["updates"].(float64) == 0) {
 					t.Fatalf("forced off-policy: no retrieval or no training: %v", ms)
+				}
+				// the masking rate's denominator: responses before masking
+				for _, m := range ms {
+					if m["sample_steps"].(float64) < m["masked_seqs"].(float64) || (m["trained_tokens"].(float64) > 0 && m["sample_steps"].(float64) == 0) {
+						t.Fatalf("sample_steps %v vs masked %v", m["sample_steps"], m["masked_seqs"])
+					}
 				}
 			}
 		})

@@ -87,6 +87,7 @@ func TestEvalCLIErrors(t *testing.T) {
 		{[]string{"--ood", "--memory", "on"}, "drop --memory"},
 		{[]string{"--episodes", "0"}, "--episodes"},
 		{[]string{"--env", "nowhere"}, "unknown environment"},
+		{[]string{"--ood", "--tip-temperature", "101"}, "--tip-temperature 101"},
 	} {
 		_, stderr, err := runCLI(t, append(append([]string{"eval", "--model", model}, evalFast...), tc.args...)...)
 		require.Error(t, err, "%v", tc.args)

@@ -25,6 +25,8 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // ErrLayout: the directory is not an experiment output.
@@ -77,6 +79,7 @@ type stepLine struct {
 	ApproxKL          float64        `json:"approx_kl"`
 	GradNorm          float64        `json:"grad_norm"`
 	MaskedSeqs        int            `json:"masked_seqs"`
+	SampleSteps       int            `json:"sample_steps"`
 	Sequences         int            `json:"sequences"`
 	ZeroVarGroups     int            `json:"zero_var_groups"`
 	TrainedTokens     int            `json:"trained_tokens"`
@@ -95,16 +98,20 @@ type memLine struct {
 
 // run is one policy: the warm start or one trained run.
 type run struct {
-	arm   string
-	seed  string
-	test  *evalFile
-	pool  *evalFile
-	oodRL *oodFile
-	oodHO *oodFile
-	skill *skillFile // warm start only: its SFT families
-	steps []stepLine
-	tips  []memLine
+	arm      string
+	seed     string
+	test     *evalFile
+	pool     *evalFile
+	oodRL    *oodFile
+	oodHO    *oodFile
+	skill    *skillFile // warm start only: its SFT families
+	steps    []stepLine
+	tips     []memLine
+	rollouts int // batch.rollouts of its config.yaml (0: unknown)
 }
+
+// rolloutsPer is the run's group size (1 when unknown).
+func rolloutsPer(r *run) int { return max(1, r.rollouts) }
 
 var runName = regexp.MustCompile(`^(.+)-s(\d+)$`)
 
@@ -206,6 +213,17 @@ func loadRun(dir, arm, seed string) (*run, error) {
 				r.oodHO = v
 			}
 		}
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "config.yaml")); err == nil {
+		var cfg struct {
+			Batch struct {
+				Rollouts int `yaml:"rollouts"`
+			} `yaml:"batch"`
+		}
+		if err := yaml.Unmarshal(b, &cfg); err != nil {
+			return nil, fmt.Errorf("exptable: %s: %w", filepath.Join(dir, "config.yaml"), err)
+		}
+		r.rollouts = cfg.Batch.Rollouts
 	}
 	var err error
 	if r.steps, err = readJSONL[stepLine](filepath.Join(dir, "metrics.jsonl")); err != nil {
@@ -479,18 +497,30 @@ func writeDiagnosis(w io.Writer, runs []*run) {
 			continue
 		}
 		fmt.Fprintf(w, "\n## %s\n\n", a)
-		fmt.Fprintln(w, "| seed | steps per mode | score per mode | masked / sequences | zero-variance groups | clip frac (mean) | approx KL (mean / max) | grad norm (mean) | tips retrieved per step (memory steps) | tips written |")
+		fmt.Fprintln(w, "| seed | steps per mode | score per mode | masked responses / responses (masking steps) | zero-variance groups | clip frac (mean) | approx KL (mean / max) | grad norm (mean) | tips retrieved per step (memory steps) | tips written |")
 		fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 		for _, r := range rs {
 			modes := map[string]int{}
 			modeScore := map[string]float64{}
-			var masked, seqs, zero, written, upd, memSteps int
+			// masking rate over the steps that mask (off-policy by default):
+			// masked responses / responses of the groups with a signal
+			// (sample_steps; metrics without it: env_steps × the share of
+			// groups with variance, marked ≈)
+			var masked, resp, zero, written, upd, memSteps int
+			approx := false
 			var clip, kl, klMax, gn, retr float64
 			for _, s := range r.steps {
 				modes[s.Mode]++
 				modeScore[s.Mode] += s.ScoreMean
-				masked += s.MaskedSeqs
-				seqs += s.Sequences
+				if s.MaskedSeqs > 0 {
+					masked += s.MaskedSeqs
+					if s.SampleSteps > 0 {
+						resp += s.SampleSteps
+					} else if groups := s.Episodes / rolloutsPer(r); groups > 0 {
+						resp += s.EnvSteps * (groups - s.ZeroVarGroups) / groups
+						approx = true
+					}
+				}
 				zero += s.ZeroVarGroups
 				written += s.TipsWritten
 				if s.Updates > 0 {
@@ -521,9 +551,13 @@ func writeDiagnosis(w io.Writer, runs []*run) {
 				}
 				return fmt.Sprintf("%.4g", a/float64(n))
 			}
-			maskRate := "—"
-			if seqs > 0 {
-				maskRate = fmt.Sprintf("%d / %d (%.1f%%)", masked, seqs, 100*float64(masked)/float64(seqs))
+			maskRate := "0"
+			if resp > 0 {
+				sign := ""
+				if approx {
+					sign = "≈ "
+				}
+				maskRate = fmt.Sprintf("%d / %s%d (%.1f%%)", masked, sign, resp, 100*float64(masked)/float64(resp))
 			}
 			fmt.Fprintf(w, "| %s | %s | %s | %s | %d | %s | %s / %.4g | %s | %s | %d |\n", r.seed,
 				strings.Join(mm, ", "), strings.Join(ms, ", "), maskRate, zero,

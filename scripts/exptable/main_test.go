@@ -52,8 +52,12 @@ func TestTable(t *testing.T) {
 			  "memory_off":{"score_per_trial":[10,10,10],"success_per_trial":[0,0,0]}}`)
 		write(t, filepath.Join(dir, "metrics.jsonl"),
 			`{"step":0,"mode":"on-policy","episodes":16,"score_mean":10,"success_rate":0.25,"env_steps":100,"sequences":16,"masked_seqs":0,"updates":2,"approx_kl":0.01,"clip_frac":0.1,"t_step":3}
-{"step":1,"mode":"off-policy","episodes":16,"score_mean":30,"success_rate":0.5,"env_steps":80,"sequences":16,"masked_seqs":4,"updates":2,"approx_kl":-0.03,"clip_frac":0.3,"tips_retrieved_mean":2,"tips_written":16,"t_step":5}
+{"step":1,"mode":"off-policy","episodes":16,"score_mean":30,"success_rate":0.5,"env_steps":80,"sequences":16,"masked_seqs":4,"updates":2,"approx_kl":-0.03,"clip_frac":0.3,"tips_retrieved_mean":2,"tips_written":16,"t_step":5,"zero_var_groups":`+
+				map[string]string{"1": `1`, "2": `0,"sample_steps":40`}[seed]+`}
 `)
+		// seed 1: no sample_steps (older metrics): the masking rate's
+		// denominator is estimated from env_steps and the group size
+		write(t, filepath.Join(dir, "config.yaml"), "steps: 2\nbatch:\n  tasks: 4\n  rollouts: 4\n")
 		write(t, filepath.Join(dir, "memory.jsonl"),
 			`{"namespace":"find-living-thing/0","content":"The frog is in the greenhouse. (At this step the action was \"look around\"; the episode ended with score 100/100.)","score":100,"step":1}
 {"namespace":"find-living-thing/0","content":"The frog is in the greenhouse. (At this step the action was \"focus on frog\"; the episode ended with score 100/100.)","score":100,"step":1}
@@ -85,7 +89,8 @@ func TestTable(t *testing.T) {
 	}
 	d := diag.String()
 	for _, want := range []string{
-		"| 1 | off-policy 1, on-policy 1 | off-policy 30.0, on-policy 10.0 | 4 / 32 (12.5%) | 0 | 0.2 | -0.01 / 0.03 |",
+		"| 1 | off-policy 1, on-policy 1 | off-policy 30.0, on-policy 10.0 | 4 / ≈ 60 (6.7%) | 1 | 0.2 | -0.01 / 0.03 |",
+		"| 2 | off-policy 1, on-policy 1 | off-policy 30.0, on-policy 10.0 | 4 / 40 (10.0%) | 0 | 0.2 | -0.01 / 0.03 |",
 		`"The frog is in the greenhouse."`,
 		"2 entries, 1 distinct tips",
 	} {

@@ -236,7 +236,9 @@ func Write(path string, kvs []KV, tensors []Tensor) error {
 		case float64:
 			C.gguf_set_val_f64(ctx, k, C.double(v))
 		case []string:
-			ptrs := C.malloc(C.size_t(max(len(v), 1)) * C.size_t(unsafe.Sizeof(uintptr(0))))
+			// calloc: pointers stored into uninitialized C memory run the GC
+			// write barrier on the garbage there (golang/go#19928)
+			ptrs := C.calloc(C.size_t(max(len(v), 1)), C.size_t(unsafe.Sizeof(uintptr(0))))
 			frees = append(frees, ptrs)
 			ps := unsafe.Slice((**C.char)(ptrs), max(len(v), 1))
 			for i, s := range v {
