@@ -53,7 +53,7 @@ var (
 	evalEmbedderFlag   = &cli.StringFlag{Name: "embedder", Usage: "retrieval embedder: hash, policy or a GGUF `FILE` (default: the run's, else hash)"}
 	evalThresholdFlag  = &cli.Float64Flag{Name: "threshold", Usage: "retrieval cosine threshold (0: the run's, else 0.5)"}
 	evalTopKFlag       = &cli.IntFlag{Name: "top-k", Usage: "tips per prompt (0: the run's, else 10)"}
-	evalTipTempFlag    = &cli.Float64Flag{Name: "tip-temperature", Usage: "sampling temperature of written tips (--ood, --write-tips); < 0: --temperature (default: the run's rollout.tip_temperature, else --temperature)"}
+	evalTipTempFlag    = &cli.Float64Flag{Name: "tip-temperature", Usage: "sampling temperature of written tips (--ood, --write-tips); < 0: --temperature", DefaultText: "the run's rollout.tip_temperature, else --temperature"}
 	evalSuccessFlag    = &cli.Float64Flag{Name: "success-score", Usage: "an episode succeeds when its score reaches this (ScienceWorld's reference used 70)", Value: 100}
 	evalMemorySettings = map[string]bool{trainer.MemoryOff: true, trainer.MemoryOn: true, trainer.MemoryBoth: true}
 )
