@@ -107,7 +107,19 @@ func resetDemo(ctx context.Context, env environments.Env, envName, task string, 
 	return Demo{Env: envName, Task: task, Variation: variation, Kind: kind, Desc: r.TaskDescription, FirstObs: r.Observation}, nil
 }
 
-func (d *Demo) step(ctx context.Context, env environments.Env, action, room string) (environments.StepResult, error) {
+// room is the agent's current room: the last step's, else the one the
+// first observation names ("" when unknown).
+func (d *Demo) room() string {
+	if n := len(d.Steps); n > 0 {
+		return d.Steps[n-1].Room
+	}
+	return firstRoom(d.FirstObs)
+}
+
+// step takes one action and records it, with the room the agent is in
+// afterwards (the arrival room of a move, else the current one).
+func (d *Demo) step(ctx context.Context, env environments.Env, action string) (environments.StepResult, error) {
+	room := d.room()
 	sr, err := env.Step(ctx, action)
 	if err != nil {
 		return sr, fmt.Errorf("%w: %s/%d step %d %q: %w", ErrDemo, d.Task, d.Variation, len(d.Steps)+1, action, err)
@@ -127,18 +139,19 @@ func PlayDemo(ctx context.Context, env environments.Env, envName, task string, v
 	if err != nil {
 		return d, err
 	}
-	room := firstRoom(d.FirstObs)
+	_, err = d.play(ctx, env, actions)
+	return d, err
+}
+
+// play takes the actions in turn until one ends the episode (done).
+func (d *Demo) play(ctx context.Context, env environments.Env, actions []string) (done bool, err error) {
 	for _, a := range actions {
-		sr, err := d.step(ctx, env, a, room)
-		if err != nil {
-			return d, err
-		}
-		room = d.Steps[len(d.Steps)-1].Room
-		if sr.Done {
-			break
+		sr, err := d.step(ctx, env, a)
+		if err != nil || sr.Done {
+			return sr.Done, err
 		}
 	}
-	return d, nil
+	return false, nil
 }
 
 func firstRoom(obs string) string {
@@ -199,11 +212,11 @@ func ExploreDemo(ctx context.Context, env environments.Env, envName, task string
 		enqueue(m[1])
 	}
 	do := func(a string) (bool, error) {
-		sr, err := d.step(ctx, env, a, cur)
+		sr, err := d.step(ctx, env, a)
 		if err != nil {
 			return false, err
 		}
-		cur = d.Steps[len(d.Steps)-1].Room
+		cur = d.room()
 		return sr.Done, nil
 	}
 	goldRoom := cur

@@ -115,16 +115,8 @@ func FailedAttempt(ctx context.Context, env environments.Env, d Demo, prefix, st
 	if err != nil {
 		return f, err
 	}
-	room := firstRoom(f.FirstObs)
-	for _, s := range d.Steps[:prefix] {
-		sr, err := f.step(ctx, env, s.Action, room)
-		if err != nil {
-			return f, err
-		}
-		room = f.Steps[len(f.Steps)-1].Room
-		if sr.Done {
-			return f, nil
-		}
+	if done, err := f.play(ctx, env, d.Actions()[:prefix]); err != nil || done {
+		return f, err
 	}
 	for range steps {
 		acts, err := env.ValidActions(ctx)
@@ -134,11 +126,10 @@ func FailedAttempt(ctx context.Context, env environments.Env, d Demo, prefix, st
 		if len(acts) == 0 {
 			break
 		}
-		sr, err := f.step(ctx, env, acts[rng.IntN(len(acts))], room)
+		sr, err := f.step(ctx, env, acts[rng.IntN(len(acts))])
 		if err != nil {
 			return f, err
 		}
-		room = f.Steps[len(f.Steps)-1].Room
 		if sr.Done {
 			break
 		}
