@@ -13,7 +13,7 @@ import (
 	"github.com/empo2/empo2/lora"
 )
 
-// stateGeneralType is trainer.StateGeneralType, the general.type of a
+// stateGeneralType is optim.StateGeneralType, the general.type of a
 // training-state file (export_test.go checks they agree). It is repeated
 // here so that export does not link the training graph.
 const stateGeneralType = "empo2.train_state"
