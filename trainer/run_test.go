@@ -158,7 +158,7 @@ func TestTrainPresets(t *testing.T) {
 				if err != nil || s.Step != 0 {
 					t.Fatalf("memory-only made updates: %v %v", s, err)
 				}
-				// periodic eval (issue 12.4): one line after step 2, memory off and on
+				// periodic eval (eval.every 2): one line after step 2, memory off and on
 				b, err := os.ReadFile(filepath.Join(dir, EvalFile))
 				if err != nil {
 					t.Fatal(err)

@@ -73,7 +73,7 @@ func readAdapterOrState(path string) (*lora.Adapter, error) {
 	opt := lora.ReadOptions{}
 	if gt, _ := f.String(lora.KeyGeneralType); gt == stateGeneralType {
 		// A state file holds the adapter plus AdamW moments (".adam_m",
-		// ".adam_v" tensors; see trainer/state.go).
+		// ".adam_v" tensors; see trainer/optim/state.go).
 		opt = lora.ReadOptions{GeneralType: stateGeneralType, Skip: func(n string) bool {
 			return strings.HasSuffix(n, ".adam_m") || strings.HasSuffix(n, ".adam_v")
 		}}

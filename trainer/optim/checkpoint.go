@@ -21,7 +21,7 @@ var ErrCheckpoint = errors.New("trainer: checkpoint")
 // Checkpoint layout inside a run directory:
 //
 //	checkpoints/step-000123/adapter.gguf     the adapter (llama.cpp loads it: eval --lora, generate --lora)
-//	checkpoints/step-000123/state.gguf       adapter + AdamW moments + update count (trainer.Save)
+//	checkpoints/step-000123/state.gguf       adapter + AdamW moments + update count (Save)
 //	checkpoints/step-000123/checkpoint.json  {"step", "updates", "seed", "time"}
 //	checkpoints/latest                       "step-000123\n": the newest complete checkpoint
 //

@@ -139,7 +139,7 @@ func (r *Roller) tipTemperature() float64 {
 	return r.cfg.Temperature
 }
 
-// LastTipsDuration is how long the last WriteTips took (RolloutStats.TTips).
+// LastTipsDuration is how long the last WriteTips took (Stats.TTips).
 func (r *Roller) LastTipsDuration() time.Duration { return r.tipsDur }
 
 // tipPrompt renders the tip request after an episode's history.

@@ -16,7 +16,7 @@ import (
 	"github.com/empo2/empo2/memstore"
 )
 
-// Rollouts (EMPO² §3, issue 11.2–11.3). A Roller plays many episodes at
+// Rollouts (EMPO² §3). A Roller plays many episodes at
 // once against one llama.Context: every active episode owns a KV sequence
 // (a slot, llama.GenerateSlots) for its whole life, and every turn one
 // batched decode serves all active episodes:
