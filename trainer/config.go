@@ -123,9 +123,6 @@ const (
 	ModeMixed Mode = "mixed"
 )
 
-// Valid reports whether m is an episode's mode (ModeMixed is not).
-func (m Mode) Valid() bool { return m == ModeOffPolicy || m == ModeOnPolicyTips || m == ModeOnPolicy }
-
 // Per is how often the EMPO² mode is drawn (mode.per).
 type Per string
 

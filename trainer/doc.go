@@ -36,10 +36,11 @@
 //     documented by its fields' doc tags; Config composes them and package
 //     internal/config decodes (strictly), overrides (--set), prints and
 //     tabulates them (docs/train.md).
-//   - Modes and choices are typed strings with a Valid method (Mode, Per,
-//     LowProbMask, OldLogp; rollout.History, rollout.ActionFormat,
-//     evaluate.MemorySetting, optim.ScheduleKind, cgo.Aggregation), spelled
-//     in YAML exactly as their constants.
+//   - Modes and choices are typed strings (Mode, Per, LowProbMask, OldLogp;
+//     rollout.History, rollout.ActionFormat, rollout.End,
+//     evaluate.MemorySetting, optim.ScheduleKind, cgo.Aggregation,
+//     demos.Kind); those read from a configuration have a Valid method that
+//     validation uses, and YAML spells them exactly as their constants.
 //   - Every random draw of step k derives from (seed, k) (stepRNG), so a
 //     resumed run repeats exactly what an uninterrupted one would do.
 //   - Errors are typed: sentinels (ErrRunConfig, ErrTrain, ErrSamples, …)

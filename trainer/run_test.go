@@ -147,7 +147,7 @@ func TestTrainPresets(t *testing.T) {
 			tipsWritten := ms[0]["tips_written"].(float64) + ms[1]["tips_written"].(float64)
 			switch tc.preset {
 			case "grpo":
-				if st.Entries != 0 || tipsWritten != 0 || ms[0]["mode"] != ModeOnPolicy || ms[1]["tips_retrieved_mean"].(float64) != 0 {
+				if st.Entries != 0 || tipsWritten != 0 || ms[0]["mode"] != string(ModeOnPolicy) || ms[1]["tips_retrieved_mean"].(float64) != 0 {
 					t.Fatalf("grpo: %d entries, metrics %v", st.Entries, ms)
 				}
 			case "memory-only":
@@ -180,7 +180,7 @@ func TestTrainPresets(t *testing.T) {
 				if st.Entries == 0 || int(tipsWritten) > st.Entries {
 					t.Fatalf("empo2: %d entries, %v written", st.Entries, tipsWritten)
 				}
-				if cfg.Mode.Per == "step" && (ms[0]["mode"] != ModeOffPolicy || ms[1]["tips_retrieved_mean"].(float64) == 0 ||
+				if cfg.Mode.Per == "step" && (ms[0]["mode"] != string(ModeOffPolicy) || ms[1]["tips_retrieved_mean"].(float64) == 0 ||
 					ms[0]["trained_tokens"].(float64) == 0 || ms[1]["updates"].(float64) == 0) {
 					t.Fatalf("forced off-policy: no retrieval or no training: %v", ms)
 				}

@@ -35,7 +35,7 @@ var (
 	evalEnvFlag        = &cli.StringFlag{Name: "env", Usage: "environment `NAME` (default: the run's, else textlab)"}
 	evalTasksFlag      = &cli.StringSliceFlag{Name: "tasks", Usage: "task `NAMES` (comma-separated or repeated; default: every task not held out, with --ood the held-out ones)"}
 	evalSplitFlag      = &cli.StringFlag{Name: "split", Usage: "variation split: train, dev or test", Value: "test"}
-	evalMemoryFlag     = &cli.StringFlag{Name: "memory", Usage: "memory setting: off, on or both", Value: "off"}
+	evalMemoryFlag     = &cli.StringFlag{Name: "memory", Usage: "memory setting: off, on or both", Value: string(evaluate.MemoryOff)}
 	evalMemoryDBFlag   = &cli.StringFlag{Name: "memory-db", Usage: "tips memory `FILE` for --memory on|both (default with --run: the run's memory.db, read-only)"}
 	evalWriteTipsFlag  = &cli.BoolFlag{Name: "write-tips", Usage: "memory-on episodes write tips into the memory (eval never changes it otherwise)"}
 	evalEpisodesFlag   = &cli.IntFlag{Name: "episodes", Usage: "episodes per task variation", Value: 1}

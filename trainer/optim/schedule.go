@@ -45,17 +45,16 @@ func (s Schedule) Validate() error {
 	if s.Warmup < 0 {
 		return fmt.Errorf("%w: warmup %d is negative", ErrConfig, s.Warmup)
 	}
-	switch s.Kind {
-	case ScheduleConstant:
-	case ScheduleCosine:
+	if !s.Kind.Valid() {
+		return fmt.Errorf("%w: schedule %q: want %q or %q", ErrConfig, s.Kind, ScheduleConstant, ScheduleCosine)
+	}
+	if s.Kind == ScheduleCosine {
 		if s.Total <= s.Warmup {
 			return fmt.Errorf("%w: cosine schedule needs total steps (%d) > warmup (%d)", ErrConfig, s.Total, s.Warmup)
 		}
 		if !(s.MinLR >= 0 && s.MinLR <= s.BaseLR) {
 			return fmt.Errorf("%w: min learning rate %v must be in [0, %v]", ErrConfig, s.MinLR, s.BaseLR)
 		}
-	default:
-		return fmt.Errorf("%w: schedule %q: want %q or %q", ErrConfig, s.Kind, ScheduleConstant, ScheduleCosine)
 	}
 	return nil
 }

@@ -150,9 +150,6 @@ const (
 	EndContext   End = "context"    // the next prompt and action would not fit the context
 )
 
-// Valid reports whether e is a known end.
-func (e End) Valid() bool { return e == EndDone || e == EndStepLimit || e == EndContext }
-
 // Stats describes a Run (or, for TTips, a WriteTips).
 // PromptTokensSeen sums every prompt's length (what the policy read);
 // PromptTokensDecoded is what llama.cpp decoded (the rest came from the
