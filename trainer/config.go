@@ -45,7 +45,7 @@ type Config struct {
 	Rollout    rollout.Config       `yaml:"rollout" doc:"rollouts (the prompt format is shared with eval and SFT)"`
 	Memory     rollout.MemoryConfig `yaml:"memory" doc:"tips memory (memory.db in the run directory)"`
 	Advantage  AdvantageConfig      `yaml:"advantage" doc:"GRPO advantages within each task's group"`
-	Update     UpdateConfig         `yaml:"update" doc:"PPO update through trainer.Updater (AdamW on the LoRA parameters)"`
+	Update     UpdateConfig         `yaml:"update" doc:"PPO update through optim.Updater (AdamW on the LoRA parameters)"`
 	Checkpoint CheckpointConfig     `yaml:"checkpoint" doc:"checkpoints/step-NNNNNN: adapter, optimizer, step (written atomically)"`
 	Eval       evaluate.Config      `yaml:"eval" doc:"periodic evaluation, appended to eval.jsonl"`
 }
