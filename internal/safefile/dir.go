@@ -160,14 +160,6 @@ func syncTree(root string) error {
 		if e.IsDir() {
 			return syncDir(p)
 		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		err = f.Sync()
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		return err
+		return fsync(p)
 	})
 }

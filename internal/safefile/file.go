@@ -210,7 +210,7 @@ func parentIsDir(p string) error {
 	parent := filepath.Dir(p)
 	pi, err := os.Stat(parent)
 	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("folder %s does not exist: %w", parent, fs.ErrNotExist)
+		return fmt.Errorf("the folder %s does not exist: %w", parent, err)
 	}
 	if err != nil {
 		return err
@@ -276,16 +276,21 @@ func createTemp(dir, base string, perm os.FileMode) (*os.File, string, error) {
 // syncDir fsyncs a directory, so that a rename in it survives a crash.
 // Filesystems that cannot sync a directory (EINVAL) are not an error.
 func syncDir(dir string) error {
-	d, err := os.Open(dir)
+	if err := fsync(dir); !errors.Is(err, syscall.EINVAL) {
+		return err
+	}
+	return nil
+}
+
+// fsync opens the file or directory p and fsyncs it.
+func fsync(p string) error {
+	f, err := os.Open(p)
 	if err != nil {
 		return err
 	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
 		err = cerr
-	}
-	if errors.Is(err, syscall.EINVAL) {
-		return nil
 	}
 	return err
 }

@@ -295,8 +295,17 @@ func TestChild(t *testing.T) {
 // it writes.
 func startChild(t *testing.T, mode, path string) (*exec.Cmd, io.Reader) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), childEnv+"="+mode+":"+path)
+	return startTestChild(t, "TestChild", childEnv+"="+mode+":"+path, "writing")
+}
+
+// startTestChild runs the test named test of this binary as a child
+// process with the extra environment variable env, and returns once the
+// child has printed the line ready, with its stdout for the rest (the
+// test fails if the child ends first).
+func startTestChild(t *testing.T, test, env, ready string) (*exec.Cmd, io.Reader) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), env)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -305,9 +314,15 @@ func startChild(t *testing.T, mode, path string) (*exec.Cmd, io.Reader) {
 		t.Fatal(err)
 	}
 	sc := bufio.NewScanner(out)
-	for sc.Scan() && sc.Text() != "writing" {
+	for sc.Scan() {
+		if sc.Text() == ready {
+			return cmd, out
+		}
 	}
-	return cmd, out
+	cmd.Process.Kill()
+	cmd.Wait()
+	t.Fatalf("child %s ended before %q", test, ready)
+	return nil, nil
 }
 
 // TestKilledWriteKeepsOldFile: a child killed (SIGKILL) in the middle of a
@@ -375,8 +390,9 @@ func TestSignalCleanupOff(t *testing.T) {
 	}
 }
 
-// TestStaleTemps: temporary files and staging folders of dead writers are
-// removed; those of live processes, of other paths and of other naming stay.
+// TestStaleTemps: the next write to a path removes the temporary files and
+// staging folders its dead writers left; those of live processes, of other
+// paths and of other naming stay.
 func TestStaleTemps(t *testing.T) {
 	dir := t.TempDir()
 	dead := exec.Command("true")
@@ -405,7 +421,9 @@ func TestStaleTemps(t *testing.T) {
 		t.Fatal(err)
 	}
 	files[stage] = false
-	RemoveStaleTemps(filepath.Join(dir, "m.gguf"))
+	if err := WriteFile(filepath.Join(dir, "m.gguf"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for name, keep := range files {
 		_, err := os.Stat(filepath.Join(dir, name))
 		if keep != (err == nil) {

@@ -51,7 +51,7 @@ func (e *OutputError) Error() string {
 	case ErrNotDir:
 		return fmt.Sprintf("%s %s is not a directory: it must name a folder (the command writes several files into it)", e.Out.Flag, e.Out.Path)
 	case fs.ErrNotExist:
-		return fmt.Sprintf("%s %s: folder %s does not exist", e.Out.Flag, e.Out.Path, e.Other.Path)
+		return fmt.Sprintf("%s %s: the folder %s does not exist (no such file or directory)", e.Out.Flag, e.Out.Path, e.Other.Path)
 	}
 	return fmt.Sprintf("%s %s: %v", e.Out.Flag, e.Out.Path, e.Err)
 }

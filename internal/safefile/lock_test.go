@@ -1,11 +1,9 @@
 package safefile
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -43,22 +41,8 @@ func TestLockBetweenProcesses(t *testing.T) {
 		if folder {
 			path = dir
 		}
-		cmd := exec.Command(os.Args[0], "-test.run=^TestLockChild$", "-test.count=1")
-		cmd.Env = append(os.Environ(), lockChildEnv+"="+path)
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		sc := bufio.NewScanner(out)
-		if !sc.Scan() || sc.Text() != "locked" {
-			cmd.Process.Kill()
-			cmd.Wait()
-			t.Fatalf("child: %q", sc.Text())
-		}
-		_, err = TryLock(path)
+		cmd, _ := startTestChild(t, "TestLockChild", lockChildEnv+"="+path, "locked")
+		_, err := TryLock(path)
 		var le *LockedError
 		if !errors.Is(err, ErrLocked) || !errors.As(err, &le) {
 			t.Errorf("folder %v: TryLock while the child holds it: %v, want ErrLocked", folder, err)
