@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -18,17 +17,6 @@ import (
 // inputs, or one output over another, however the path is spelled; a file
 // output that names a directory is refused up front with a clear message
 // and leaves nothing behind.
-
-// runCLIIn runs the binary in the working directory dir.
-func runCLIIn(t *testing.T, dir string, args ...string) (stdout, stderr string, err error) {
-	t.Helper()
-	var out, errb bytes.Buffer
-	cmd := exec.Command(binPath, args...)
-	cmd.Dir = dir
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err = cmd.Run()
-	return out.String(), errb.String(), err
-}
 
 // snapshot is every file under dir with its content (folders end in /).
 func snapshot(t *testing.T, dir string) map[string]string {

@@ -10,9 +10,9 @@ import (
 
 // Dir is a folder being written in place of a target folder: the files go
 // into a staging folder ".NAME.tmp-PID-RANDOM" (Path) beside the target, or
-// inside it when it exists, and Commit moves them into place. Until Commit the target is untouched,
-// so a writer that fails or is killed halfway leaves the old folder as it
-// was. A Dir is not safe for concurrent use.
+// inside it when it exists, and Commit moves them into place. Until Commit
+// the target is untouched, so a writer that fails or is killed halfway
+// leaves the old folder as it was. A Dir is not safe for concurrent use.
 type Dir struct {
 	target string // the folder Commit fills
 	stage  string // the staging folder
@@ -21,11 +21,11 @@ type Dir struct {
 }
 
 // CreateDir starts writing the folder path: it creates the staging folder
-// (and path's missing parent folders, as os.MkdirAll would). A
-// symlink at path is followed, so the folder it points to is the one
-// filled. CreateDir refuses a path that exists and is not a folder
-// ([ErrNotDir]). Staging folders beside path left by writers that died
-// (SIGKILL) are removed first ([RemoveStaleTemps]).
+// (and path's missing parent folders, as os.MkdirAll would). A symlink at
+// path is followed, so the folder it points to is the one filled. CreateDir
+// refuses a path that exists and is not a folder ([ErrNotDir]). Staging
+// folders beside or inside path left by writers that died (SIGKILL) are
+// removed first ([RemoveStaleTemps]).
 func CreateDir(path string) (*Dir, error) {
 	target, err := dirTarget(path)
 	if err != nil {
@@ -41,7 +41,10 @@ func CreateDir(path string) (*Dir, error) {
 	} else if err := os.MkdirAll(in, 0o755); err != nil {
 		return nil, err
 	}
-	RemoveStaleTemps(filepath.Join(in, base))
+	RemoveStaleTemps(target)
+	if in == target {
+		RemoveStaleTemps(filepath.Join(target, base))
+	}
 	var stage string
 	for range 1000 {
 		stage = tempName(in, base)
