@@ -221,7 +221,7 @@ func checkEvalOut(c *cli.Context) error {
 		{Flag: "--run", Path: c.String(evalRunFlag.Name), Dir: true,
 			Files: []string{trainer.ConfigFile, trainer.MemoryFile, trainer.MetricsFile, trainer.EvalFile}}},
 		dbPaths("--memory-db", c.String(evalMemoryDBFlag.Name))...)
-	if e := c.String(evalEmbedderFlag.Name); e != "hash" && e != "policy" { // else a GGUF (trainer.OpenEmbedder)
+	if e := c.String(evalEmbedderFlag.Name); e != rollout.EmbedderHash && e != rollout.EmbedderPolicy { // else a GGUF (rollout.OpenEmbedder)
 		in = append(in, safefile.Path{Flag: "--embedder", Path: e})
 	}
 	return safefile.CheckOutputs([]safefile.Path{{Flag: "--out", Path: c.String(evalOutFlag.Name)}}, in)
