@@ -180,8 +180,11 @@ func (o OldLogp) Valid() bool { return o == OldLogpRecompute || o == OldLogpRoll
 // DefaultConfig is the configuration before any preset: small sizes for the
 // tiny generated models (the reference's full scale is batch.tasks 8,
 // batch.rollouts 8, see docs/train.md), EMPO² mode probabilities; the
-// rollout, memory and eval sections are their packages' defaults.
+// rollout, memory and eval sections are their packages' defaults, AdamW's
+// and the objective's hyper-parameters optim.DefaultAdamW's and
+// cgo.DefaultObjective's.
 func DefaultConfig() Config {
+	adam, obj := optim.DefaultAdamW(), cgo.DefaultObjective()
 	return Config{
 		Preset:    presets.Default,
 		Env:       "textlab",
@@ -194,10 +197,10 @@ func DefaultConfig() Config {
 		Rollout:   rollout.DefaultConfig(),
 		Memory:    rollout.DefaultMemoryConfig(),
 		Advantage: AdvantageConfig{StdNorm: true, RewardScale: 0.01, Eps: 1e-6},
-		Update: UpdateConfig{LR: 1e-4, MinLR: 0, Schedule: optim.ScheduleConstant, Warmup: 0, WeightDecay: 0,
-			Beta1: 0.9, Beta2: 0.999, AdamEps: 1e-8, MaxGradNorm: 1.0, ClipLow: 0.2, ClipHigh: 0.3, DualClip: 10,
-			LowProbThreshold: -5, LowProbMask: MaskOffPolicy, Aggregation: cgo.AggTokenMean, PPOEpochs: 1,
-			MiniBatch: 0, MicroBatch: 8, Pack: true, OldLogp: OldLogpRecompute},
+		Update: UpdateConfig{LR: 1e-4, MinLR: 0, Schedule: optim.ScheduleConstant, Warmup: 0, WeightDecay: adam.WeightDecay,
+			Beta1: adam.Beta1, Beta2: adam.Beta2, AdamEps: adam.Eps, MaxGradNorm: 1.0, ClipLow: obj.ClipLow, ClipHigh: obj.ClipHigh,
+			DualClip: obj.DualClip, LowProbThreshold: obj.LowProbThreshold, LowProbMask: MaskOffPolicy, Aggregation: obj.Aggregation,
+			PPOEpochs: 1, MiniBatch: 0, MicroBatch: 8, Pack: true, OldLogp: OldLogpRecompute},
 		Checkpoint: CheckpointConfig{Every: 1, Keep: 3},
 		Eval:       evaluate.DefaultConfig(),
 	}
