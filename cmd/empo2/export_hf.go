@@ -15,6 +15,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/empo2/empo2/lora"
+	"github.com/empo2/empo2/modelgen"
 	"github.com/empo2/empo2/safetensors"
 )
 
@@ -26,6 +27,11 @@ var (
 			"hf: with --merged, a transformers Qwen2ForCausalLM folder (config, safetensors, tokenizer). " +
 			"For peft and hf, --out is a directory",
 		Value: "gguf",
+	}
+	exportHFTokenizerFlag = &cli.StringFlag{
+		Name: "tokenizer",
+		Usage: "with --format hf: the Hugging Face tokenizer `DIR` the base model's vocabulary came from (e.g. the folder a GGUF was converted from): " +
+			"its files are written unchanged, after checking that they convert to exactly the GGUF's vocabulary (default: the files `model init --tokenizer` stored in the GGUF; without either, tokenizer files generated from the GGUF)",
 	}
 	exportHFBaseFlag = &cli.StringFlag{
 		Name:  "hf-base",
@@ -81,6 +87,9 @@ func exportHF(c *cli.Context, format string) error {
 	defer base.Close()
 	start := time.Now()
 	if format == "peft" {
+		if c.IsSet(exportHFTokenizerFlag.Name) {
+			return fmt.Errorf("--tokenizer applies to --format hf (a PEFT adapter has no tokenizer)")
+		}
 		if err := lora.ExportPEFT(a, base, out, lora.PEFTOptions{DType: dtype, BaseModel: c.String(exportHFBaseFlag.Name)}); err != nil {
 			return err
 		}
@@ -90,6 +99,11 @@ func exportHF(c *cli.Context, format string) error {
 	}
 	var bar *progressbar.ProgressBar
 	opt := lora.HFOptions{DType: dtype}
+	if dir := c.String(exportHFTokenizerFlag.Name); dir != "" {
+		if opt.Tokenizer, err = modelgen.LoadHFTokenizer(dir); err != nil {
+			return fmt.Errorf("--tokenizer: %w", err)
+		}
+	}
 	if term.IsTerminal(int(os.Stderr.Fd())) {
 		opt.Progress = func(done, total int64) {
 			if bar == nil {
