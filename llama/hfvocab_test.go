@@ -4,14 +4,18 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/empo2/empo2/gguf"
 	"github.com/empo2/empo2/internal/qwentok"
+	"github.com/empo2/empo2/lora"
 	"github.com/empo2/empo2/modelgen"
 )
 
@@ -120,46 +124,80 @@ func TestQwenVocabSpecials(t *testing.T) {
 	}
 }
 
-// TestLlama3StyleVocab: a Llama-3-style tokenizer.json (the llama3 split
+// TestLoadVocab: the vocabulary alone (no weights) tokenizes and renders
+// exactly as the model does; bad tokens and use after Close are errors.
+func TestLoadVocab(t *testing.T) {
+	m := loadQwenVocab(t)
+	v, err := LoadVocab(m.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.NVocab() != m.NVocab() {
+		t.Fatalf("n_vocab %d, model %d", v.NVocab(), m.NVocab())
+	}
+	for _, f := range qwentok.Fixtures(t)[:20] {
+		a, _ := m.Tokenize(f.Text, true, true)
+		b, err := v.Tokenize(f.Text, true, true)
+		if err != nil || !slices.Equal(a, b) {
+			t.Fatalf("%.40q: vocab %v, model %v (%v)", f.Text, b, a, err)
+		}
+	}
+	for _, id := range []int32{0, 198, 151644, 151667, 152063} {
+		a, _ := m.TokenPiece(id)
+		if b, err := v.TokenPiece(id); err != nil || a != b {
+			t.Errorf("piece %d: %q, model %q", id, b, a)
+		}
+	}
+	if _, err := v.TokenPiece(152064); !errors.Is(err, ErrBadToken) {
+		t.Errorf("token past the vocabulary: %v", err)
+	}
+	v.Close()
+	v.Close()
+	if _, err := v.Tokenize("x", false, false); !errors.Is(err, ErrClosed) {
+		t.Errorf("after Close: %v", err)
+	}
+	if _, err := LoadVocab(filepath.Join(t.TempDir(), "missing.gguf")); !errors.Is(err, ErrModelLoad) {
+		t.Errorf("missing file: %v", err)
+	}
+}
+
+// TestLlama3StyleVocab: a Llama-3-style tokenizer folder (the llama3 split
 // regex, ignore_merges, a TemplateProcessing that puts <|begin_of_text|>
-// first) over the trained built-in vocabulary converts to a "llama-bpe"
-// vocabulary that llama.cpp loads, adds BOS to as the template says, and
-// tokenizes digit-free text as the trained tokenizer does (the two
+// first), made from the trained tiny model's exported tokenizer, converts to
+// a "llama-bpe" vocabulary that llama.cpp loads, adds BOS to as the template
+// says, and tokenizes digit-free text as the trained tokenizer does (the two
 // pre-tokenizers differ only on runs of digits).
 func TestLlama3StyleVocab(t *testing.T) {
 	tr, err := modelgen.DefaultConfig().Tokenizer()
 	if err != nil {
 		t.Fatal(err)
 	}
-	vocab := map[string]int{}
-	for id, s := range tr.Tokens[:509] {
-		vocab[s] = id
+	base, err := gguf.Open(tinyPath)
+	if err != nil {
+		t.Fatal(err)
 	}
-	merges := make([][]string, len(tr.Merges))
-	for i, m := range tr.Merges {
-		a, b, _ := strings.Cut(m, " ")
-		merges[i] = []string{a, b}
+	defer base.Close()
+	dir := filepath.Join(t.TempDir(), "hf")
+	if err := lora.ExportHF(base, nil, dir, lora.HFOptions{}); err != nil {
+		t.Fatal(err)
 	}
-	bl := map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}
+	var tj, tc map[string]any
+	for name, v := range map[string]*map[string]any{"tokenizer.json": &tj, "tokenizer_config.json": &tc} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil || json.Unmarshal(b, v) != nil {
+			t.Fatal(name, err)
+		}
+	}
 	regex, _ := modelgen.PreTokenizerRegex("llama-bpe")
+	tj["pre_tokenizer"].(map[string]any)["pretokenizers"].([]any)[0].(map[string]any)["pattern"] = map[string]any{"Regex": regex}
+	tj["model"].(map[string]any)["ignore_merges"] = true
 	special := func(s string) any { return map[string]any{"SpecialToken": map[string]any{"id": s, "type_id": 0}} }
 	seq := func(s string) any { return map[string]any{"Sequence": map[string]any{"id": s, "type_id": 0}} }
-	tj := map[string]any{
-		"added_tokens": []any{
-			map[string]any{"id": 509, "content": "<|begin_of_text|>", "special": true},
-			map[string]any{"id": 510, "content": "<|end_of_text|>", "special": true},
-			map[string]any{"id": 511, "content": "<|eot_id|>", "special": true},
-		},
-		"normalizer": nil,
-		"pre_tokenizer": map[string]any{"type": "Sequence", "pretokenizers": []any{
-			map[string]any{"type": "Split", "pattern": map[string]any{"Regex": regex}, "behavior": "Isolated", "invert": false}, bl}},
-		"post_processor": map[string]any{"type": "Sequence", "processors": []any{bl, map[string]any{"type": "TemplateProcessing",
-			"single": []any{special("<|begin_of_text|>"), seq("A")},
-			"pair":   []any{special("<|begin_of_text|>"), seq("A"), special("<|begin_of_text|>"), seq("B")}}}},
-		"decoder": bl,
-		"model":   map[string]any{"type": "BPE", "vocab": vocab, "merges": merges, "ignore_merges": true},
-	}
-	tc := map[string]any{"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "chat_template": "{{ bos_token }}"}
+	bos, eos := modelgen.TokEndOfText, modelgen.TokImEnd
+	tj["post_processor"] = map[string]any{"type": "Sequence", "processors": []any{tj["post_processor"], map[string]any{"type": "TemplateProcessing",
+		"single": []any{special(bos), seq("A")}, "pair": []any{special(bos), seq("A"), special(bos), seq("B")}}}}
+	tc["bos_token"], tc["eos_token"] = bos, eos
+	delete(tc, "add_bos_token") // as Llama 3's: an explicit false would override the template
 	files := map[string][]byte{}
 	files["tokenizer.json"], _ = json.Marshal(tj)
 	files["tokenizer_config.json"], _ = json.Marshal(tc)
@@ -171,7 +209,7 @@ func TestLlama3StyleVocab(t *testing.T) {
 		t.Fatalf("pre %q", h.Pre)
 	}
 	cfg := modelgen.DefaultConfig()
-	cfg.HFTokenizer, cfg.Vocab = h, 0
+	cfg.HFTokenizer = h
 	path := filepath.Join(t.TempDir(), "llama3.gguf")
 	if err := modelgen.Write(path, cfg); err != nil {
 		t.Fatal(err)
@@ -181,7 +219,9 @@ func TestLlama3StyleVocab(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	if sp := m.Special(); sp.BOS != 509 || sp.EOS != 511 || !sp.AddBOS || !m.IsEOG(511) {
+	bosID, _ := tr.ID(bos)
+	eosID, _ := tr.ID(eos)
+	if sp := m.Special(); sp.BOS != bosID || sp.EOS != eosID || !sp.AddBOS || !m.IsEOG(eosID) {
 		t.Fatalf("specials %+v", sp)
 	}
 	n := 0
@@ -193,7 +233,7 @@ func TestLlama3StyleVocab(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := append([]int32{509}, tr.Encode(line)...); !slices.Equal(got, want) {
+		if want := append([]int32{bosID}, tr.Encode(line)...); !slices.Equal(got, want) {
 			t.Errorf("%.50q:\n got  %v\n want %v", line, got, want)
 		}
 		n++

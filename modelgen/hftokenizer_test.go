@@ -136,15 +136,7 @@ func TestHFTokenizerQwen(t *testing.T) {
 
 	cfg := DefaultConfig()
 	cfg.Vocab, cfg.TiedEmbeddings, cfg.HFTokenizer = 152064, true, tok
-	path := filepath.Join(t.TempDir(), "q.gguf")
-	if err := Write(path, cfg); err != nil {
-		t.Fatal(err)
-	}
-	f, err := gguf.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := openWritten(t, cfg)
 	if est, got := cfg.FileBytes(), f.Size; est < got*98/100 || est > got*102/100 {
 		t.Errorf("FileBytes %d, file %d", est, got)
 	}
@@ -196,18 +188,7 @@ func TestHFTokenizerQwen(t *testing.T) {
 	p, _ := LookupPreset("qwen2.5-7b")
 	c2 := *tok
 	c2.ConfigTokenIDs = p.TokenIDs
-	w := gguf.NewWriter()
-	if err := c2.AddTo(w, 152064); err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	if _, err := w.WriteTo(&buf); err != nil {
-		t.Fatal(err)
-	}
-	g, err := gguf.OpenReader(bytes.NewReader(buf.Bytes()), int64(buf.Len()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := vocabOnly(t, &c2, 152064)
 	bos, _ := g.Uint32("tokenizer.ggml.bos_token_id")
 	eos, _ := g.Uint32("tokenizer.ggml.eos_token_id")
 	var order []string
@@ -227,6 +208,35 @@ func TestHFTokenizerQwen(t *testing.T) {
 	if err := c3.Matches(f); !errors.Is(err, ErrHFTokenizer) || !strings.Contains(err.Error(), "151667") {
 		t.Errorf("changed type: %v", err)
 	}
+}
+
+// openWritten writes cfg's model and opens it (closed at the end of t).
+func openWritten(t *testing.T, cfg Config) *gguf.File {
+	t.Helper()
+	f, err := gguf.Open(write(t, cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+// vocabOnly is the GGUF of h's vocabulary alone (n tokens), read back.
+func vocabOnly(t *testing.T, h *HFTokenizer, n int) *gguf.File {
+	t.Helper()
+	w := gguf.NewWriter()
+	if err := h.AddTo(w, n); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if _, err := w.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	g, err := gguf.OpenReader(bytes.NewReader(buf.Bytes()), int64(buf.Len()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
 }
 
 func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
@@ -367,15 +377,7 @@ func TestHFTokenizerSynthetic(t *testing.T) {
 		t.Errorf("vocab 515: %v", err)
 	}
 	cfg.Vocab = 0
-	path := filepath.Join(t.TempDir(), "s.gguf")
-	if err := Write(path, cfg); err != nil {
-		t.Fatal(err)
-	}
-	f, err := gguf.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := openWritten(t, cfg)
 	if n, _ := f.ArrayLen("tokenizer.ggml.tokens"); n != 520 {
 		t.Errorf("%d tokens", n)
 	}
@@ -386,12 +388,7 @@ func TestHFTokenizerSynthetic(t *testing.T) {
 		t.Errorf("Tokenizer of a Hugging Face vocabulary: %v", err)
 	}
 	// the trained model's vocabulary is not this tokenizer's (512 tokens, no added ones)
-	g, err := gguf.Open(write(t, DefaultConfig()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
-	if err := h.Matches(g); !errors.Is(err, ErrHFTokenizer) {
+	if err := h.Matches(openWritten(t, DefaultConfig())); !errors.Is(err, ErrHFTokenizer) {
 		t.Errorf("trained model: %v", err)
 	}
 }
@@ -503,18 +500,7 @@ func TestHFTokenizerChatTemplates(t *testing.T) {
 	if h.ChatTemplate != "main {{ x }}" || h.NamedTemplates["tool_use"] != "tools" || len(h.NamedTemplates) != 1 {
 		t.Fatalf("templates %q %v", h.ChatTemplate, h.NamedTemplates)
 	}
-	w := gguf.NewWriter()
-	if err := h.AddTo(w, 512); err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	if _, err := w.WriteTo(&buf); err != nil {
-		t.Fatal(err)
-	}
-	g, err := gguf.OpenReader(bytes.NewReader(buf.Bytes()), int64(buf.Len()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := vocabOnly(t, h, 512)
 	names, _ := g.Strings("tokenizer.chat_templates")
 	named, _ := g.String("tokenizer.chat_template.tool_use")
 	main, _ := g.String("tokenizer.chat_template")

@@ -26,7 +26,7 @@ var modelTokenizeCommand = &cli.Command{
 	ArgsUsage: "[--] TEXT… (the words are joined by single spaces; no TEXT: standard input)",
 	Description: "Added and special tokens written in the text (<|im_start|>, <think>) are matched as single tokens, as\n" +
 		"   Hugging Face tokenizers do; BOS/EOS are added only where the model's tokenizer.ggml.add_bos_token/add_eos_token say so.\n" +
-		"   Only the vocabulary is used, not the weights (the file is memory-mapped).\n\n" +
+		"   Only the vocabulary is read, not the weights (a 7B model's tokenizes in about a second).\n\n" +
 		"Examples:\n" +
 		"   empo2 model tokenize -m tiny.gguf -- \"go to the kitchen\"\n" +
 		"   empo2 model tokenize -m qwen.gguf --json -- '<|im_start|>user\\nHi<|im_end|>'\n" +
@@ -44,7 +44,7 @@ func modelTokenize(c *cli.Context) error {
 		}
 		text = string(b)
 	}
-	m, err := llama.LoadModel(c.String(llmModelFlag.Name), llama.ModelParams{UseMmap: true})
+	m, err := llama.LoadVocab(c.String(llmModelFlag.Name))
 	if err != nil {
 		return fmt.Errorf("model tokenize: %w", err)
 	}
