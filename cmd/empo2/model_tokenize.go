@@ -4,6 +4,7 @@ package main
 // llama-tokenize prints them.
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -60,7 +61,9 @@ func modelTokenize(c *cli.Context) error {
 		}
 	}
 	if c.Bool(modelTokJSONFlag.Name) {
-		return printJSON(c.App.Writer, struct {
+		enc := json.NewEncoder(c.App.Writer)
+		enc.SetEscapeHTML(false) // "<|im_start|>", not "\u003c|im_start|\u003e"
+		return enc.Encode(struct {
 			IDs    []int32  `json:"ids"`
 			Pieces []string `json:"pieces"`
 		}{ids, pieces})
