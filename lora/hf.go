@@ -26,6 +26,7 @@ import (
 	"strings"
 
 	"github.com/empo2/empo2/gguf"
+	"github.com/empo2/empo2/internal/safefile"
 	"github.com/empo2/empo2/modelgen"
 	"github.com/empo2/empo2/safetensors"
 )
@@ -466,31 +467,7 @@ func writeJSON(path string, v any) error {
 	if err := enc.Encode(v); err != nil {
 		return fmt.Errorf("lora: %s: %w", path, err)
 	}
-	return writeFileAtomic(path, []byte(b.String()))
-}
-
-// writeFileAtomic writes data to a temporary file beside path and renames it.
-func writeFileAtomic(path string, data []byte) (err error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("lora: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if _, err = tmp.Write(data); err != nil {
-		return fmt.Errorf("lora: writing %s: %w", path, err)
-	}
-	if err = tmp.Close(); err != nil {
-		return fmt.Errorf("lora: writing %s: %w", path, err)
-	}
-	if err = os.Chmod(tmp.Name(), 0o644); err != nil { // CreateTemp makes 0600
-		return fmt.Errorf("lora: %w", err)
-	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
+	if err := safefile.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		return fmt.Errorf("lora: %w", err)
 	}
 	return nil
@@ -510,15 +487,18 @@ var HFFiles = []string{"config.json", "generation_config.json", "tokenizer.json"
 	"special_tokens_map.json", "vocab.json", "merges.txt", "model.safetensors"}
 
 // ExportHF writes a transformers-loadable Qwen2ForCausalLM folder to dir
-// (created if needed; the files in HFFiles are replaced): config.json,
+// (through a staging folder, internal/safefile's CreateDir: a new dir
+// appears complete; in an existing one the files in HFFiles are replaced
+// once all are written, other files stay): config.json,
 // generation_config.json, the tokenizer files and model.safetensors with
 // every tensor under its transformers name, shape reversed, data as in the
 // GGUF. The tokenizer files are the original Hugging Face files, byte for
 // byte, when the vocabulary came from them (HFOptions.Tokenizer, or the
 // files the GGUF stores) and they still convert to exactly the GGUF's
-// vocabulary (else an error wrapping ErrMismatch); otherwise they are
-// generated from the GGUF (tokenizer.json, tokenizer_config.json with the
-// chat template, special_tokens_map.json, vocab.json, merges.txt). With an adapter a
+// vocabulary (else an error wrapping ErrMismatch); the tokenizer files of
+// HFFiles that the original lacks are then removed from dir. Otherwise they
+// are generated from the GGUF (tokenizer.json, tokenizer_config.json with
+// the chat template, special_tokens_map.json, vocab.json, merges.txt). With an adapter a
 // (nil for none), every adapted weight is W + s·B·A (s = Adapter.Scale,
 // computed in float64 as Merge does), so transformers computes what
 // llama.cpp computes with base + adapter at scale 1.
@@ -603,9 +583,11 @@ func ExportHF(base *gguf.File, a *Adapter, dir string, opt HFOptions) error {
 			return fmt.Errorf("lora: %w", err)
 		}
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	out, err := safefile.CreateDir(dir)
+	if err != nil {
 		return fmt.Errorf("lora: %w", err)
 	}
+	defer out.Abort()
 	gen := map[string]any{"_from_model_config": true, "transformers_version": cfg.TransformersVersion}
 	if cfg.BOSTokenID != nil {
 		gen["bos_token_id"] = *cfg.BOSTokenID
@@ -637,49 +619,52 @@ func ExportHF(base *gguf.File, a *Adapter, dir string, opt HFOptions) error {
 		}...)
 	}
 	for _, f := range files {
-		if err := writeJSON(filepath.Join(dir, f.name), f.v); err != nil {
+		if err := writeJSON(filepath.Join(out.Path(), f.name), f.v); err != nil {
 			return err
 		}
 	}
 	if orig == nil {
-		if err := writeFileAtomic(filepath.Join(dir, "merges.txt"), []byte(merges)); err != nil {
-			return err
+		if err := safefile.WriteFile(filepath.Join(out.Path(), "merges.txt"), []byte(merges), 0o644); err != nil {
+			return fmt.Errorf("lora: %w", err)
 		}
-	} else if err := writeOriginalTokenizer(dir, orig.Files); err != nil {
+	} else if err := writeOriginalTokenizer(out.Path(), orig.Files); err != nil {
 		return err
 	}
 	if opt.Progress != nil {
 		w.OnTensor = func(done int64) { opt.Progress(done, total) }
 	}
-	if err := w.WriteFile(filepath.Join(dir, "model.safetensors")); err != nil {
+	if err := w.WriteFile(filepath.Join(out.Path(), "model.safetensors")); err != nil {
 		return fmt.Errorf("lora: writing %s: %w", filepath.Join(dir, "model.safetensors"), err)
+	}
+	if err := out.Commit(); err != nil {
+		return fmt.Errorf("lora: %w", err)
+	}
+	if orig != nil {
+		// generated tokenizer files an earlier export left in the folder
+		// would not belong to this tokenizer
+		for _, name := range HFFiles {
+			if !strings.HasSuffix(name, ".safetensors") && name != "config.json" && name != "generation_config.json" && !orig.HasFile(name) {
+				if err := os.Remove(filepath.Join(out.Name(), name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+					return fmt.Errorf("lora: %w", err)
+				}
+			}
+		}
 	}
 	return nil
 }
 
 // writeOriginalTokenizer writes a Hugging Face tokenizer's files byte for
-// byte and removes the tokenizer files of HFFiles that it does not have (left
-// by an earlier export into dir, they would not belong to this tokenizer).
+// byte into the staging folder dir.
 func writeOriginalTokenizer(dir string, files []modelgen.HFFile) error {
-	written := map[string]bool{}
 	for _, f := range files {
-		p := filepath.Join(dir, filepath.FromSlash(f.Name))
 		if !filepath.IsLocal(filepath.FromSlash(f.Name)) {
 			return fmt.Errorf("%w: tokenizer file name %q", ErrInvalid, f.Name)
 		}
+		p := filepath.Join(dir, filepath.FromSlash(f.Name))
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return fmt.Errorf("lora: %w", err)
 		}
-		if err := writeFileAtomic(p, f.Data); err != nil {
-			return err
-		}
-		written[f.Name] = true
-	}
-	for _, name := range HFFiles {
-		if name == "config.json" || name == "generation_config.json" || name == "model.safetensors" || written[name] {
-			continue
-		}
-		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := safefile.WriteFile(p, f.Data, 0o644); err != nil {
 			return fmt.Errorf("lora: %w", err)
 		}
 	}

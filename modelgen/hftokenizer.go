@@ -475,6 +475,16 @@ func (t *HFTokenizer) vocabulary(tj *hfTokenizerJSON, tc map[string]any) error {
 	return nil
 }
 
+// HasFile reports whether Files holds a file of that name.
+func (t *HFTokenizer) HasFile(name string) bool {
+	for _, f := range t.Files {
+		if f.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
 // Vocab returns the tokens and types of a model with n tokens: Tokens and
 // Types padded with [PAD<id>] UNUSED tokens, as get_vocab_base pads to
 // config.json's vocab_size.

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/empo2/empo2/gguf"
+	"github.com/empo2/empo2/internal/safefile"
 	"github.com/empo2/empo2/modelgen"
 )
 
@@ -119,6 +120,17 @@ func modelInit(c *cli.Context) error {
 	if preset != nil && cfg.Name == "" {
 		cfg.Name = "empo2-random-" + preset.Name
 	}
+	if preset != nil && c.String(modelInitArchFlag.Name) != "qwen2" {
+		return fmt.Errorf("model init: --preset applies to --arch qwen2")
+	}
+	if c.NArg() > 0 {
+		return fmt.Errorf("model init: unexpected argument %q (the output file is --out)", c.Args().First())
+	}
+	if err := safefile.CheckOutputs([]safefile.Path{{Flag: "--out", Path: c.String(modelInitOutFlag.Name)}},
+		[]safefile.Path{{Flag: "--corpus", Path: c.String(modelInitCorpusFlag.Name)},
+			{Flag: "--tokenizer", Path: c.String(modelInitTokFlag.Name), Dir: true, Files: modelgen.HFTokenizerFiles}}); err != nil {
+		return fmt.Errorf("model init: %w", err)
+	}
 	if dir := c.String(modelInitTokFlag.Name); dir != "" {
 		if c.IsSet(modelInitCorpusFlag.Name) {
 			return fmt.Errorf("model init: --corpus trains a tokenizer, --tokenizer brings one: give one of them")
@@ -137,15 +149,6 @@ func modelInit(c *cli.Context) error {
 		if !c.IsSet(modelInitVocabFlag.Name) && preset == nil {
 			cfg.Vocab = 0 // the tokenizer's own size (or its config.json's vocab_size)
 		}
-	}
-	if preset != nil && c.String(modelInitArchFlag.Name) != "qwen2" {
-		return fmt.Errorf("model init: --preset applies to --arch qwen2")
-	}
-	if c.NArg() > 0 {
-		return fmt.Errorf("model init: unexpected argument %q (the output file is --out)", c.Args().First())
-	}
-	if p := c.String(modelInitCorpusFlag.Name); p != "" && samePath(c.String(modelInitOutFlag.Name), p) {
-		return fmt.Errorf("model init: --out %s is the --corpus file: writing the model would destroy it", p)
 	}
 	if p := c.String(modelInitCorpusFlag.Name); p != "" {
 		st, err := os.Stat(p)

@@ -341,10 +341,14 @@ func TestModelQwenTokenizerCLI(t *testing.T) {
 			t.Errorf("round trip, fixture %d %.50q:\n got  %v\n want %v", i, f.Text, got, f.IDs)
 		}
 	}
-	// with --tokenizer, the originals again
+	// with --tokenizer, the originals again; never into the tokenizer's folder
 	orig := filepath.Join(dir, "hf-orig")
 	loraMustCLI(t, "export", "--model", conv, "--lora", adapter, "--format", "hf", "--merged", "--out", orig, "--tokenizer", tokDir)
 	sameFiles(t, tokDir, orig, "tokenizer.json", "tokenizer_config.json")
+	if _, stderr, err := runCLI(t, "export", "--model", conv, "--lora", adapter, "--format", "hf", "--merged", "--out", orig, "--tokenizer", orig); err == nil ||
+		!strings.Contains(stderr, "--tokenizer") {
+		t.Errorf("--out is the --tokenizer folder: %v\n%s", err, stderr)
+	}
 	// … and not for a model whose vocabulary is another
 	tiny := filepath.Join(dir, "tiny.gguf")
 	loraMustCLI(t, "model", "init", "--out", tiny)
@@ -363,6 +367,9 @@ func TestModelInitPresetAndTokenizerErrors(t *testing.T) {
 	out := filepath.Join(dir, "x.gguf")
 	corpus := filepath.Join(dir, "c.txt")
 	os.WriteFile(corpus, []byte("some words here"), 0o644)
+	tokDir := filepath.Join(dir, "tok")
+	os.MkdirAll(tokDir, 0o755)
+	os.WriteFile(filepath.Join(tokDir, "tokenizer_config.json"), []byte("{}"), 0o644)
 	for _, c := range []struct {
 		args []string
 		want string
@@ -373,6 +380,7 @@ func TestModelInitPresetAndTokenizerErrors(t *testing.T) {
 		{[]string{"--tokenizer", dir, "--corpus", corpus}, "give one of them"},
 		{[]string{"--preset", "qwen2.5-0.5b", "--arch", "bert"}, "applies to --arch qwen2"},
 		{[]string{"--preset", "qwen2.5-7b", "--max-size", "1GiB"}, "above --max-size"},
+		{[]string{"--tokenizer", tokDir, "--out", filepath.Join(tokDir, "tokenizer_config.json")}, "would overwrite the input --tokenizer"},
 	} {
 		_, stderr, err := runCLI(t, append([]string{"model", "init", "--out", out}, c.args...)...)
 		if err == nil || !strings.Contains(stderr, c.want) {
@@ -381,6 +389,9 @@ func TestModelInitPresetAndTokenizerErrors(t *testing.T) {
 	}
 	if _, err := os.Stat(out); err == nil {
 		t.Error("a refused init wrote a file")
+	}
+	if b, _ := os.ReadFile(filepath.Join(tokDir, "tokenizer_config.json")); string(b) != "{}" {
+		t.Error("init overwrote the tokenizer")
 	}
 }
 
