@@ -125,7 +125,13 @@ func exportHF(c *cli.Context, format string) error {
 	if err != nil {
 		return err
 	}
-	log.Info().Str("out", out).Int("merged", len(a.Pairs)).Str("took", time.Since(start).Round(time.Millisecond).String()).
-		Msg("wrote transformers model folder")
+	tokenizer := "generated from the GGUF vocabulary (it stores no Hugging Face tokenizer files; --tokenizer DIR writes the originals)"
+	if opt.Tokenizer != nil {
+		tokenizer = "the --tokenizer files, unchanged"
+	} else if _, ok := base.String(modelgen.HFTokenizerJSONKey); ok {
+		tokenizer = "the original files stored in the GGUF, unchanged"
+	}
+	log.Info().Str("out", out).Int("merged", len(a.Pairs)).Str("tokenizer", tokenizer).
+		Str("took", time.Since(start).Round(time.Millisecond).String()).Msg("wrote transformers model folder")
 	return nil
 }
