@@ -56,7 +56,7 @@ func init() {
 			"   empo2 export --model base.gguf --lora adapter.gguf --merged --out merged.gguf\n\n" +
 			"The adapter loads in llama.cpp tools with --lora adapter.gguf; the merged file\n" +
 			"replaces the base model and needs no adapter.",
-		Flags:  []cli.Flag{exportModelFlag, exportLoraFlag, exportOutFlag, exportMergedFlag, exportTypeFlag, exportFormatFlag, exportHFBaseFlag},
+		Flags:  []cli.Flag{exportModelFlag, exportLoraFlag, exportOutFlag, exportMergedFlag, exportTypeFlag, exportFormatFlag, exportHFBaseFlag, exportHFTokenizerFlag},
 		Action: exportAction,
 	})
 }
