@@ -84,9 +84,9 @@ const (
 // section (Config). Zero fields take their defaults in Normalize (a zero
 // MaxActionTokens: 32 naive, 128 cot).
 type PromptConfig struct {
-	MaxActionTokens int          `yaml:"max_action_tokens" doc:"max tokens of one action (response)"`
+	MaxActionTokens int          `yaml:"max_action_tokens" doc:"max tokens of one action (response)" range:"[0,65536]"`
 	History         History      `yaml:"history" doc:"history in the prompt: full | last-k"`
-	HistoryK        int          `yaml:"history_k" doc:"turns kept with history last-k"`
+	HistoryK        int          `yaml:"history_k" doc:"turns kept with history last-k" range:"[0,1e6]"`
 	ActionFormat    ActionFormat `yaml:"action_format" doc:"naive (one action line) | cot (reasoning, then <action>…</action>)"`
 	System          string       `yaml:"system" doc:"system text; empty = the built-in one"`
 }

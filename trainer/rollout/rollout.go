@@ -47,12 +47,12 @@ var (
 // are sampled and played, and the prompt (PromptConfig, inline: the one
 // prompt format of rollouts, eval and SFT).
 type Config struct {
-	Temperature    float64      `yaml:"temperature" doc:"sampling temperature of training rollouts"`
-	StepLimit      int          `yaml:"step_limit" doc:"episode step limit; 0 = the environment's per-task limit"`
+	Temperature    float64      `yaml:"temperature" doc:"sampling temperature of training rollouts" range:"[0,100]"`
+	StepLimit      int          `yaml:"step_limit" doc:"episode step limit; 0 = the environment's per-task limit" range:"[0,1e6]"`
 	Prompt         PromptConfig `yaml:",inline"`
 	CorrectInvalid bool         `yaml:"correct_invalid" doc:"map an invalid action to the most similar valid one (Jaccard, as the reference for ScienceWorld)"`
-	TipMaxTokens   int          `yaml:"tip_max_tokens" doc:"max tokens of a written tip"`
-	TipTemperature float64      `yaml:"tip_temperature" doc:"sampling temperature of tip writing; < 0 = rollout.temperature (the reference), 0 = greedy"`
+	TipMaxTokens   int          `yaml:"tip_max_tokens" doc:"max tokens of a written tip" range:"[0,65536]"`
+	TipTemperature float64      `yaml:"tip_temperature" doc:"sampling temperature of tip writing; < 0 = rollout.temperature (the reference), 0 = greedy" range:"[,100]"`
 }
 
 // DefaultConfig is temperature 1, the default prompt, tips of at most 64
@@ -66,10 +66,10 @@ func DefaultConfig() Config {
 // writing.
 type MemoryConfig struct {
 	Embedder      string  `yaml:"embedder" doc:"hash (built-in) | policy (the policy's mean-pooled states) | path of a BERT-type embedding GGUF"`
-	Threshold     float64 `yaml:"threshold" doc:"cosine similarity a tip must exceed to be retrieved (calibrate per embedder; 0.5 was for MiniLM)"`
-	TopK          int     `yaml:"top_k" doc:"tips put in the prompt (highest stored score first)"`
-	IntrinsicCoef float64 `yaml:"intrinsic_coef" doc:"coefficient of the intrinsic reward 1/(count+1) in memory rollouts; 0 = off"`
-	Cap           int     `yaml:"cap" doc:"entries kept per task variation, oldest dropped first"`
+	Threshold     float64 `yaml:"threshold" doc:"cosine similarity a tip must exceed to be retrieved (calibrate per embedder; 0.5 was for MiniLM)" range:"[-1,1)"`
+	TopK          int     `yaml:"top_k" doc:"tips put in the prompt (highest stored score first)" range:"[0,1000]"`
+	IntrinsicCoef float64 `yaml:"intrinsic_coef" doc:"coefficient of the intrinsic reward 1/(count+1) in memory rollouts; 0 = off" range:"[0,1e6]"`
+	Cap           int     `yaml:"cap" doc:"entries kept per task variation, oldest dropped first" range:"[0,]"`
 	WriteTips     bool    `yaml:"write_tips" doc:"write one tip per training episode (entries stamped with the step)"`
 }
 
