@@ -18,8 +18,8 @@ type ranged struct {
 	Sizes  []int     `yaml:"sizes,flow" doc:"sizes"`
 	Ws     []float64 `yaml:"ws,flow" doc:"weights"`
 	Sub    struct {
-		Count uint   `yaml:"count" doc:"a count"`
-		N     int64  `yaml:"n" doc:"n"`
+		Count uint           `yaml:"count" doc:"a count"`
+		N     int64          `yaml:"n" doc:"n"`
 		M     map[string]int `yaml:"m" doc:"a map of ints"`
 	} `yaml:"sub" doc:"a section"`
 }
@@ -96,7 +96,7 @@ func TestCheckFiniteAndRanges(t *testing.T) {
 	}
 	for _, ok := range []func(*ranged){
 		func(c *ranged) { c.Prob, c.Clip, c.Thresh = 1, 0.999, -1e30 },
-		func(c *ranged) { c.Prob, c.LR, c.Steps = 0, 10, 1 << 40 },
+		func(c *ranged) { c.Prob, c.LR, c.Steps = 0, 10, 1<<40 },
 	} {
 		c := rangedDefault()
 		ok(&c)
