@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/empo2/empo2/cgo"
+	"github.com/empo2/empo2/internal/stats"
 	"github.com/empo2/empo2/lora"
 )
 
@@ -41,8 +42,8 @@ type TensorSink interface {
 // BackendOptimizer is a Policy whose AdamW step runs where its parameters
 // live (*cgo.Model: GGML_OP_OPT_STEP_ADAMW on the training backend, moments
 // resident beside the parameters, gradient norm and clipping there too). The
-// Updater uses it unless Config.HostOptimizer is set; the Go AdamW
-// (optim.go) is then only the reference and the fallback for other policies.
+// Updater uses it whenever the policy is one; the Go AdamW (optim.go) is
+// the reference and the optimizer of other policies.
 type BackendOptimizer interface {
 	AdamWStep(p cgo.AdamWParams) (gradNorm float64, clipped bool, err error)
 	Moments() (m, v [][]float32, err error)
@@ -66,9 +67,6 @@ type Config struct {
 	// MicroBatch is the number of sequences per ForwardBackward call
 	// (gradient accumulation); ≤ 0 puts the whole mini-batch in one call.
 	MicroBatch int
-	// HostOptimizer runs AdamW in Go on host copies of the gradients even
-	// when the policy can step on its backend (for comparison benchmarks).
-	HostOptimizer bool
 }
 
 // Metrics describes one update. Policy statistics (clip fraction, KL,
@@ -151,9 +149,6 @@ func NewUpdater(p Policy, cfg Config) (*Updater, error) {
 
 // backend returns the policy as a BackendOptimizer, or nil when AdamW runs in Go.
 func (u *Updater) backend() BackendOptimizer {
-	if u.cfg.HostOptimizer {
-		return nil
-	}
 	bo, _ := u.Policy.(BackendOptimizer)
 	return bo
 }
@@ -271,7 +266,7 @@ func accumulate(p gradAccumulator, cfg Config, step int64, batch []cgo.Sequence)
 	if err := p.ZeroGrads(); err != nil {
 		return m, fmt.Errorf("%w: %w", ErrUpdate, err)
 	}
-	var wsum float64
+	var policyLoss, clip, dualClip, kl, entropy, logp stats.Mean // token-weighted
 	for lo := 0; lo < len(batch); lo += mb {
 		chunk := batch[lo:min(lo+mb, len(batch))]
 		if t, _ := cgo.CountTrained(chunk, obj); t == 0 {
@@ -284,26 +279,19 @@ func accumulate(p gradAccumulator, cfg Config, step int64, batch []cgo.Sequence)
 		}
 		w := float64(st.Tokens)
 		m.Loss += st.Loss
-		m.PolicyLoss += w * st.PolicyLoss
-		m.ClipFrac += w * st.ClipFrac
-		m.DualClipFrac += w * st.DualClipFrac
-		m.ApproxKL += w * st.ApproxKL
-		m.Entropy += w * st.Entropy
-		m.LogpMean += w * st.LogpMean
+		policyLoss.Add(st.PolicyLoss, w)
+		clip.Add(st.ClipFrac, w)
+		dualClip.Add(st.DualClipFrac, w)
+		kl.Add(st.ApproxKL, w)
+		entropy.Add(st.Entropy, w)
+		logp.Add(st.LogpMean, w)
 		m.Tokens += st.Tokens
 		m.Sequences += st.Sequences
 		m.MaskedSequences += st.MaskedSequences
 		m.MicroBatches++
-		wsum += w
 	}
-	if wsum > 0 {
-		m.PolicyLoss /= wsum
-		m.ClipFrac /= wsum
-		m.DualClipFrac /= wsum
-		m.ApproxKL /= wsum
-		m.Entropy /= wsum
-		m.LogpMean /= wsum
-	}
+	m.PolicyLoss, m.ClipFrac, m.DualClipFrac = policyLoss.Value(), clip.Value(), dualClip.Value()
+	m.ApproxKL, m.Entropy, m.LogpMean = kl.Value(), entropy.Value(), logp.Value()
 	return m, nil
 }
 
