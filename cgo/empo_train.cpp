@@ -169,9 +169,14 @@ struct empo_model {
     adamw_state                opt;     // AdamW moments beside the params (same buffer type)
     std::unordered_map<const ggml_tensor *, ggml_tensor *> transposed; // W -> Wᵀ
 
-    ggml_backend_sched_t sched = nullptr;
-    int64_t        compute_peak = 0;
-    int64_t        compute_last = 0;
+    ggml_backend_sched_t sched = nullptr;         // computes the graphs; its buffers are freed above keep_compute
+    ggml_backend_sched_t sched_measure = nullptr; // measures graphs (ggml_backend_sched_reserve_size); never allocates
+    int64_t        compute_peak = 0;  // largest measured need since init / empo_model_mem_reset_peak
+    int64_t        compute_last = 0;  // measured need of the last graph
+    int64_t        compute_cap  = -1; // max_compute in force (< 0: none)
+    int64_t        frozen_bytes = 0;  // frozen weights read by the graph (not the Wᵀ copies)
+    std::vector<float> grad_saved;    // empo_model_grad_save's snapshot
+    bool           grad_has_saved = false;
 
     // per-call graph state
     ggml_context * ctx_c   = nullptr;
@@ -1062,25 +1067,30 @@ static int rewrite_out_prods(const empo_model & m, ggml_context * ctx, ggml_cgra
 }
 
 // ggml-alloc may compute an in-place-capable op into the memory of a parent
-// that has no other pending child. RMS_NORM_BACK (CPU: dx := x; dx *= k;
-// dx += dz) is wrong when dx aliases dz, and SOFT_MAX_BACK (dx := dy; ...;
-// dx *= y) is wrong when dx aliases y. We measured the first: gradients
-// through every RMSNorm were garbage. Pin both operands of these nodes with a
-// zero-cost view in an unused src slot: a parent with a live view is never
+// that has no other pending child. RMS_NORM_BACK(dz, x) (CPU, per row: sums
+// over x·dz and x·x first, then dx := x; dx *= k; dx += dz) is wrong when dx
+// aliases dz (measured: gradients through every RMSNorm were garbage) and
+// right when it aliases x; SOFT_MAX_BACK(dy, y) (dot(y, dy) first, then
+// dx := dy; dx -= dot; dx *= y) is wrong when dx aliases y and right when it
+// aliases dy. Pin the one operand that must not be overwritten (dz, y) with
+// a zero-cost view in an unused src slot: a parent with a live view is never
 // reused in place (ggml_gallocr_allocate_node, which ggml_backend_sched uses
-// for its compute buffers too), and the view dies with the node.
+// for its compute buffers too), and the view dies with the node. The other
+// operand may be reused: for SOFT_MAX_BACK that saves one [T, T, H·B]
+// attention-sized buffer at the backward's peak.
 static int pin_backward_operands(ggml_context * ctx, ggml_cgraph * g) {
     int n = 0;
     for (int i = 0; i < ggml_graph_n_nodes(g); ++i) {
         ggml_tensor * t = ggml_graph_node(g, i);
-        if (t->op != GGML_OP_RMS_NORM_BACK && t->op != GGML_OP_SOFT_MAX_BACK) continue;
-        for (int j = 0; j < 2; ++j) {
-            ggml_tensor * src = t->src[j];
-            const int slot = GGML_MAX_SRC - 1 - j;
-            if (!src || t->src[slot]) continue;
-            t->src[slot] = ggml_view_1d(ctx, src, 1, 0);
-            ++n;
-        }
+        int j = -1;
+        if (t->op == GGML_OP_RMS_NORM_BACK) j = 0;      // dz
+        if (t->op == GGML_OP_SOFT_MAX_BACK) j = 1;      // y
+        if (j < 0) continue;
+        ggml_tensor * src = t->src[j];
+        const int slot = GGML_MAX_SRC - 1;
+        if (!src || t->src[slot]) continue;
+        t->src[slot] = ggml_view_1d(ctx, src, 1, 0);
+        ++n;
     }
     return n;
 }
@@ -1183,11 +1193,33 @@ static bool sched_eval_cb(ggml_tensor * t, bool ask, void * user_data) {
     return true;
 }
 
-// forward (coef == nullptr) or a training step (forward, coefficients from
-// coef, backward into the gradient accumulators) in one scheduler compute
-static void run(empo_model & m, const empo_batch & b, empo_coef_fn coef, void * user, float * logp, float * ent) {
-    drop_graph(m);
-    const bool with_backward = coef != nullptr;
+// the scheduler over the model's backends: [primary, CPU] (or [CPU])
+static ggml_backend_sched_t new_sched(empo_model & m) {
+    ggml_backend_t backends[2] = { m.backend, m.backend_cpu };
+    const int n_backends = m.backend_cpu ? 2 : 1;
+    // graph_size sizes the scheduler's hash set: nodes + leafs + split copies
+    ggml_backend_sched_t s = ggml_backend_sched_new(backends, nullptr, n_backends, graph_size(m) * 4, false, false);
+    if (!s) throw empo_error(EMPO_ERR_BACKEND, "cannot create the backend scheduler");
+    return s;
+}
+
+// bytes of the compute buffers the scheduler holds now
+static int64_t sched_alloc_bytes(const empo_model & m) {
+    if (!m.sched) return 0;
+    int64_t n = (int64_t) ggml_backend_sched_get_buffer_size(m.sched, m.backend);
+    if (m.backend_cpu) n += (int64_t) ggml_backend_sched_get_buffer_size(m.sched, m.backend_cpu);
+    return n;
+}
+
+// free the compute buffers (a new scheduler allocates them again on the next graph)
+static void release_compute(empo_model & m) {
+    ggml_backend_sched_free(m.sched);
+    m.sched = nullptr;
+    m.sched = new_sched(m);
+    ggml_backend_sched_set_eval_callback(m.sched, sched_eval_cb, &m);
+}
+
+static void check_batch(const empo_model & m, const empo_batch & b) {
     const int B = b.B, T = b.T, M = b.M;
     const int64_t N = (int64_t) B * T, V = m.info.n_vocab;
     // shape validation (the Go side validates too; keep C safe on its own)
@@ -1202,7 +1234,16 @@ static void run(empo_model & m, const empo_batch & b, empo_coef_fn coef, void * 
         if (b.rows[j] < 0 || b.rows[j] >= N) throw empo_error(EMPO_ERR_SHAPE, "row out of range");
         if (b.targets[j] < 0 || b.targets[j] >= V) throw empo_error(EMPO_ERR_SHAPE, "target out of range");
     }
+}
 
+// Builds m.graph for batch b: the forward (logp, ent) or, with_backward, the
+// training graph (forward, the surrogate loss with the coefficient tensors,
+// autograd's backward with the rewrites and pins). *mul_lp / *mul_en: the
+// MULs that read the coefficients (training only).
+static void build_graph(empo_model & m, const empo_batch & b, bool with_backward,
+                        ggml_tensor ** mul_lp_out, ggml_tensor ** mul_en_out) {
+    drop_graph(m);
+    const int B = b.B, T = b.T, M = b.M;
     const size_t gsize = graph_size(m);
     ggml_init_params ip = { ggml_tensor_overhead() * gsize * 2 + ggml_graph_overhead_custom(gsize, true) * 2, nullptr, true };
     m.ctx_c = ggml_init(ip);
@@ -1284,10 +1325,51 @@ static void run(empo_model & m, const empo_batch & b, empo_coef_fn coef, void * 
         }
     }
     m.graph = gb;
+    *mul_lp_out = mul_lp;
+    *mul_en_out = mul_en;
+}
+
+// the compute buffer m.graph needs (all backends), from ggml's allocator
+// run without allocating on the measuring scheduler
+static int64_t measure_graph(empo_model & m) {
+    size_t sizes[2] = { 0, 0 };
+    ggml_backend_sched_reserve_size(m.sched_measure, m.graph, sizes);
+    ggml_backend_sched_reset(m.sched_measure);
+    return (int64_t) sizes[0] + (int64_t) sizes[1];
+}
+
+static std::string mib(int64_t bytes) {
+    char buf[64];
+    snprintf(buf, sizeof(buf), "%.1f MiB (%lld bytes)", (double) bytes / (1 << 20), (long long) bytes);
+    return buf;
+}
+
+// forward (coef == nullptr) or a training step (forward, coefficients from
+// coef, backward into the gradient accumulators) in one scheduler compute
+static void run(empo_model & m, const empo_batch & b, empo_coef_fn coef, void * user, float * logp, float * ent) {
+    const bool with_backward = coef != nullptr;
+    const int M = b.M;
+    check_batch(m, b);
+    ggml_tensor * mul_lp = nullptr, * mul_en = nullptr;
+    build_graph(m, b, with_backward, &mul_lp, &mul_en);
+    ggml_cgraph * gb = m.graph;
+    ggml_tensor * lp = m.t_logp, * en = m.t_ent;
     if (m.prof_on) {
         m.prof_fwd.clear();
         for (int i = 0; i < m.n_fwd; ++i) m.prof_fwd.insert(ggml_graph_node(gb, i));
     }
+
+    // ---- the cap, checked on the graph itself before anything is allocated
+    const int64_t need = measure_graph(m);
+    if (m.compute_cap >= 0 && need > m.compute_cap) {
+        drop_graph(m);
+        throw empo_error(EMPO_ERR_TOO_LARGE, std::string(with_backward ? "training" : "forward") + " graph of " +
+                         std::to_string(b.B) + " sequence(s) × " + std::to_string(b.T) + " tokens, " + std::to_string(M) +
+                         " rows × vocabulary " + std::to_string(m.info.n_vocab) + " needs a compute buffer of " + mib(need) +
+                         ", above the cap of " + mib(m.compute_cap));
+    }
+    m.compute_last = need;
+    m.compute_peak = std::max(m.compute_peak, need);
 
     ggml_backend_sched_reset(m.sched);
     if (with_backward) {
@@ -1297,9 +1379,6 @@ static void run(empo_model & m, const empo_batch & b, empo_coef_fn coef, void * 
     }
     if (!ggml_backend_sched_alloc_graph(m.sched, gb)) throw empo_error(EMPO_ERR_BACKEND, "cannot allocate the compute graph");
     m.n_splits = ggml_backend_sched_get_n_splits(m.sched);
-    m.compute_last = (int64_t) ggml_backend_sched_get_buffer_size(m.sched, m.backend);
-    if (m.backend_cpu) m.compute_last += (int64_t) ggml_backend_sched_get_buffer_size(m.sched, m.backend_cpu);
-    if (m.compute_last > m.compute_peak) m.compute_peak = m.compute_last;
 
     set_inputs(m, b);
     std::vector<float> snapshot;       // gradient accumulators before the step, restored on abort
@@ -1327,15 +1406,59 @@ static void run(empo_model & m, const empo_batch & b, empo_coef_fn coef, void * 
     ggml_backend_sched_synchronize(m.sched);
     ggml_backend_tensor_get(lp, logp, 0, M * sizeof(float));
     ggml_backend_tensor_get(en, ent,  0, M * sizeof(float));
+    drop_graph(m);
+    // a large compute buffer is not kept resident between calls
+    if (m.cfg.keep_compute >= 0 && sched_alloc_bytes(m) > m.cfg.keep_compute) release_compute(m);
     if (with_backward && !m.cb_done) {
         // the backward ran with zero coefficients over possibly non-finite
         // activations (0·inf = NaN): undo its accumulation
         restore_grads();
         const std::string why = m.cb_failed ? m.cb_err : std::string("the eval callback was not reached");
-        drop_graph(m);
         throw empo_error(m.cb_status != 0 ? EMPO_ERR_ABORTED : EMPO_ERR_INTERNAL, why);
     }
+}
+
+// the default cap: max(EMPO_COMPUTE_FLOOR + the model's bytes, the training
+// graph of one sequence of min(n_ctx, EMPO_COMPUTE_REF_TOKENS) tokens with
+// one trained row), measured on that graph
+static int64_t default_compute_cap(empo_model & m) {
+    const int T = std::min(m.info.n_ctx, EMPO_COMPUTE_REF_TOKENS);
+    std::vector<int32_t> tokens(T, 0), pos(T);
+    for (int t = 0; t < T; ++t) pos[t] = t;
+    const int32_t row = T - 1, target = 0;
+    empo_batch b{};
+    b.B = 1; b.T = T; b.tokens = tokens.data(); b.pos = pos.data();
+    b.M = 1; b.rows = &row; b.targets = &target;
+    ggml_tensor * mul_lp = nullptr, * mul_en = nullptr;
+    int64_t ref = 0;
+    try {
+        build_graph(m, b, true, &mul_lp, &mul_en);
+        ref = measure_graph(m);
+    } catch (...) {
+        drop_graph(m);
+        throw;
+    }
     drop_graph(m);
+    return std::max(EMPO_COMPUTE_FLOOR + m.frozen_bytes, ref);
+}
+
+// the model's own tensors the graph reads (llama.cpp's with init_shared;
+// the trainable F32 weights in full training), without the Wᵀ copies and
+// LoRA pairs
+static int64_t frozen_bytes(const empo_model & m) {
+    std::unordered_set<const ggml_tensor *> seen;
+    int64_t n = 0;
+    auto add = [&](const ggml_tensor * t) {
+        if (t && seen.insert(t).second) n += (int64_t) ggml_nbytes(t);
+    };
+    add(m.tok_embd);
+    add(m.out_norm);
+    add(m.output.w);
+    for (const empo_layer & L : m.layers) {
+        add(L.attn_norm); add(L.ffn_norm); add(L.bq); add(L.bk); add(L.bv);
+        for (const empo_linear & lin : L.lin) add(lin.w);
+    }
+    return n;
 }
 
 static void set_err(char * err, size_t len, const char * msg) {
@@ -1367,6 +1490,8 @@ struct empo_model_params empo_model_default_params(void) {
     p.lora_targets    = (1u << EMPO_TARGET_COUNT) - 1;
     p.full            = false;
     for (int k = 0; k < EMPO_TARGET_COUNT; ++k) p.target_tensor[k] = nullptr;
+    p.max_compute     = 0;
+    p.keep_compute    = EMPO_COMPUTE_KEEP;
     return p;
 }
 
@@ -1423,14 +1548,13 @@ static int init_impl(const char * path, const struct llama_model * lm, struct em
         if (lm) load_shared(*m, lw);
         else    load_model(*m, path);
         snprintf(m->info.wtype_name, sizeof(m->info.wtype_name), "%s", ggml_type_name((ggml_type) m->info.wtype));
-        {
-            ggml_backend_t backends[2] = { m->backend, m->backend_cpu };
-            const int n_backends = m->backend_cpu ? 2 : 1;
-            // graph_size sizes the scheduler's hash set: nodes + leafs + split copies
-            m->sched = ggml_backend_sched_new(backends, nullptr, n_backends, graph_size(*m) * 4, false, false);
-            if (!m->sched) throw empo_error(EMPO_ERR_BACKEND, "cannot create the backend scheduler");
-            ggml_backend_sched_set_eval_callback(m->sched, sched_eval_cb, m);
-        }
+        m->sched = new_sched(*m);
+        ggml_backend_sched_set_eval_callback(m->sched, sched_eval_cb, m);
+        m->sched_measure = new_sched(*m);
+        m->frozen_bytes = frozen_bytes(*m);
+        m->compute_cap = params.max_compute < 0 ? -1
+                       : params.max_compute > 0 ? params.max_compute
+                       : default_compute_cap(*m);
         *out = m;
         return EMPO_OK;
     } catch (const empo_error & e) {
@@ -1472,6 +1596,7 @@ void empo_model_free(struct empo_model * m) {
     try {
         drop_graph(*m);
         if (m->sched)  ggml_backend_sched_free(m->sched);
+        if (m->sched_measure) ggml_backend_sched_free(m->sched_measure);
         if (m->buf_w)  ggml_backend_buffer_free(m->buf_w);
         m->opt.release();
         if (m->ctx_w)  ggml_free(m->ctx_w);
@@ -1500,10 +1625,19 @@ int empo_model_get_mem(const struct empo_model * m, struct empo_model_mem * mem)
     mem->params       = (int64_t) m->opt.bytes();
     mem->compute_peak = m->compute_peak;
     mem->compute_last = m->compute_last;
+    mem->compute_alloc = sched_alloc_bytes(*m);
+    mem->compute_cap  = m->compute_cap;
+    mem->frozen       = m->frozen_bytes;
     mem->n_rewritten  = m->n_rewritten;
     mem->n_rewritten_op = m->n_rewritten_op;
     mem->n_pinned     = m->n_pinned;
     mem->n_splits     = m->n_splits;
+    return EMPO_OK;
+}
+
+int empo_model_mem_reset_peak(struct empo_model * m) {
+    if (!m) return EMPO_ERR_CONFIG;
+    m->compute_peak = 0;
     return EMPO_OK;
 }
 
@@ -1537,6 +1671,43 @@ int empo_model_grad_zero(struct empo_model * m) {
     if (!m) return EMPO_ERR_CONFIG;
     EMPO_TRY(m, {
         m->opt.zero_grads();
+    })
+}
+
+int empo_model_grad_save(struct empo_model * m) {
+    if (!m) return EMPO_ERR_CONFIG;
+    EMPO_TRY(m, {
+        m->grad_saved.resize((size_t) ggml_nelements(m->opt.G));
+        ggml_backend_tensor_get(m->opt.G, m->grad_saved.data(), 0, ggml_nbytes(m->opt.G));
+        m->grad_has_saved = true;
+    })
+}
+
+int empo_model_grad_restore(struct empo_model * m) {
+    if (!m) return EMPO_ERR_CONFIG;
+    EMPO_TRY(m, {
+        if (!m->grad_has_saved) throw empo_error(EMPO_ERR_STATE, "no gradient snapshot to restore");
+        ggml_backend_tensor_set(m->opt.G, m->grad_saved.data(), 0, ggml_nbytes(m->opt.G));
+    })
+}
+
+int empo_model_measure(struct empo_model * m, const struct empo_batch * batch, int with_backward, int64_t * bytes) {
+    if (!m) return EMPO_ERR_CONFIG;
+    EMPO_TRY(m, {
+        if (!batch || !batch->tokens || !batch->pos || !batch->rows || !batch->targets || !bytes) {
+            throw empo_error(EMPO_ERR_CONFIG, "null argument");
+        }
+        try {
+            check_batch(*m, *batch);
+            ggml_tensor * mul_lp = nullptr;
+            ggml_tensor * mul_en = nullptr;
+            build_graph(*m, *batch, with_backward != 0, &mul_lp, &mul_en);
+            *bytes = measure_graph(*m);
+            drop_graph(*m);
+        } catch (...) {
+            drop_graph(*m);
+            throw;
+        }
     })
 }
 
