@@ -31,6 +31,13 @@ var (
 	// whose compute buffer exceeds Options.MaxComputeBytes (larger batches
 	// are split, never refused; the message names the sizes).
 	ErrComputeCap = errors.New("cgo: compute buffer above the cap")
+	// ErrTensorType: a tensor of the model has a type the training graph
+	// cannot read (the message names the tensor and its type). Matrices
+	// train in F32, F16, BF16 and every quantized type with a CPU dot
+	// product (Q8_0, Q4_0, Q4_K, Q6_K, ...; quantized ones get F16 Wᵀ
+	// copies for the backward); norms and biases in any type that converts
+	// to F32.
+	ErrTensorType = errors.New("cgo: tensor type cannot be trained on")
 )
 
 // LoRA target short names and the GGUF tensor each one adapts

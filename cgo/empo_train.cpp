@@ -57,6 +57,7 @@
 
 #include "empo_train.h"
 #include "empo_llama.h"
+#include "llama.h"
 
 #include "ggml.h"
 #include "ggml-alloc.h"
@@ -249,24 +250,99 @@ static float gguf_float(const gguf_context * g, const std::string & key, float d
     }
 }
 
+// The tensors of a GGUF model: one file, or every file of a model split by
+// llama.cpp's gguf-split convention (given the first: split.count files
+// named by llama_split_path, each with split.no, the metadata in the first,
+// split.tensors.count tensors in all). Tensor ids run over the splits in
+// order.
 struct gguf_source {
-    gguf_context * g = nullptr;
-    FILE *         f = nullptr;
-    ~gguf_source() { if (g) gguf_free(g); if (f) fclose(f); }
+    std::vector<gguf_context *> g;              // one per split; g[0] holds the metadata
+    std::vector<FILE *>         f;
+    std::vector<std::pair<int, int64_t>> at;    // tensor id -> (split, id in that split)
+    std::unordered_map<std::string, int64_t> by_name;
+    ~gguf_source() {
+        for (gguf_context * x : g) gguf_free(x);
+        for (FILE * x : f) fclose(x);
+    }
 
-    int64_t find(const std::string & name) const { return gguf_find_tensor(g, name.c_str()); }
+    const gguf_context * meta() const { return g[0]; }
+    int64_t n() const { return (int64_t) at.size(); }
+    int64_t find(const std::string & name) const {
+        auto it = by_name.find(name);
+        return it == by_name.end() ? -1 : it->second;
+    }
+    ggml_type    type(int64_t id) const { return gguf_get_tensor_type(g[at[id].first], at[id].second); }
+    size_t       size(int64_t id) const { return gguf_get_tensor_size(g[at[id].first], at[id].second); }
+    const char * name(int64_t id) const { return gguf_get_tensor_name(g[at[id].first], at[id].second); }
+
+    // opens one file and indexes its tensors
+    void add(const std::string & path) {
+        gguf_init_params gp = { /*no_alloc =*/ true, /*ctx =*/ nullptr };
+        FILE * fp = fopen(path.c_str(), "rb");
+        if (!fp) throw empo_error(EMPO_ERR_IO, "cannot open " + path);
+        f.push_back(fp);
+        gguf_context * c = gguf_init_from_file(path.c_str(), gp);
+        if (!c) throw empo_error(EMPO_ERR_IO, "not a readable GGUF file: " + path);
+        g.push_back(c);
+        const int k = (int) g.size() - 1;
+        for (int64_t i = 0; i < gguf_get_n_tensors(c); ++i) {
+            if (!by_name.emplace(gguf_get_tensor_name(c, i), n()).second) {
+                throw empo_error(EMPO_ERR_ARCH, std::string("tensor ") + gguf_get_tensor_name(c, i) + " appears twice in " + path);
+            }
+            at.push_back({k, i});
+        }
+    }
 
     // raw bytes of tensor `id` (its GGUF type and layout)
     std::vector<uint8_t> read(int64_t id) const {
-        const size_t off  = gguf_get_data_offset(g) + gguf_get_tensor_offset(g, id);
-        const size_t size = gguf_get_tensor_size(g, id);
-        std::vector<uint8_t> buf(size);
-        if (fseeko(f, (off_t) off, SEEK_SET) != 0 || fread(buf.data(), 1, size, f) != size) {
-            throw empo_error(EMPO_ERR_IO, std::string("short read of tensor ") + gguf_get_tensor_name(g, id));
+        const gguf_context * c = g[at[id].first];
+        const int64_t i = at[id].second;
+        const size_t off  = gguf_get_data_offset(c) + gguf_get_tensor_offset(c, i);
+        const size_t sz   = gguf_get_tensor_size(c, i);
+        std::vector<uint8_t> buf(sz);
+        FILE * fp = f[at[id].first];
+        if (fseeko(fp, (off_t) off, SEEK_SET) != 0 || fread(buf.data(), 1, sz, fp) != sz) {
+            throw empo_error(EMPO_ERR_IO, std::string("short read of tensor ") + gguf_get_tensor_name(c, i));
         }
         return buf;
     }
 };
+
+// the u16 split key `key` of c, or -1 when absent
+static int split_key(const gguf_context * c, const char * key) {
+    const int64_t id = gguf_find_key(c, key);
+    if (id < 0) return -1;
+    if (gguf_get_kv_type(c, id) != GGUF_TYPE_UINT16) throw empo_error(EMPO_ERR_ARCH, std::string(key) + " is not a u16");
+    return gguf_get_val_u16(c, id);
+}
+
+// opens path and, when it is the first file of a split model, the others
+static void open_source(gguf_source & src, const char * path) {
+    src.add(path);
+    const int n = split_key(src.meta(), "split.count");
+    if (n <= 1) return;
+    if (split_key(src.meta(), "split.no") != 0) {
+        throw empo_error(EMPO_ERR_IO, std::string(path) + " is not the first split of its model: load that one");
+    }
+    std::vector<char> buf(strlen(path) + 64);
+    if (llama_split_prefix(buf.data(), buf.size(), path, 0, n) <= 0) {
+        throw empo_error(EMPO_ERR_IO, std::string(path) + ": the first of " + std::to_string(n) + " splits must be named <prefix>-00001-of-" +
+                         std::to_string(100000 + n).substr(1) + ".gguf");
+    }
+    const std::string prefix = buf.data();
+    for (int i = 1; i < n; ++i) {
+        llama_split_path(buf.data(), buf.size(), prefix.c_str(), i, n);
+        const std::string sp = buf.data();
+        src.add(sp);
+        if (split_key(src.g.back(), "split.no") != i || split_key(src.g.back(), "split.count") != n) {
+            throw empo_error(EMPO_ERR_IO, sp + " is not split " + std::to_string(i + 1) + " of " + std::to_string(n));
+        }
+    }
+    const int64_t kid = gguf_find_key(src.meta(), "split.tensors.count");
+    if (kid < 0 || gguf_get_kv_type(src.meta(), kid) != GGUF_TYPE_INT32 || gguf_get_val_i32(src.meta(), kid) != src.n()) {
+        throw empo_error(EMPO_ERR_IO, std::string(path) + ": split.tensors.count does not match the " + std::to_string(src.n()) + " tensors of the splits");
+    }
+}
 
 // convert n elements of type `type` to F32
 static std::vector<float> to_f32(const std::vector<uint8_t> & src, ggml_type type, int64_t n) {
@@ -329,6 +405,12 @@ static void add_transposed(empo_model & m, std::vector<pending_upload> & uploads
     if (ggml_tensor * tt = new_transposed(m, t)) uploads.push_back({tt, transposed_data(raw, t->type, t->ne[0], t->ne[1], tt)});
 }
 
+// the error for a tensor whose type the graph cannot train on
+static empo_error type_error(const std::string & name, ggml_type type,
+                             const char * why = "the training graph reads F32, F16, BF16 and quantized types with a CPU dot product") {
+    return empo_error(EMPO_ERR_TYPE, "tensor " + name + " has type " + ggml_type_name(type) + ", which cannot be trained on (" + why + ")");
+}
+
 // can the training graph read a frozen matrix of this type as it is (mul_mat
 // on the CPU, and a transposed copy)?
 static bool usable_matrix_type(ggml_type type) {
@@ -385,7 +467,7 @@ struct weight_loader {
     // F32 files: the trained base is written back as F32, and a silent
     // F16 → F32 conversion would double the file and change the model's type.
     ggml_tensor * param(const std::string & name, int64_t id, int64_t n0, int64_t n1) {
-        const ggml_type type = gguf_get_tensor_type(src.g, id);
+        const ggml_type type = src.type(id);
         if (type != GGML_TYPE_F32) {
             throw empo_error(EMPO_ERR_CONFIG, "full training needs an F32 model: tensor " + name + " is " +
                              ggml_type_name(type) + " (use an F32 GGUF, or train a LoRA adapter)");
@@ -407,11 +489,13 @@ struct weight_loader {
             if (required) throw empo_error(EMPO_ERR_ARCH, "missing tensor " + name);
             return nullptr;
         }
-        const ggml_type type = gguf_get_tensor_type(src.g, id);
-        if ((int64_t) (gguf_get_tensor_size(src.g, id) / ggml_type_size(type) * ggml_blck_size(type)) != n) {
+        const ggml_type type = src.type(id);
+        if ((int64_t) (src.size(id) / ggml_type_size(type) * ggml_blck_size(type)) != n) {
             throw empo_error(EMPO_ERR_ARCH, "tensor " + name + " has an unexpected size");
         }
         if (m.cfg.full) return param(name, id, n, 0);
+        const auto * tr = ggml_get_type_traits(type);
+        if (type != GGML_TYPE_F32 && !(tr && tr->to_float)) throw type_error(name, type);
         ggml_tensor * t = ggml_new_tensor_1d(m.ctx_w, GGML_TYPE_F32, n);
         ggml_set_name(t, name.c_str());
         std::vector<float> f = to_f32(src.read(id), type, n);
@@ -429,9 +513,9 @@ struct weight_loader {
     ggml_tensor * mat(const std::string & name, int64_t n0, int64_t n1, bool force_f32, bool want_t) {
         const int64_t id = src.find(name);
         if (id < 0) throw empo_error(EMPO_ERR_ARCH, "missing tensor " + name);
-        const ggml_type type = gguf_get_tensor_type(src.g, id);
+        const ggml_type type = src.type(id);
         const size_t want = ggml_row_size(type, n0) * n1;
-        if (n0 % ggml_blck_size(type) != 0 || gguf_get_tensor_size(src.g, id) != want) {
+        if (n0 % ggml_blck_size(type) != 0 || src.size(id) != want) {
             throw empo_error(EMPO_ERR_ARCH, "tensor " + name + " has an unexpected shape (want ne=[" +
                              std::to_string(n0) + "," + std::to_string(n1) + "])");
         }
@@ -439,11 +523,8 @@ struct weight_loader {
             m.info.wtype = GGML_TYPE_F32;
             return param(name, id, n0, n1);
         }
-        const bool plain = type == GGML_TYPE_F32 || type == GGML_TYPE_F16 || type == GGML_TYPE_BF16;
-        const auto * tr  = ggml_get_type_traits(type);
-        const bool quant = !plain && ggml_is_quantized(type) && tr && tr->to_float && ggml_get_type_traits_cpu(type)->vec_dot;
-        ggml_type st = type;
-        if (force_f32 || (!plain && !quant)) st = GGML_TYPE_F32;
+        if (!usable_matrix_type(type)) throw type_error(name, type);
+        const ggml_type st = force_f32 ? GGML_TYPE_F32 : type;
         ggml_tensor * t = ggml_new_tensor_2d(m.ctx_w, st, n0, n1);
         ggml_set_name(t, name.c_str());
         std::vector<uint8_t> raw = src.read(id);
@@ -466,13 +547,13 @@ struct weight_loader {
 // In the default backward mode every matrix read by MUL_MAT is registered
 // for rewrite_frozen_backward with no stored copy, so dX = Wᵀ·dY uses a CONT
 // of transpose(W) made in the graph from the current (trained) W.
-static void order_full_params(empo_model & m, const gguf_context * g) {
+static void order_full_params(empo_model & m, const gguf_source & src) {
     std::unordered_map<std::string, ggml_tensor *> by_name;
     for (ggml_tensor * t : m.params) by_name[t->name] = t;
     std::vector<ggml_tensor *> ordered;
-    const int64_t n = gguf_get_n_tensors(g);
+    const int64_t n = src.n();
     for (int64_t i = 0; i < n; ++i) {
-        const std::string name = gguf_get_tensor_name(g, i);
+        const std::string name = src.name(i);
         auto it = by_name.find(name);
         if (it == by_name.end()) {
             throw empo_error(EMPO_ERR_ARCH, "tensor " + name + " is not part of the qwen2 training graph: full training would leave it untrained");
@@ -505,14 +586,8 @@ static void order_full_params(empo_model & m, const gguf_context * g) {
 
 static void load_model(empo_model & m, const char * path) {
     gguf_source src;
-    {
-        gguf_init_params gp = { /*no_alloc =*/ true, /*ctx =*/ nullptr };
-        src.f = fopen(path, "rb");
-        if (!src.f) throw empo_error(EMPO_ERR_IO, std::string("cannot open ") + path);
-        src.g = gguf_init_from_file(path, gp);
-        if (!src.g) throw empo_error(EMPO_ERR_IO, std::string("not a readable GGUF file: ") + path);
-    }
-    const gguf_context * g = src.g;
+    open_source(src, path);
+    const gguf_context * g = src.meta();
 
     // ---- hyperparameters
     const int64_t kid = gguf_find_key(g, "general.architecture");
@@ -533,7 +608,7 @@ static void load_model(empo_model & m, const char * path) {
         hp.n_ctx <= 0 || hp.n_embd % hp.n_head != 0 || hp.n_head % hp.n_head_kv != 0) {
         throw empo_error(EMPO_ERR_ARCH, "inconsistent qwen2 hyperparameters");
     }
-    if ((int64_t) hp.n_layer * 9 > gguf_get_n_tensors(g)) { // each block has ≥ 9 tensors; also bounds every size below
+    if ((int64_t) hp.n_layer * 9 > src.n()) { // each block has ≥ 9 tensors; also bounds every size below
         throw empo_error(EMPO_ERR_ARCH, "block_count " + std::to_string(hp.n_layer) + " does not match the tensors in the file");
     }
     hp.n_embd_head = hp.n_embd / hp.n_head;
@@ -625,7 +700,7 @@ static void load_model(empo_model & m, const char * path) {
             if (!full && (m.cfg.lora_targets & (1u << k))) add_lora(m, lin, il, k, base, n_in[k], n_out[k]);
         }
     }
-    if (full) order_full_params(m, g);
+    if (full) order_full_params(m, src);
     for (ggml_tensor * t : m.params) {
         ggml_tensor * gacc = ggml_dup_tensor(m.ctx_p, t);
         ggml_format_name(gacc, "grad_acc.%s", t->name);
@@ -692,7 +767,7 @@ static void load_shared(empo_model & m, const empo_llama_weights & lw) {
         if (w->ne[0] != n0 || w->ne[1] != n1 || w->ne[2] != 1 || w->ne[3] != 1 || !ggml_is_contiguous(w)) {
             throw empo_error(EMPO_ERR_ARCH, "tensor " + what + " has an unexpected shape");
         }
-        if (!usable_matrix_type(w->type)) throw empo_error(EMPO_ERR_ARCH, std::string("tensor ") + what + " has type " + ggml_type_name(w->type));
+        if (!usable_matrix_type(w->type)) throw type_error(what, w->type);
         if (want_t) {
             if (ggml_tensor * tt = new_transposed(m, w)) deferred.push_back({w, tt});
         }
@@ -704,7 +779,8 @@ static void load_shared(empo_model & m, const empo_llama_weights & lw) {
             if (required) throw empo_error(EMPO_ERR_ARCH, "missing tensor " + what);
             return nullptr;
         }
-        if (t->type != GGML_TYPE_F32 || ggml_nelements(t) != n) throw empo_error(EMPO_ERR_ARCH, "tensor " + what + " is not F32 of the expected size");
+        if (t->type != GGML_TYPE_F32) throw type_error(what, t->type, "norm weights and biases are read in F32 from llama.cpp's model");
+        if (ggml_nelements(t) != n) throw empo_error(EMPO_ERR_ARCH, "tensor " + what + " has an unexpected size");
         return t;
     };
     m.tok_embd = mat(lw.tok_embd, "token_embd.weight", C, V, false);

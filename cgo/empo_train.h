@@ -32,6 +32,7 @@ enum empo_status {
     EMPO_ERR_ABORTED  = 8, // the coefficient callback of empo_model_train returned nonzero
     EMPO_ERR_NONFINITE = 9, // a gradient (its global norm) is NaN or infinite: no step taken
     EMPO_ERR_TOO_LARGE = 10, // the graph's compute buffer would exceed empo_model_params.max_compute: nothing computed
+    EMPO_ERR_TYPE     = 11, // a tensor's type cannot be trained on (the message names the tensor and the type)
 };
 
 // LoRA target indices (bit i of empo_model_params.lora_targets). The order is

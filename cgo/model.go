@@ -69,6 +69,8 @@ func statusErr(code C.int, what string) error {
 		base = ErrNonFinite
 	case C.EMPO_ERR_TOO_LARGE:
 		base = ErrComputeCap
+	case C.EMPO_ERR_TYPE:
+		base = ErrTensorType
 	default:
 		base = ErrBackend
 	}
