@@ -74,6 +74,7 @@ func init() {
 				Flags:  []cli.Flag{modelInfoJSONFlag, modelInfoTensorsFlag, modelInfoTemplateFlag},
 				Action: modelInfo,
 			},
+			modelQuantizeCmd,
 		},
 	})
 }
