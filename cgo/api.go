@@ -269,6 +269,7 @@ func CountTrained(batch []Sequence, obj Objective) (tokens, seqs int) {
 //	(*Model).Moments() (m, v [][]float32, err error)
 //	(*Model).SetMoments(m, v [][]float32) error
 //	(*Model).ProfileStep(batch []Sequence, obj Objective, lossScale float32) ([]OpTime, Stats, error)
+//	(*Model).ProfileForward(seqs [][]int32) ([]OpTime, error)
 //	(*Model).ForwardBackward(batch []Sequence, obj Objective, lossScale float32) (Stats, error)
 //	(*Model).Evaluate(batch []Sequence, obj Objective, lossScale float32) (Stats, error) // no backward
 //	(*Model).LogProbs(tokens []int32) ([]float32, error)
