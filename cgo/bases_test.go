@@ -1,6 +1,7 @@
 package cgo
 
 import (
+	"encoding/binary"
 	"errors"
 	"math"
 	"math/rand/v2"
@@ -83,16 +84,7 @@ func TestQuantizedBases(t *testing.T) {
 					t.Fatalf("%s file has no %s matrix: %v", c.typ, want, types)
 				}
 			}
-			m, err := Load(q, lora, Options{Threads: 1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Close()
-			ref, err := Load(dq, lora, Options{Threads: 1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ref.Close()
+			m, ref := mustLoad(t, q, lora, Options{Threads: 1}), mustLoad(t, dq, lora, Options{Threads: 1})
 			if ref.Info().WeightType != "f32" || m.Info().WeightType == "f32" {
 				t.Fatalf("weights stored as %s / %s", m.Info().WeightType, ref.Info().WeightType)
 			}
@@ -107,41 +99,21 @@ func TestQuantizedBases(t *testing.T) {
 			}
 			defer sh.Close()
 
-			rng := rand.New(rand.NewPCG(2, 3))
-			toks := randTokens(rng, 40, m.Info().NVocab)
-			a, err := m.LogProbs(toks)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, _ := ref.LogProbs(toks)
-			s, _ := sh.LogProbs(toks)
-			worst := 0.0
-			for i := range a {
-				worst = math.Max(worst, math.Abs(float64(a[i]-b[i])))
-				if math.Float32bits(a[i]) != math.Float32bits(s[i]) {
-					t.Fatalf("LoadShared log-prob %d: %v, Load %v", i, s[i], a[i])
+			lps, grads := quantRun(t, 40, ref, m, sh)
+			for i := range lps[1] {
+				if math.Float32bits(lps[1][i]) != math.Float32bits(lps[2][i]) {
+					t.Fatalf("LoadShared log-prob %d: %v, Load %v", i, lps[2][i], lps[1][i])
 				}
 			}
+			worst := maxAbsDiff(lps[1], lps[0])
 			if worst > 0.1 { // measured 0.03–0.06 (8-bit activations); a wrong layout is nats off
 				t.Fatalf("%s vs dequantized-F32 log-probs differ by %v", c.typ, worst)
 			}
-			seq := Sequence{Tokens: toks, Trained: make([]bool, 40), OldLogp: make([]float32, 40), Advantage: make([]float32, 40)}
-			for i := 20; i < 40; i++ {
-				seq.Trained[i] = true
-				seq.OldLogp[i] = b[i] - 0.05*float32(i%3)
-				seq.Advantage[i] = float32(i%5) - 2
-			}
-			for _, x := range []*Model{m, ref, sh} {
-				if _, err := x.ForwardBackward([]Sequence{seq}, DefaultObjective(), 0); err != nil {
-					t.Fatal(err)
-				}
-			}
-			gq := mustGrads(t, m)
-			rel := relL2(gq, mustGrads(t, ref))
+			rel := relL2(grads[1], grads[0])
 			if rel > 0.1 { // measured 0.02–0.04; a wrong Wᵀ gives O(1)
 				t.Fatalf("%s vs dequantized-F32 gradients: relative L2 %.3g", c.typ, rel)
 			}
-			if !equalParams(gq, mustGrads(t, sh)) {
+			if !equalParams(grads[1], grads[2]) {
 				t.Fatal("LoadShared gradients differ from Load's")
 			}
 			mem := m.MemoryBytes()
@@ -155,34 +127,24 @@ func TestQuantizedBases(t *testing.T) {
 // (here F64) is refused with ErrTensorType naming the tensor and the type.
 func TestUntrainableTensorType(t *testing.T) {
 	src := tinyModel(t, tinyCfg())
+	const bad = "blk.1.ffn_up.weight"
+	w := modelWriter(t, src, bad)
 	f, err := gguf.Open(src)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	w := gguf.NewWriter()
-	w.CopyMetadata(f)
-	const bad = "blk.1.ffn_up.weight"
-	for _, ti := range f.Tensors {
-		x, err := f.ReadTensorF32(ti.Name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ti.Name == bad {
-			raw := make([]byte, 0, 8*len(x))
-			for _, v := range x {
-				u := math.Float64bits(float64(v))
-				for k := 0; k < 8; k++ {
-					raw = append(raw, byte(u>>(8*k)))
-				}
-			}
-			err = w.AddTensorRaw(ti.Name, ti.Shape, gguf.TypeF64, raw)
-		} else {
-			err = w.AddTensorF32(ti.Name, ti.Shape, x)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	ti, _ := f.Tensor(bad)
+	x, err := f.ReadTensorF32(bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := make([]byte, 0, 8*len(x))
+	for _, v := range x {
+		raw = binary.LittleEndian.AppendUint64(raw, math.Float64bits(float64(v)))
+	}
+	if err := w.AddTensorRaw(bad, ti.Shape, gguf.TypeF64, raw); err != nil {
+		t.Fatal(err)
 	}
 	path := filepath.Join(t.TempDir(), "f64.gguf")
 	if err := w.WriteFile(path); err != nil {

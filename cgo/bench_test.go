@@ -208,11 +208,7 @@ func BenchmarkProfile100M(b *testing.B) {
 		b.Run(dtype, func(b *testing.B) {
 			cfg := model100M()
 			cfg.DType = dtype
-			m, err := Load(tinyModel(b, cfg), LoRAConfig{Rank: 8, Alpha: 16, Seed: 1}, Options{Threads: 1})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer m.Close()
+			m := mustLoad(b, tinyModel(b, cfg), LoRAConfig{Rank: 8, Alpha: 16, Seed: 1}, Options{Threads: 1})
 			batch := benchBatch(rand.New(rand.NewPCG(1, 1)), m.Info().NVocab, 2, 256, 64)
 			obj := DefaultObjective()
 			obj.LowProbThreshold = -100
@@ -224,16 +220,7 @@ func BenchmarkProfile100M(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				var total float64
-				for _, o := range ops {
-					total += o.Seconds
-				}
-				for _, o := range ops {
-					if o.Seconds/total >= 0.005 {
-						b.Logf("%-28s %4d nodes %8.1f ms %5.1f%%", o.Key, o.Count, o.Seconds*1e3, 100*o.Seconds/total)
-					}
-				}
-				b.ReportMetric(total*1e3, "profiled-ms")
+				logOpShares(b, ops)
 			}
 		})
 	}
@@ -384,11 +371,7 @@ func BenchmarkProfileForward100M(b *testing.B) {
 		b.Run(dtype, func(b *testing.B) {
 			cfg := model100M()
 			cfg.DType = dtype
-			m, err := Load(tinyModel(b, cfg), LoRAConfig{Rank: 8, Alpha: 16, Seed: 1}, Options{Threads: 1})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer m.Close()
+			m := mustLoad(b, tinyModel(b, cfg), LoRAConfig{Rank: 8, Alpha: 16, Seed: 1}, Options{Threads: 1})
 			rng := rand.New(rand.NewPCG(1, 1))
 			seqs := [][]int32{randTokens(rng, 256, m.Info().NVocab), randTokens(rng, 256, m.Info().NVocab)}
 			if _, err := m.LogProbsBatch(seqs); err != nil {
@@ -399,17 +382,23 @@ func BenchmarkProfileForward100M(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				var total float64
-				for _, o := range ops {
-					total += o.Seconds
-				}
-				for _, o := range ops {
-					if o.Seconds/total >= 0.005 {
-						b.Logf("%-28s %4d nodes %8.1f ms %5.1f%%", o.Key, o.Count, o.Seconds*1e3, 100*o.Seconds/total)
-					}
-				}
-				b.ReportMetric(total*1e3, "profiled-ms")
+				logOpShares(b, ops)
 			}
 		})
 	}
+}
+
+// logOpShares logs every kind of node with ≥ 0.5 % of a profile's time and
+// reports the profile's total.
+func logOpShares(b *testing.B, ops []OpTime) {
+	var total float64
+	for _, o := range ops {
+		total += o.Seconds
+	}
+	for _, o := range ops {
+		if o.Seconds/total >= 0.005 {
+			b.Logf("%-28s %4d nodes %8.1f ms %5.1f%%", o.Key, o.Count, o.Seconds*1e3, 100*o.Seconds/total)
+		}
+	}
+	b.ReportMetric(total*1e3, "profiled-ms")
 }

@@ -434,17 +434,22 @@ func (M *Model) WriteParams(vals [][]float32) error {
 	return nil
 }
 
-// ZeroGrads clears the gradient accumulators.
-func (M *Model) ZeroGrads() error {
+// call runs one status-returning C function on the model under its lock.
+func (M *Model) call(fn func(*C.struct_empo_model) C.int) error {
 	m, err := M.lock()
 	if err != nil {
 		return err
 	}
 	defer m.mu.Unlock()
-	if rc := C.empo_model_grad_zero(m.c); rc != C.EMPO_OK {
+	if rc := fn(m.c); rc != C.EMPO_OK {
 		return statusErr(rc, C.GoString(C.empo_model_last_error(m.c)))
 	}
 	return nil
+}
+
+// ZeroGrads clears the gradient accumulators.
+func (M *Model) ZeroGrads() error {
+	return M.call(func(c *C.struct_empo_model) C.int { return C.empo_model_grad_zero(c) })
 }
 
 // MemoryBytes reports ggml buffer sizes.
@@ -467,15 +472,7 @@ func (M *Model) MemoryBytes() MemoryStats {
 // ResetComputePeak sets MemoryStats.Compute to 0, so that the next reading
 // is the peak of the calls in between (e.g. one update).
 func (M *Model) ResetComputePeak() error {
-	m, err := M.lock()
-	if err != nil {
-		return err
-	}
-	defer m.mu.Unlock()
-	if rc := C.empo_model_mem_reset_peak(m.c); rc != C.EMPO_OK {
-		return statusErr(rc, C.GoString(C.empo_model_last_error(m.c)))
-	}
-	return nil
+	return M.call(func(c *C.struct_empo_model) C.int { return C.empo_model_mem_reset_peak(c) })
 }
 
 // packed is a right-padded graph batch in the C layout.
@@ -615,24 +612,31 @@ func (M *Model) LogProbsAt(seqs [][]int32, want [][]bool) ([][]float32, error) {
 	for i, s := range seqs {
 		out[i] = make([]float32, len(s))
 	}
+	err = m.forwardParts(seqs, rows, parts, func(seq, t int, lp float32) { out[seq][t] = lp })
+	return out, err
+}
+
+// forwardParts computes the forward graphs of a plan and hands every
+// log-prob to put (sequence index, position, value).
+func (m *model) forwardParts(seqs [][]int32, rows [][]int, parts [][]span, put func(seq, t int, lp float32)) error {
 	for _, part := range parts {
 		p, err := m.packSpans(seqs, rows, part)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		logp, _, err := m.forward(p, nil)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		j := 0
 		for _, sp := range part {
 			for _, t := range rows[sp.seq][sp.lo:sp.hi] {
-				out[sp.seq][t] = logp[j]
+				put(sp.seq, t, logp[j])
 				j++
 			}
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // logpSlack tolerates log-probs a rounding error above 0 (p ≈ 1 computed as
@@ -787,23 +791,9 @@ func (M *Model) TrainedLogProbs(batch []Sequence, obj Objective) ([][]float32, e
 	for _, i := range pl.kept {
 		out[i] = make([]float32, len(batch[i].Tokens))
 	}
-	for _, part := range pl.parts {
-		p, err := m.packSpans(pl.seqs, pl.rows, part)
-		if err != nil {
-			return nil, err
-		}
-		logp, _, err := m.forward(p, nil)
-		if err != nil {
-			return nil, err
-		}
-		j := 0
-		for _, sp := range part {
-			o := out[pl.kept[sp.seq]]
-			for _, t := range pl.rows[sp.seq][sp.lo:sp.hi] {
-				o[t] = logp[j]
-				j++
-			}
-		}
+	err = m.forwardParts(pl.seqs, pl.rows, pl.parts, func(k, t int, lp float32) { out[pl.kept[k]][t] = lp })
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

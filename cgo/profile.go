@@ -57,16 +57,10 @@ func (M *Model) ProfileForward(seqs [][]int32) ([]OpTime, error) {
 	}
 	return m.profiled(func() error {
 		parts, err := m.plan(seqs, rows, false)
-		for _, part := range parts {
-			if err != nil {
-				break
-			}
-			var p *packed
-			if p, err = m.packSpans(seqs, rows, part); err == nil {
-				_, _, err = m.forward(p, nil)
-			}
+		if err != nil {
+			return err
 		}
-		return err
+		return m.forwardParts(seqs, rows, parts, func(int, int, float32) {})
 	})
 }
 

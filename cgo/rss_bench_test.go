@@ -15,21 +15,27 @@ import (
 	"github.com/empo2/empo2/llama"
 )
 
-// peakRSS is the process's peak resident set (VmHWM), in bytes.
-func peakRSS(t testing.TB) int64 {
+// procStatus is a "<field>: N kB" line of /proc/self/status, in bytes.
+func procStatus(t testing.TB, field string) int64 {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		t.Skip("no /proc/self/status")
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == field+":" {
 			kb, _ := strconv.ParseInt(f[1], 10, 64)
 			return kb << 10
 		}
 	}
-	t.Skip("no VmHWM")
+	t.Skip("no " + field)
 	return 0
 }
+
+// peakRSS is the process's peak resident set (VmHWM), in bytes.
+func peakRSS(t testing.TB) int64 { return procStatus(t, "VmHWM") }
+
+// vmRSS is the process's resident set now (VmRSS), in bytes.
+func vmRSS(t testing.TB) int64 { return procStatus(t, "VmRSS") }
 
 // TestRSSChild is the child process of BenchmarkRSS (skipped otherwise):
 // EMPO2_RSS_MODE = rollout (llama.cpp model + context + one 256-token
@@ -130,22 +136,6 @@ func BenchmarkRSS(b *testing.B) {
 			}
 		})
 	}
-}
-
-// vmRSS is the process's resident set now (VmRSS), in bytes.
-func vmRSS(t testing.TB) int64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Skip("no /proc/self/status")
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
-			kb, _ := strconv.ParseInt(f[1], 10, 64)
-			return kb << 10
-		}
-	}
-	t.Skip("no VmRSS")
-	return 0
 }
 
 // TestRSSLongChild is the child process of BenchmarkRSSLongPrompts (skipped

@@ -13,6 +13,27 @@ import (
 	"github.com/empo2/empo2/modelgen"
 )
 
+// splitModel writes the default generated model into dir and, with
+// WriteSplits, as 3 splits named prefix-0000i-of-00003.gguf; it returns the
+// open unsplit model (closed when the test ends) and the split paths.
+func splitModel(t *testing.T, dir, prefix string) (*gguf.File, []string) {
+	t.Helper()
+	src := filepath.Join(dir, "m.gguf")
+	if err := modelgen.Write(src, modelgen.DefaultConfig()); err != nil {
+		t.Fatal(err)
+	}
+	orig, err := gguf.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { orig.Close() })
+	paths, err := gguf.WriteSplits(orig, filepath.Join(dir, prefix), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return orig, paths
+}
+
 // TestSplitRoundTrip: a generated model written as 3 splits (WriteSplits)
 // is, opened by its first file, the same model: the same metadata keys in
 // the same order and values (no split.* key), the same tensors in the same
@@ -22,19 +43,7 @@ import (
 // first, and a run of the tensors; the names follow llama_split_path.
 func TestSplitRoundTrip(t *testing.T) {
 	dir := t.TempDir()
-	src := filepath.Join(dir, "m.gguf")
-	if err := modelgen.Write(src, modelgen.DefaultConfig()); err != nil {
-		t.Fatal(err)
-	}
-	orig, err := gguf.Open(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer orig.Close()
-	paths, err := gguf.WriteSplits(orig, filepath.Join(dir, "split"), 3)
-	if err != nil {
-		t.Fatal(err)
-	}
+	orig, paths := splitModel(t, dir, "split")
 	want := []string{"split-00001-of-00003.gguf", "split-00002-of-00003.gguf", "split-00003-of-00003.gguf"}
 	var total int64
 	seen := 0
@@ -128,19 +137,7 @@ func TestSplitRoundTrip(t *testing.T) {
 // inconsistent count, or one split through OpenReader is ErrSplit.
 func TestSplitErrors(t *testing.T) {
 	dir := t.TempDir()
-	src := filepath.Join(dir, "m.gguf")
-	if err := modelgen.Write(src, modelgen.DefaultConfig()); err != nil {
-		t.Fatal(err)
-	}
-	orig, err := gguf.Open(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer orig.Close()
-	paths, err := gguf.WriteSplits(orig, filepath.Join(dir, "s"), 3)
-	if err != nil {
-		t.Fatal(err)
-	}
+	orig, paths := splitModel(t, dir, "s")
 	expectSplitErr := func(what, path string) {
 		t.Helper()
 		f, err := gguf.Open(path)
