@@ -174,21 +174,27 @@ type Sequence struct {
 	LowProbMask bool
 }
 
+// Aggregation is how per-token losses are reduced to the loss.
+type Aggregation string
+
 // Aggregation modes of Objective.Aggregation.
 const (
-	AggTokenMean        = "token-mean"          // Σ_tokens ℓ · scale, scale defaults to 1/#tokens
-	AggSeqMeanTokenMean = "seq-mean-token-mean" // Σ_seq (1/|seq|) Σ_t ℓ · scale, scale defaults to 1/#seqs
+	AggTokenMean        Aggregation = "token-mean"          // Σ_tokens ℓ · scale, scale defaults to 1/#tokens
+	AggSeqMeanTokenMean Aggregation = "seq-mean-token-mean" // Σ_seq (1/|seq|) Σ_t ℓ · scale, scale defaults to 1/#seqs
 )
+
+// Valid reports whether a is a known mode (the empty default aside).
+func (a Aggregation) Valid() bool { return a == AggTokenMean || a == AggSeqMeanTokenMean }
 
 // Objective configures the clipped policy-gradient loss (see docs/training.md).
 type Objective struct {
-	ClipLow          float32 // ε_low, ratio lower bound 1−ε_low (PPO, Schulman et al. 2017)
-	ClipHigh         float32 // ε_high, ratio upper bound 1+ε_high (decoupled clip)
-	DualClip         float32 // c > 1: dual-clip bound −c·A for A < 0 (Ye et al. 2020); 0 disables
-	LowProbThreshold float32 // δ for low-probability masking (EMPO²)
-	KLCoef           float32 // β of the k3 KL to the reference (needs RefLogp); 0 = off
-	EntropyCoef      float32 // entropy bonus coefficient; 0 = off
-	Aggregation      string  // AggTokenMean (default when empty) or AggSeqMeanTokenMean
+	ClipLow          float32     // ε_low, ratio lower bound 1−ε_low (PPO, Schulman et al. 2017)
+	ClipHigh         float32     // ε_high, ratio upper bound 1+ε_high (decoupled clip)
+	DualClip         float32     // c > 1: dual-clip bound −c·A for A < 0 (Ye et al. 2020); 0 disables
+	LowProbThreshold float32     // δ for low-probability masking (EMPO²)
+	KLCoef           float32     // β of the k3 KL to the reference (needs RefLogp); 0 = off
+	EntropyCoef      float32     // entropy bonus coefficient; 0 = off
+	Aggregation      Aggregation // AggTokenMean (default when empty) or AggSeqMeanTokenMean
 	// NLL replaces the policy-gradient loss by plain negative log-likelihood
 	// (supervised fine-tuning, `empo2 sft`): ℓ = −logp per trained token,
 	// ∂ℓ/∂logp = −1; OldLogp and Advantage are ignored (no ratio, no clip).

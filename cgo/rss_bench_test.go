@@ -96,9 +96,10 @@ func TestRSSChild(t *testing.T) {
 // BenchmarkRSS measures, on the 86M generated model (12 layers, C 768,
 // H 12/2, F 2048, V 8192; F32 and F16), the peak RSS of three processes:
 // rollout alone, rollout + training engine on llama.cpp's weights
-// (LoadShared), rollout + training engine with its own copy (Load). Target
-// (issue 10.1): shared − rollout ≤ 1.1 × (transposed copies + compute
-// buffer + LoRA params/grads/moments).
+// (LoadShared), rollout + training engine with its own copy (Load). Target:
+// shared − rollout ≤ 1.1 × (transposed copies + compute buffer + LoRA
+// params/grads/moments), i.e. the training engine adds no second copy of
+// the base weights.
 func BenchmarkRSS(b *testing.B) {
 	for _, dtype := range []string{"f32", "f16"} {
 		b.Run(dtype, func(b *testing.B) {
