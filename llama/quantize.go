@@ -38,9 +38,6 @@ type QuantizeParams struct {
 	AllowRequantize bool
 	// Pure writes every matrix in the target type (no k-quant mix).
 	Pure bool
-	// KeepSplit writes a split input as the same number of splits
-	// (out-0000i-of-0000n.gguf next to OUT's prefix), else one file.
-	KeepSplit bool
 }
 
 // quantizeTypes maps llama-quantize's type names to llama_ftype.
@@ -75,9 +72,11 @@ func QuantizeTypes() []string {
 }
 
 // Quantize writes the model in the GGUF file in (the first file of a split
-// model) as out in another type with llama.cpp's own quantizer
-// (llama_model_quantize, what llama-quantize runs), metadata copied,
-// general.file_type set. in is validated first (the checks LoadModel runs);
+// model) as the one file out in another type with llama.cpp's own
+// quantizer (llama_model_quantize, what llama-quantize runs), metadata
+// copied (without split keys), general.file_type set. llama.cpp writes out
+// in place; a caller that must not leave a partial file writes to a
+// temporary name and renames it. in is validated first (the checks LoadModel runs);
 // out must not be in (or one of its splits) and its directory must exist.
 func Quantize(in, out string, p QuantizeParams) error {
 	ft, ok := quantizeTypes[strings.ToLower(p.Type)]
@@ -104,7 +103,6 @@ func Quantize(in, out string, p QuantizeParams) error {
 	}
 	qp.allow_requantize = C.bool(p.AllowRequantize)
 	qp.pure = C.bool(p.Pure)
-	qp.keep_split = C.bool(p.KeepSplit)
 	cin, cout := C.CString(in), C.CString(out)
 	defer C.free(unsafe.Pointer(cin))
 	defer C.free(unsafe.Pointer(cout))

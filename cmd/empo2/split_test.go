@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/empo2/empo2/gguf"
@@ -69,4 +70,36 @@ func TestSplitModelCommands(t *testing.T) {
 		loraMustCLI(t, "model", "quantize", base, o, "--dtype", "q8_0", "--threads", "1")
 	})
 	loraWantFail(t, []string{"split"}, "generate", "--model", paths[1], "--prompt", "hi", "--max-tokens", "2")
+}
+
+// TestModelQuantizeRefusesInputs: OUT naming IN, or one of IN's splits, is
+// refused before anything is written; a failed quantization leaves no file.
+func TestModelQuantizeRefusesInputs(t *testing.T) {
+	dir := t.TempDir()
+	model := loraTinyModel(t, dir, "tiny.gguf", nil)
+	f, err := gguf.Open(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	paths, err := gguf.WriteSplits(f, filepath.Join(dir, "s"), 3)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(paths[2])
+	loraWantFail(t, []string{"overwrite"}, "model", "quantize", model, model, "--dtype", "q8_0")
+	loraWantFail(t, []string{"overwrite"}, "model", "quantize", paths[0], paths[2], "--dtype", "q8_0")
+	if after, _ := os.ReadFile(paths[2]); !bytes.Equal(before, after) {
+		t.Fatal("a split was overwritten")
+	}
+	out := filepath.Join(dir, "x.gguf")
+	loraMustCLI(t, "model", "quantize", model, filepath.Join(dir, "tiny-q8.gguf"), "--dtype", "q8_0")
+	// requantizing without --allow-requantize: llama.cpp refuses
+	loraWantFail(t, []string{"requantizing"}, "model", "quantize", filepath.Join(dir, "tiny-q8.gguf"), out, "--dtype", "q4_0")
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if e.Name() == "x.gguf" || strings.Contains(e.Name(), ".tmp-") {
+			t.Fatalf("a failed quantization left %s", e.Name())
+		}
+	}
 }
