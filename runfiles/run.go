@@ -72,49 +72,74 @@ const fingerprintSamples = 16
 // architecture, tokenizer and every tensor's name, type and shape) and 17
 // samples of the data section of 1 MiB each: its first MiB and the MiB
 // ending at each sixteenth of it (the last ends at the file's end). A
-// 15 GB model costs some 20 MiB of reads, so a resume checks it in well
-// under a second; a model that differs only inside unsampled tensor bytes
-// (rare: a fine-tune changes every sample of the weights it touches) is
-// not told apart.
+// model split into several files (gguf-split) is fingerprinted file by
+// file in split order, each further split sampled the same way from its
+// first byte. A 15 GB model costs some 20 MiB of reads per file, so a
+// resume checks it in well under a second; a model that differs only
+// inside unsampled tensor bytes (rare: a fine-tune changes every sample of
+// the weights it touches) is not told apart. Size is the total of every
+// split.
 func Fingerprint(path string) (ModelID, error) {
 	id := ModelID{Path: path}
 	g, err := gguf.Open(path)
 	if err != nil {
 		return id, err
 	}
+	files := g.Splits
+	if len(files) == 0 {
+		files = []string{path}
+	}
 	off := int64(g.DataOffset)
 	g.Close()
+	h := sha256.New()
+	for i, p := range files {
+		if i > 0 {
+			off = 0
+		}
+		n, err := fingerprintFile(h, p, off)
+		if err != nil {
+			return id, fmt.Errorf("fingerprint %s: %w", p, err)
+		}
+		id.Size += n
+	}
+	id.Fingerprint = "sha256-sampled:" + hex.EncodeToString(h.Sum(nil))
+	return id, nil
+}
+
+// fingerprintFile hashes one file into h: its size, the bytes before off
+// and 1 MiB samples of the bytes from off on (see Fingerprint); it returns
+// the size.
+func fingerprintFile(h io.Writer, path string, off int64) (int64, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return id, err
+		return 0, err
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return id, err
+		return 0, err
 	}
-	id.Size = st.Size()
-	h := sha256.New()
+	size := st.Size()
+	off = min(off, size)
 	var sz [8]byte
-	binary.LittleEndian.PutUint64(sz[:], uint64(id.Size))
+	binary.LittleEndian.PutUint64(sz[:], uint64(size))
 	h.Write(sz[:])
 	if _, err := io.Copy(h, io.NewSectionReader(f, 0, off)); err != nil {
-		return id, fmt.Errorf("fingerprint %s: %w", path, err)
+		return 0, err
 	}
-	data := id.Size - off
+	data := size - off
 	sample := func(end int64) error {
 		start := max(off, end-fingerprintChunk)
 		_, err := io.Copy(h, io.NewSectionReader(f, start, end-start))
 		return err
 	}
-	if err := sample(min(id.Size, off+fingerprintChunk)); err != nil {
-		return id, fmt.Errorf("fingerprint %s: %w", path, err)
+	if err := sample(min(size, off+fingerprintChunk)); err != nil {
+		return 0, err
 	}
 	for k := int64(1); k <= fingerprintSamples; k++ {
 		if err := sample(off + data*k/fingerprintSamples); err != nil {
-			return id, fmt.Errorf("fingerprint %s: %w", path, err)
+			return 0, err
 		}
 	}
-	id.Fingerprint = "sha256-sampled:" + hex.EncodeToString(h.Sum(nil))
-	return id, nil
+	return size, nil
 }

@@ -1,6 +1,7 @@
 package runfiles
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -119,5 +120,52 @@ func TestRunMarshal(t *testing.T) {
 	os.WriteFile(p, []byte(`{"format": 7}`), 0o644)
 	if _, err := ReadRun(p); err == nil || !strings.Contains(err.Error(), "format 7") {
 		t.Fatalf("unknown format: %v", err)
+	}
+}
+
+// TestFingerprintSplit: a split model's fingerprint covers every split: its
+// size is the total, and a byte changed in the last split changes it.
+func TestFingerprintSplit(t *testing.T) {
+	dir := t.TempDir()
+	w := gguf.NewWriter()
+	w.AddKV("general.architecture", "qwen2")
+	for i := range 3 {
+		data := make([]byte, 1<<20)
+		for j := range data {
+			data[j] = byte(j*7 + i)
+		}
+		if err := w.AddTensorRaw(fmt.Sprintf("t%d", i), []uint64{1 << 20}, gguf.TypeI8, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src := filepath.Join(dir, "m.gguf")
+	if err := w.WriteFile(src); err != nil {
+		t.Fatal(err)
+	}
+	g, err := gguf.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	paths, err := gguf.WriteSplits(g, filepath.Join(dir, "s"), 3)
+	g.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := Fingerprint(paths[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, p := range paths {
+		st, _ := os.Stat(p)
+		total += st.Size()
+	}
+	if id.Size != total {
+		t.Fatalf("size %d, the splits hold %d", id.Size, total)
+	}
+	st, _ := os.Stat(paths[2])
+	flip(t, paths[2], st.Size()-1)
+	if o, err := Fingerprint(paths[0]); err != nil || o.Fingerprint == id.Fingerprint {
+		t.Fatalf("a byte of the last split changed, same fingerprint (%v)", err)
 	}
 }
