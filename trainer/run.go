@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/empo2/empo2/cgo"
@@ -497,10 +498,12 @@ func newEnvPool(env string, o environments.Options, n int) (*environments.Pool, 
 
 // checkFirstPrompts refuses a context that cannot hold the first prompt
 // of a task (one variation per task of the train pool) and its first
-// action: every episode of the task would end before acting.
+// action: every episode of the task would end before acting. The error
+// lists every such task.
 func checkFirstPrompts(ctx context.Context, roller *rollout.Roller, pool *environments.Pool, train []TaskVar, cfg *Config, nctx int) error {
 	seen := map[string]bool{}
 	pc := roller.Renderer().Config()
+	var long []string
 	for _, tv := range train {
 		if seen[tv.Task] {
 			continue
@@ -520,15 +523,18 @@ func checkFirstPrompts(ctx context.Context, roller *rollout.Roller, pool *enviro
 			return fmt.Errorf("%w: first prompt of %s/%d: %w", ErrTrain, tv.Task, tv.Variation, err)
 		}
 		if n+pc.MaxActionTokens > nctx {
-			held := ""
-			if nctx != cfg.Context {
-				held = fmt.Sprintf(" (llama.cpp holds %d per episode)", nctx)
-			}
-			return fmt.Errorf("%w: context %d%s cannot hold the first prompt of %s/%d (%d tokens) and an action (rollout.max_action_tokens %d): every episode would end before acting; raise context (the model's training context bounds it) or shorten rollout.system",
-				ErrRunConfig, cfg.Context, held, tv.Task, tv.Variation, n, pc.MaxActionTokens)
+			long = append(long, fmt.Sprintf("%s/%d (%d tokens)", tv.Task, tv.Variation, n))
 		}
 	}
-	return nil
+	if len(long) == 0 {
+		return nil
+	}
+	held := ""
+	if nctx != cfg.Context {
+		held = fmt.Sprintf(" (llama.cpp holds %d per episode)", nctx)
+	}
+	return fmt.Errorf("%w: context %d%s cannot hold the first prompt and an action (rollout.max_action_tokens %d) of %d of %d tasks: %s; every episode of them would end before acting: raise context (up to the model's training context: a model made with a larger --ctx), shorten rollout.system, or leave them out of tasks",
+		ErrRunConfig, cfg.Context, held, pc.MaxActionTokens, len(long), len(seen), strings.Join(long, ", "))
 }
 
 // run runs the steps from r.start+1 to the configured last; see Train.
