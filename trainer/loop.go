@@ -186,7 +186,7 @@ type StepMetrics struct {
 	EnvSteps          int          `json:"env_steps"`
 	PromptSeen        int          `json:"prompt_tokens_seen"`
 	PromptDecoded     int          `json:"prompt_tokens_decoded"`
-	PromptUnique      int          `json:"prompt_tokens_unique"` // distinct prompt tokens of the trajectories (full history: the last prompt plus earlier tip blocks)
+	PromptUnique      int          `json:"prompt_tokens_unique"` // distinct prompt tokens of the trajectories (rollout.Stats.PromptTokensUnique)
 	RolloutTokPerS    float64      `json:"rollout_tokens_per_s"`
 	EnvStepsPerS      float64      `json:"env_steps_per_s"`
 	TRollout          float64      `json:"t_rollout"`
@@ -214,9 +214,26 @@ type UpdateSummary struct {
 	TOldLogp float64
 }
 
+// Progress is where a training step lies in its run, for the learning-rate
+// schedule: step Step (1-based) of Steps. The zero value leaves the
+// schedule to the update index (optim.Schedule.LR).
+type Progress struct{ Step, Steps int }
+
+// at is the run's progress at the j-th of n optimizer steps planned in this
+// training step: (Step − 1 + j/n)/Steps, so that the schedule counts the
+// optimizer steps that really happen, however many a step takes, and the
+// last one of the last step is at progress (Steps − 1/n)/Steps.
+func (p Progress) at(j, n int) float64 {
+	if p.Steps <= 0 {
+		return -1
+	}
+	return (float64(p.Step-1) + float64(j)/float64(max(n, 1))) / float64(p.Steps)
+}
+
 // RunUpdates runs epochs passes over the samples in mini-batches of
-// miniBatch sequences (0: all in one), shuffled per epoch with rng.
-func RunUpdates(u *optim.Updater, samples []Sample, epochs, miniBatch int, rng *rand.Rand) (UpdateSummary, error) {
+// miniBatch sequences (0: all in one), shuffled per epoch with rng; each
+// update takes its learning rate at its progress in the run (Progress).
+func RunUpdates(u *optim.Updater, samples []Sample, epochs, miniBatch int, rng *rand.Rand, prog Progress) (UpdateSummary, error) {
 	var s UpdateSummary
 	if len(samples) == 0 {
 		return s, nil
@@ -259,6 +276,8 @@ func RunUpdates(u *optim.Updater, samples []Sample, epochs, miniBatch int, rng *
 		}
 	}
 	var wsum float64
+	planned, j := epochs*len(first), 0
+	defer u.SetProgress(-1)
 	for e := 0; e < epochs; e++ {
 		batches := first
 		if e > 0 {
@@ -269,6 +288,8 @@ func RunUpdates(u *optim.Updater, samples []Sample, epochs, miniBatch int, rng *
 			for k, i := range idx {
 				batch[k] = samples[i].Seq
 			}
+			u.SetProgress(prog.at(j, planned))
+			j++
 			m, err := u.Update(batch)
 			if err != nil {
 				return s, err
@@ -350,7 +371,7 @@ func (l *Loop) Step(ctx context.Context, step int) (StepMetrics, error) {
 	m.TRollout = rs.TRollout.Seconds()
 	m.TEmbedRetrieve = rs.TEmbedRetrieve.Seconds()
 	m.GenTokens, m.EnvSteps = rs.GenTokens, rs.EnvSteps
-	m.PromptSeen, m.PromptDecoded = rs.PromptTokensSeen, rs.PromptTokensDecoded
+	m.PromptSeen, m.PromptDecoded, m.PromptUnique = rs.PromptTokensSeen, rs.PromptTokensDecoded, rs.PromptTokensUnique
 	if s := rs.TRollout.Seconds(); s > 0 {
 		m.RolloutTokPerS = float64(rs.GenTokens) / s
 		m.EnvStepsPerS = float64(rs.EnvSteps) / s
@@ -369,14 +390,9 @@ func (l *Loop) Step(ctx context.Context, step int) (StepMetrics, error) {
 		}
 		m.RewardMean += EpisodeReward(ep, cfg.Advantage.RewardScale)
 		m.IntrinsicMean += ep.Intrinsic
-		for k, r := range ep.Steps {
+		for _, r := range ep.Steps {
 			retrieved += float64(r.Retrieved)
 			nsteps++
-			if k == len(ep.Steps)-1 {
-				m.PromptUnique += len(r.Prompt)
-			} else {
-				m.PromptUnique += r.TipSpan[1] - r.TipSpan[0]
-			}
 		}
 	}
 	n := float64(max(len(eps), 1))
@@ -416,7 +432,8 @@ func (l *Loop) Step(ctx context.Context, step int) (StepMetrics, error) {
 		m.Sequences = st.Sequences
 		m.SampleTokens, m.UnpackedTokens = st.SampleTokens, st.UnpackedTokens
 		t = time.Now()
-		us, err := RunUpdates(l.Updater, samples, cfg.Update.PPOEpochs, cfg.Update.MiniBatch, stepRNG(cfg.Seed, step, streamShuffle))
+		us, err := RunUpdates(l.Updater, samples, cfg.Update.PPOEpochs, cfg.Update.MiniBatch, stepRNG(cfg.Seed, step, streamShuffle),
+			Progress{Step: step, Steps: cfg.Steps})
 		if err != nil {
 			return m, fmt.Errorf("%w: %w", ErrTrain, err)
 		}

@@ -207,7 +207,7 @@ func Train(ctx context.Context, opts RunOptions) (res RunResult, err error) {
 	}
 	u.Sinks = []optim.TensorSink{ad}
 
-	emb, closeEmb, err := rollout.OpenEmbedder(cfg.Memory.Embedder, lm, threads)
+	emb, closeEmb, err := rollout.OpenEmbedder(cfg.Memory, lm, threads)
 	if err != nil {
 		return res, err
 	}
