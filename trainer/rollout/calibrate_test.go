@@ -178,4 +178,3 @@ func TestConversationKeyThreshold(t *testing.T) {
 		}
 	}
 }
-
