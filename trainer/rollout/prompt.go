@@ -325,7 +325,21 @@ type Renderer struct {
 	mu      sync.Mutex
 	pieces  map[pieceKey][]pieceItem // template pieces cut at control tokens
 	control map[int32]bool           // tokens that only special-token parsing makes
+	frags   map[string]fragment      // tokenized text between control tokens (fragCache)
 }
+
+// fragment is a text tokenized on its own, with the byte offset of every
+// token (off[k] = start of token k, off[len] = the text's length; nil
+// until a tip block in it must be located).
+type fragment struct {
+	toks []int32
+	off  []int
+}
+
+// fragCache bounds the fragments a Renderer keeps: an episode's earlier
+// messages come back in every later prompt, so most are tokenized once;
+// the cache is emptied when it holds this many.
+const fragCache = 1 << 13
 
 type pieceKey struct {
 	text  string
@@ -368,7 +382,7 @@ func NewRenderer(m *llama.Model, pc PromptConfig) (*Renderer, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Renderer{m: m, pc: pc, pieces: map[pieceKey][]pieceItem{}, control: map[int32]bool{}}
+	r := &Renderer{m: m, pc: pc, pieces: map[pieceKey][]pieceItem{}, control: map[int32]bool{}, frags: map[string]fragment{}}
 	if tmpl, err := m.ChatTemplate(); err == nil && strings.Contains(tmpl, thinkingSwitch) && strings.Contains(tmpl, ThinkOpen) {
 		r.think = thinkOff
 	}
@@ -552,25 +566,12 @@ func (b *chatBuilder) flush() error {
 		return nil
 	}
 	base := len(b.ct.Tokens)
-	if err := b.text(s); err != nil {
+	f, err := b.r.fragment(s, len(marks) > 0)
+	if err != nil {
 		return err
 	}
-	if len(marks) == 0 {
-		return nil
-	}
-	// byte offset of every token: pieces are the tokens' bytes
-	toks := b.ct.Tokens[base:]
-	off := make([]int, len(toks)+1)
-	for k, t := range toks {
-		p, err := b.r.m.TokenPiece(t)
-		if err != nil {
-			return fmt.Errorf("%w: %w", ErrPrompt, err)
-		}
-		off[k+1] = off[k] + len(p)
-	}
-	if off[len(toks)] != len(s) {
-		return fmt.Errorf("%w: the tokens of a message do not spell its %d bytes (%d): tip blocks cannot be located", ErrTemplate, len(s), off[len(toks)])
-	}
+	b.ct.Tokens = append(b.ct.Tokens, f.toks...)
+	off := f.off
 	for _, m := range marks {
 		st := sort.Search(len(off), func(k int) bool { return off[k] > m[0] }) - 1 // token holding byte m[0]
 		en := sort.Search(len(off), func(k int) bool { return off[k] >= m[1] })    // first token past the block
@@ -580,6 +581,46 @@ func (b *chatBuilder) flush() error {
 		b.ct.Tips = append(b.ct.Tips, [2]int{base + st, base + en})
 	}
 	return nil
+}
+
+// fragment tokenizes a text on its own (special tokens not parsed), with
+// the tokens' byte offsets when withOff; cached.
+func (r *Renderer) fragment(s string, withOff bool) (fragment, error) {
+	r.mu.Lock()
+	f, ok := r.frags[s]
+	r.mu.Unlock()
+	if ok && (f.off != nil || !withOff) {
+		return f, nil
+	}
+	if !ok {
+		toks, err := r.m.Tokenize(s, false, false)
+		if err != nil {
+			return f, fmt.Errorf("%w: %w", ErrPrompt, err)
+		}
+		f.toks = toks
+	}
+	if withOff {
+		// pieces are the tokens' bytes
+		off := make([]int, len(f.toks)+1)
+		for k, t := range f.toks {
+			p, err := r.m.TokenPiece(t)
+			if err != nil {
+				return f, fmt.Errorf("%w: %w", ErrPrompt, err)
+			}
+			off[k+1] = off[k] + len(p)
+		}
+		if off[len(f.toks)] != len(s) {
+			return f, fmt.Errorf("%w: the tokens of a message do not spell its %d bytes (%d): tip blocks cannot be located", ErrTemplate, len(s), off[len(f.toks)])
+		}
+		f.off = off
+	}
+	r.mu.Lock()
+	if len(r.frags) >= fragCache {
+		clear(r.frags)
+	}
+	r.frags[s] = f
+	r.mu.Unlock()
+	return f, nil
 }
 
 // split cuts a template piece at its control tokens (cached): tokenized
