@@ -69,10 +69,10 @@ type TipRecordConfig struct {
 	// defaults, rollout.DefaultMemoryConfig). The store given to TipRecords
 	// must embed as the trainer's does (rollout.OpenEmbedder of the same
 	// memory section: the hash embedder reads the first key_pieces pieces).
-	Key    rollout.KeyKind
-	TipsIn rollout.TipsIn
-	Seed         int64   // reset seed of the demo (the failed attempts replay it) and of the draws
-	FailureTips  bool    // also write each failed attempt's tip-writing turn (rollout.TipMessages + its Tip)
+	Key         rollout.KeyKind
+	TipsIn      rollout.TipsIn
+	Seed        int64 // reset seed of the demo (the failed attempts replay it) and of the draws
+	FailureTips bool  // also write each failed attempt's tip-writing turn (rollout.TipMessages + its Tip)
 }
 
 func (c TipRecordConfig) normalize() (TipRecordConfig, error) {
