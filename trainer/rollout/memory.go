@@ -129,7 +129,7 @@ func (r *Roller) WriteTips(ctx context.Context, eps []Episode, trainStep int64) 
 			ep.Tip = tip
 			final := ""
 			if r.opts.MemoryConfig.Key == KeyConversation {
-				final = StepKey(KeyConversation, r.cfg.Prompt, ep.taskDesc, ep.firstObs, r.turns(ep))
+				final = StepKey(KeyConversation, r.cfg.Prompt, ep.TaskDesc, ep.FirstObs, r.turns(ep))
 			}
 			steps := make([]TipStep, len(ep.Steps))
 			for s, rec := range ep.Steps {
@@ -189,7 +189,7 @@ func (r *Roller) tipPrompt(ep *Episode) (ChatTokens, error) {
 	if pc.History == HistoryLast && len(turns) > pc.HistoryK {
 		resps = resps[len(turns)-pc.HistoryK:]
 	}
-	msgs := TipMessages(pc, ep.taskDesc, ep.firstObs, turns)
+	msgs := TipMessages(pc, ep.TaskDesc, ep.FirstObs, turns)
 	ct, err := r.rend.TokensWithResponses(msgs, resps, true)
 	if err != nil {
 		return ct, fmt.Errorf("%w: tip prompt: %w", ErrRollout, err)

@@ -221,8 +221,11 @@ type Episode struct {
 	Tip       string  // set by WriteTips
 	End       End     // why the episode ended
 
-	taskDesc, firstObs string
-	slot               int
+	// TaskDesc and FirstObs are what the environment's reset gave: the
+	// first user message's text (Messages).
+	TaskDesc, FirstObs string
+
+	slot int
 }
 
 // End is why an episode ended.
@@ -590,7 +593,7 @@ func (r *Roller) start(ctx context.Context, l *live) error {
 	if err != nil {
 		return fmt.Errorf("%w: reset %s/%d: %w", ErrRollout, j.Task, j.Variation, err)
 	}
-	l.ep.taskDesc, l.ep.firstObs = res.TaskDescription, res.Observation
+	l.ep.TaskDesc, l.ep.FirstObs = res.TaskDescription, res.Observation
 	l.limit = environments.StepLimit(r.tasks[j.Task], r.opts.EnvOptions)
 	if r.cfg.StepLimit > 0 {
 		l.limit = r.cfg.StepLimit
@@ -629,7 +632,7 @@ func (r *Roller) retrieve(ctx context.Context, active []*live, st *Stats) error 
 	mc := r.opts.MemoryConfig
 	for _, l := range active {
 		l.count, l.tips = 0, ""
-		l.key = StepKey(mc.Key, r.cfg.Prompt, l.ep.taskDesc, l.ep.firstObs, l.turns)
+		l.key = StepKey(mc.Key, r.cfg.Prompt, l.ep.TaskDesc, l.ep.FirstObs, l.turns)
 		if l.ep.UseMemory {
 			qs = append(qs, memstore.TextQuery{Namespace: l.ep.Namespace(), Text: l.key})
 			who = append(who, l)
@@ -660,7 +663,7 @@ func (r *Roller) render(l *live) error {
 	if pc.History == HistoryLast && len(turns) > pc.HistoryK {
 		resps = resps[len(turns)-pc.HistoryK:]
 	}
-	msgs := Messages(pc, l.ep.taskDesc, l.ep.firstObs, turns, l.tips)
+	msgs := Messages(pc, l.ep.TaskDesc, l.ep.FirstObs, turns, l.tips)
 	ct, err := r.rend.TokensWithResponses(msgs, resps, true)
 	if err != nil {
 		return fmt.Errorf("%w: rendering %s/%d: %w", ErrRollout, l.ep.Task, l.ep.Variation, err)
@@ -671,7 +674,7 @@ func (r *Roller) render(l *live) error {
 		for i, t := range turns {
 			bare[i] = Turn{Action: t.Action, Observation: t.Observation}
 		}
-		nt, err := r.rend.TokensWithResponses(Messages(pc, l.ep.taskDesc, l.ep.firstObs, bare, ""), resps, true)
+		nt, err := r.rend.TokensWithResponses(Messages(pc, l.ep.TaskDesc, l.ep.FirstObs, bare, ""), resps, true)
 		if err != nil {
 			return fmt.Errorf("%w: rendering %s/%d without tips: %w", ErrRollout, l.ep.Task, l.ep.Variation, err)
 		}
