@@ -342,3 +342,49 @@ func TestRolloutReplaysBestEpisode(t *testing.T) {
 		assert.Equal(t, rollout.StripTips(text), bare, "step %d: the prompt without tips is the prompt with its blocks removed", k)
 	}
 }
+
+// TestMemoryConfigMeansWhatItSays: every value of the memory section is
+// used as given: threshold 0 stays 0 (every positive cosine; memstore
+// takes it literally), while a top_k of 0 and the other out-of-range
+// values are refused instead of silently replaced by defaults.
+func TestMemoryConfigMeansWhatItSays(t *testing.T) {
+	m := testutil.Model(t)
+	c := testutil.Context(t, m, 1)
+	mc := rollout.DefaultMemoryConfig()
+	require.NoError(t, mc.Validate())
+	mc.Threshold = 0
+	r, err := rollout.NewRoller(c, testutil.RollerOn(t, c, nil).Config(), rollout.Options{Env: "textlab", MemoryConfig: mc})
+	require.NoError(t, err)
+	assert.Equal(t, 0.0, r.MemoryConfig().Threshold)
+	assert.Equal(t, memstore.Query{K: 10, Threshold: 0, Order: memstore.OrderByScoreStable}, r.MemoryConfig().Query())
+	for name, edit := range map[string]func(*rollout.MemoryConfig){
+		"top_k 0":        func(m *rollout.MemoryConfig) { m.TopK = 0 },
+		"top_k -1":       func(m *rollout.MemoryConfig) { m.TopK = -1 },
+		"threshold 1":    func(m *rollout.MemoryConfig) { m.Threshold = 1 },
+		"threshold NaN":  func(m *rollout.MemoryConfig) { m.Threshold = math.NaN() },
+		"key_pieces 0":   func(m *rollout.MemoryConfig) { m.KeyPieces = 0 },
+		"key":            func(m *rollout.MemoryConfig) { m.Key = "state" },
+		"tips_in":        func(m *rollout.MemoryConfig) { m.TipsIn = "first-turn" },
+		"embedder empty": func(m *rollout.MemoryConfig) { m.Embedder = "" },
+		"intrinsic < 0":  func(m *rollout.MemoryConfig) { m.IntrinsicCoef = -1 },
+		"cap < 0":        func(m *rollout.MemoryConfig) { m.Cap = -1 },
+	} {
+		bad := rollout.DefaultMemoryConfig()
+		edit(&bad)
+		assert.ErrorIs(t, bad.Validate(), rollout.ErrRollout, name)
+		_, err := rollout.NewRoller(c, rollout.DefaultConfig(), rollout.Options{Env: "textlab", MemoryConfig: bad})
+		assert.ErrorIs(t, err, rollout.ErrRollout, name)
+	}
+	_, err = rollout.NewRoller(c, rollout.DefaultConfig(), rollout.Options{Env: "textlab"}) // a zero memory section
+	assert.ErrorIs(t, err, rollout.ErrRollout)
+	cfg := rollout.DefaultConfig()
+	cfg.TipMaxTokens = 0
+	_, err = rollout.NewRoller(c, cfg, rollout.Options{Env: "textlab", MemoryConfig: rollout.DefaultMemoryConfig()})
+	assert.ErrorIs(t, err, rollout.ErrRollout, "tip_max_tokens 0")
+	_, _, err = rollout.OpenEmbedder(rollout.MemoryConfig{Embedder: rollout.EmbedderHash}, nil, 1)
+	assert.ErrorIs(t, err, rollout.ErrRollout, "key_pieces 0")
+	emb, closeEmb, err := rollout.OpenEmbedder(rollout.DefaultMemoryConfig(), nil, 1)
+	require.NoError(t, err)
+	defer closeEmb()
+	assert.Equal(t, rollout.DefaultKeyPieces, emb.(*memstore.HashEmbedder).MaxPieces())
+}
