@@ -388,3 +388,42 @@ func TestMemoryConfigMeansWhatItSays(t *testing.T) {
 	defer closeEmb()
 	assert.Equal(t, rollout.DefaultKeyPieces, emb.(*memstore.HashEmbedder).MaxPieces())
 }
+
+// TestRolloutKVReuseWithTips: memory episodes on a fresh context (nothing
+// in the slots from an earlier run) decode about each distinct prompt
+// token once, with tips kept in every turn (each prompt extends the
+// previous one) and with tips in the last turn only (a prompt drops the
+// previous block: the rest of it is decoded again, and counted as new).
+func TestRolloutKVReuseWithTips(t *testing.T) {
+	ctx := context.Background()
+	m := testutil.Model(t)
+	mem := testutil.Store(t)
+	jobs := testutil.Jobs(4, true)
+	first, _, err := testutil.Roller(t, m, 4, mem).Run(ctx, jobs)
+	require.NoError(t, err)
+	_, err = testutil.Roller(t, m, 4, mem).WriteTips(ctx, first, 1)
+	require.NoError(t, err)
+	for _, in := range []rollout.TipsIn{rollout.TipsEveryTurn, rollout.TipsLastTurn} {
+		r := testutil.Roller(t, m, 4, mem, func(c *rollout.Config, o *rollout.Options) {
+			o.MemoryConfig.TipsIn = in
+			c.StepLimit = 5
+		})
+		for i := range jobs {
+			jobs[i].Seed += 10
+		}
+		eps, st, err := r.Run(ctx, jobs)
+		require.NoError(t, err)
+		blocks := 0
+		for _, ep := range eps {
+			for _, s := range ep.Steps {
+				blocks += len(s.TipSpans)
+			}
+		}
+		require.Positive(t, blocks)
+		ratio := float64(st.PromptTokensDecoded) / float64(st.PromptTokensUnique)
+		t.Logf("tips_in %s: prompt tokens decoded/unique %d/%d = %.3f, seen/unique %.2f, %d tip blocks in %d prompts", in,
+			st.PromptTokensDecoded, st.PromptTokensUnique, ratio, float64(st.PromptTokensSeen)/float64(st.PromptTokensUnique), blocks, st.EnvSteps)
+		assert.LessOrEqual(t, ratio, 1.1)
+		assert.GreaterOrEqual(t, ratio, 0.9)
+	}
+}
