@@ -6,7 +6,7 @@
 // off-policy, u < p on-policy with tips, else on-policy), plays them
 // (rollout.Roller), writes one tip per episode into the memory, turns the
 // episodes into training sequences (BuildSamples: GRPO group advantages,
-// the off-policy tip cut, low-probability masking, packing of an episode's
+// the off-policy input without tips, low-probability masking, packing of an episode's
 // steps into one sequence) and runs the PPO updates (RunUpdates over an
 // optim.Updater). Train opens a run directory (config.yaml, memory.db,
 // metrics.jsonl, eval.jsonl, checkpoints/), runs or resumes the steps and

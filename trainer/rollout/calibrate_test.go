@@ -26,9 +26,20 @@ type keyEpisode struct {
 	final     string
 }
 
-// playKeys plays n episodes of each (task, variation) with random valid
-// actions (seeded) and returns their conversation keys.
-func playKeys(t *testing.T, env string, pairs [][2]any, n, maxSteps int) []keyEpisode {
+// episodeText is an episode's text as prompts show it.
+type episodeText struct {
+	task      string
+	variation int
+	desc      string
+	first     string
+	turns     []rollout.Turn
+	name      string
+}
+
+// playRandom plays n episodes of each (task, variation) with random valid
+// actions (seeded by the task, the variation and the episode) for at most
+// maxSteps steps.
+func playRandom(t *testing.T, env string, pairs [][2]any, n, maxSteps int) []episodeText {
 	t.Helper()
 	ctx := context.Background()
 	spec, err := environments.Lookup(env)
@@ -36,18 +47,15 @@ func playKeys(t *testing.T, env string, pairs [][2]any, n, maxSteps int) []keyEp
 	e, err := spec.New(environments.Options{})
 	require.NoError(t, err)
 	defer e.Close()
-	pc := rollout.DefaultPromptConfig()
-	var out []keyEpisode
+	var out []episodeText
 	for _, p := range pairs {
 		task, v := p[0].(string), p[1].(int)
 		for k := 0; k < n; k++ {
 			rng := rand.New(rand.NewPCG(rollout.MixSeed(int64(len(task)), int64(v)), uint64(k)))
 			res, err := e.Reset(ctx, task, v, int64(k))
 			require.NoError(t, err)
-			ep := keyEpisode{task: task, variation: v}
-			var turns []rollout.Turn
+			ep := episodeText{task: task, variation: v, desc: res.TaskDescription, first: res.Observation, name: fmt.Sprintf("%s/%d", task, v)}
 			for s := 0; s < maxSteps; s++ {
-				ep.steps = append(ep.steps, rollout.StepKey(rollout.KeyConversation, pc, res.TaskDescription, res.Observation, turns))
 				acts, err := e.ValidActions(ctx)
 				require.NoError(t, err)
 				if len(acts) == 0 {
@@ -56,14 +64,30 @@ func playKeys(t *testing.T, env string, pairs [][2]any, n, maxSteps int) []keyEp
 				a := acts[rng.IntN(len(acts))]
 				sr, err := e.Step(ctx, a)
 				require.NoError(t, err)
-				turns = append(turns, rollout.Turn{Action: a, Observation: sr.Observation})
+				ep.turns = append(ep.turns, rollout.Turn{Action: a, Observation: sr.Observation})
 				if sr.Done {
 					break
 				}
 			}
-			ep.final = rollout.StepKey(rollout.KeyConversation, pc, res.TaskDescription, res.Observation, turns)
 			out = append(out, ep)
 		}
+	}
+	return out
+}
+
+// playKeys plays n episodes of each (task, variation) with random valid
+// actions and returns their conversation keys.
+func playKeys(t *testing.T, env string, pairs [][2]any, n, maxSteps int) []keyEpisode {
+	t.Helper()
+	pc := rollout.DefaultPromptConfig()
+	var out []keyEpisode
+	for _, ep := range playRandom(t, env, pairs, n, maxSteps) {
+		ke := keyEpisode{task: ep.task, variation: ep.variation}
+		for s := range ep.turns {
+			ke.steps = append(ke.steps, rollout.StepKey(rollout.KeyConversation, pc, ep.desc, ep.first, ep.turns[:s]))
+		}
+		ke.final = rollout.StepKey(rollout.KeyConversation, pc, ep.desc, ep.first, ep.turns)
+		out = append(out, ke)
 	}
 	return out
 }

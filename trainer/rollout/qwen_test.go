@@ -1,10 +1,8 @@
 package rollout_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,9 +12,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/empo2/empo2/environments"
-	_ "github.com/empo2/empo2/environments/textlab"
-	_ "github.com/empo2/empo2/environments/webshop"
 	"github.com/empo2/empo2/internal/qwentok"
 	"github.com/empo2/empo2/llama"
 	"github.com/empo2/empo2/memstore"
@@ -46,46 +41,6 @@ func qwenModel(t *testing.T, qwen3 bool) *llama.Model {
 	return m
 }
 
-// episodeText is an episode's text as prompts show it.
-type episodeText struct {
-	name, desc, first string
-	turns             []rollout.Turn
-}
-
-// playText plays an environment's episodes with random valid actions.
-func playText(t *testing.T, env string, tasks [][2]any, steps int) []episodeText {
-	t.Helper()
-	ctx := context.Background()
-	spec, err := environments.Lookup(env)
-	require.NoError(t, err)
-	e, err := spec.New(environments.Options{})
-	require.NoError(t, err)
-	defer e.Close()
-	var out []episodeText
-	for k, p := range tasks {
-		rng := rand.New(rand.NewPCG(uint64(k), 9))
-		res, err := e.Reset(ctx, p[0].(string), p[1].(int), int64(k))
-		require.NoError(t, err)
-		ep := episodeText{name: fmt.Sprintf("%s/%v", p[0], p[1]), desc: res.TaskDescription, first: res.Observation}
-		for s := 0; s < steps; s++ {
-			acts, err := e.ValidActions(ctx)
-			require.NoError(t, err)
-			if len(acts) == 0 {
-				break
-			}
-			a := acts[rng.IntN(len(acts))]
-			sr, err := e.Step(ctx, a)
-			require.NoError(t, err)
-			ep.turns = append(ep.turns, rollout.Turn{Action: a, Observation: sr.Observation})
-			if sr.Done {
-				break
-			}
-		}
-		out = append(out, ep)
-	}
-	return out
-}
-
 // sciworldText is ScienceWorld-style text (the simulator's layout: tabs,
 // parentheses, "(containing …)", "that is open"), written by hand: the
 // simulator's jar is not here.
@@ -101,7 +56,7 @@ func sciworldText() []episodeText {
 		"Ambiguous request: Please enter the number for the action you intended (or blank to cancel):\n0:\tmove metal pot (in kitchen, in counter) to stove (in kitchen)\n1:\tmove metal pot (in inventory) to stove (in kitchen)",
 	}
 	acts := []string{"open cupboard", "move metal pot to stove", "activate stove", "examine substance in metal pot", "focus on substance in metal pot", "wait1", "0", "look around"}
-	ep := episodeText{name: "boil/3", desc: "Your task is to boil water. For compounds without a boiling point, combusting the substance is also acceptable. First, focus on the substance. Then, take actions that will cause it to change its state of matter.", first: obs[0]}
+	ep := episodeText{task: "boil", variation: 3, name: "boil/3", desc: "Your task is to boil water. For compounds without a boiling point, combusting the substance is also acceptable. First, focus on the substance. Then, take actions that will cause it to change its state of matter.", first: obs[0]}
 	for i := 1; i < len(obs); i++ {
 		ep.turns = append(ep.turns, rollout.Turn{Action: acts[i-1], Observation: obs[i]})
 	}
@@ -141,8 +96,8 @@ func TestQwenCanonicalTokenization(t *testing.T) {
 	require.False(t, r.ThinkingOff())
 	eot := r.EndOfTurn()
 	require.Equal(t, int32(151645), eot, "<|im_end|>")
-	eps := append(playText(t, "textlab", [][2]any{{"melt", 0}, {"find-living-thing", 2}}, 5),
-		playText(t, "webshop", [][2]any{{"webshop", 600}}, 5)...)
+	eps := append(playRandom(t, "textlab", [][2]any{{"melt", 0}, {"find-living-thing", 2}}, 1, 5),
+		playRandom(t, "webshop", [][2]any{{"webshop", 600}}, 1, 5)...)
 	eps = append(eps, sciworldText()...)
 	prompts, aligned, unaligned := 0, 0, 0
 	for _, ep := range eps {
