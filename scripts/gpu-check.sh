@@ -74,6 +74,15 @@ if ((phase_main == 0)); then
 	export GC_GPU
 	export GC_ARCH=${GPU_CHECK_CUDA_ARCH:-$(cut -d, -f2 <<<"$GC_GPU" | tr -d ' .')}
 	export GC_NVCC=$(command -v nvcc || { [[ -x /usr/local/cuda/bin/nvcc ]] && echo /usr/local/cuda/bin/nvcc; } || true)
+	# the CUDA runtime and cuBLAS that libggml-cuda.so links, for the dynamic
+	# loader (CMake's build RPATH should already name them)
+	if [[ -n $GC_NVCC ]]; then
+		cuda_home=$(dirname "$(dirname "$(readlink -f "$GC_NVCC")")")
+		for d in "$cuda_home/lib64" "$cuda_home/targets/x86_64-linux/lib"; do
+			[[ -d $d ]] && LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d
+		done
+		export LD_LIBRARY_PATH
+	fi
 	# sizes: the real ones with a GPU, tiny ones for the CPU dry run
 	if [[ -n $GC_GPU ]]; then
 		export GC_BIG="--layers 28 --hidden 3584 --heads 28 --kv-heads 4 --ffn 18944 --vocab 152064 --ctx 4096 --dtype f16"
@@ -129,7 +138,17 @@ device() { # the training device under test: gpu with a GPU and the backend, els
 }
 
 phase_build() {
-	local b=$GC_WORK/cuda
+	local b=$GC_WORK/cuda stamp
+	# what the library is built from: a rerun on the same (still warm)
+	# machine reuses it unless GPU_CHECK_REBUILD is set
+	stamp="arch $GC_ARCH; nvcc $("$GC_NVCC" --version | tail -1); $(cat "$GC_SRC/CMakeLists.txt" "$GC_SRC/BUNDLE.json" 2>/dev/null | cksum); $GC_OLLAMA"
+	if [[ -z ${GPU_CHECK_REBUILD:-} && -f $b/libggml-cuda.so && -f $b/build.json && $(cat "$b/stamp" 2>/dev/null) == "$stamp" ]]; then
+		echo "reusing $b/libggml-cuda.so (same sources, architecture and nvcc)"
+		sed 's/^{"kind": "build",/{"kind": "build", "reused": true,/' "$b/build.json" >"$GC_WORK/build.json"
+		result build.json
+		step "$GC_BIN" --backend "$b/libggml-cuda.so" --log-level info version
+		return $fails
+	fi
 	rm -rf "$b"
 	mkdir -p "$b"
 	local gen=() jobs=$GC_THREADS
@@ -148,12 +167,15 @@ phase_build() {
 	comp=$(since "$t1")
 	local lib=$b/libggml-cuda.so
 	[[ -f $lib ]] || { echo "no $lib after the build"; return 1; }
-	cat >"$GC_WORK/build.json" <<EOF
+	cat >"$b/build.json" <<EOF
 {"kind": "build", "cuda_arch": $(json_str "$GC_ARCH"), "nvcc": $(json_str "$("$GC_NVCC" --version | tail -2 | head -1)"),
  "options": "GGML_CUDA_FA=OFF GGML_CUDA_COMPRESSION_MODE=none CMAKE_CUDA_ARCHITECTURES=${GC_ARCH}-real",
  "jobs": $jobs, "configure_s": $conf, "compile_s": $comp,
  "cuda_objects": $(find "$b" -name '*.cu.o' | wc -l), "library_bytes": $(stat -c %s "$lib")}
 EOF
+	cp "$b/build.json" "$GC_WORK/build.json"
+	ldd "$lib" | grep -E 'cuda|cublas|ggml|not found' # what the loader resolves
+	echo "$stamp" >"$b/stamp"
 	result build.json
 	# the library loads and sees the GPU
 	step "$GC_BIN" --backend "$lib" --log-level info version || return 1
@@ -301,8 +323,9 @@ fi
 # ---- the main script
 START=$SECONDS
 START_T=$(now)
-# a fresh work folder (only what this script writes there is removed)
-rm -rf "$GC_WORK"/{phases,logs,models,bin,hf,run,cuda} "$GC_WORK"/*.json "$GC_WORK"/mem-*.log
+# a fresh work folder (only what this script writes there is removed; the
+# CUDA build stays for the build phase to reuse)
+rm -rf "$GC_WORK"/{phases,logs,models,bin,hf,run} "$GC_WORK"/*.json "$GC_WORK"/mem-*.log
 rm -f "$GC_OUT/gpu-report.json" "$GC_OUT/gpu-report.md" "$GC_OUT/gpu-logs.tar.gz"
 mkdir -p "$GC_WORK"/{phases,logs,models,bin}
 PHASE_N=0

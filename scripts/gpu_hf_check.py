@@ -182,19 +182,18 @@ def bench(args):
     cfg = Qwen2Config(vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.ffn,
                       num_hidden_layers=args.layers, num_attention_heads=args.heads,
                       num_key_value_heads=args.kv_heads, max_position_embeddings=max(4096, args.len),
-                      rope_theta=1e6, tie_word_embeddings=False)
-    cfg._attn_implementation = args.attn
+                      tie_word_embeddings=False, attn_implementation=args.attn)
     out = {"kind": "hf-bench", "device": dev, "versions": versions(), "dtype": args.dtype, "attention": args.attn,
            "shape": {"layers": args.layers, "hidden": args.hidden, "heads": args.heads, "kv_heads": args.kv_heads,
                      "ffn": args.ffn, "vocab": args.vocab},
            "seqs": args.seqs, "len": args.len, "micro_seqs": args.micro, "rank": args.rank}
     torch.manual_seed(args.seed)
     t0 = time.time()
-    old_default = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)  # parameters created in the target dtype, on the device
-    with torch.device(dev):
+    with torch.device(dev):  # random init on the device (float32), then cast
         model = Qwen2ForCausalLM(cfg)
-    torch.set_default_dtype(old_default)
+    model = model.to(dtype)
+    if dev == "cuda":
+        torch.cuda.empty_cache()
     model.requires_grad_(False)
     lcfg = LoraConfig(r=args.rank, lora_alpha=2 * args.rank, lora_dropout=0.0, bias="none", task_type="CAUSAL_LM",
                       target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
