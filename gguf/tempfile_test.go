@@ -70,48 +70,6 @@ func TestInterruptedWriteRemovesTemp(t *testing.T) {
 	}
 }
 
-// TestStaleTempsRemoved: temporary files of our naming left by a dead
-// process (SIGKILL) are removed by the next write to the same path; those
-// of a live process, of other paths and of other naming stay.
-func TestStaleTempsRemoved(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "m.gguf")
-	dead := exec.Command("true")
-	if err := dead.Run(); err != nil {
-		t.Skip("no `true` to get a dead pid:", err)
-	}
-	deadPID := dead.Process.Pid
-	old := time.Now().Add(-2 * time.Hour)
-	files := map[string]bool{ // name -> should survive
-		fmt.Sprintf(".m.gguf.tmp-%d-123456", deadPID):  false,
-		".m.gguf.tmp-987654":                           false, // older naming, two hours old
-		fmt.Sprintf(".m.gguf.tmp-%d-42", os.Getppid()): true,  // a live process
-		fmt.Sprintf(".other.gguf.tmp-%d-1", deadPID):   true,
-		fmt.Sprintf(".m.gguf.tmp-%d-12x", deadPID):     true, // not our naming
-		"m.gguf.tmp-1-1":                               true,
-	}
-	for name := range files {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte("partial"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chtimes(p, old, old); err != nil {
-			t.Fatal(err)
-		}
-	}
-	w := NewWriter()
-	w.AddKV("general.architecture", "test")
-	if err := w.WriteFile(path); err != nil {
-		t.Fatal(err)
-	}
-	for name, keep := range files {
-		_, err := os.Stat(filepath.Join(dir, name))
-		if keep != (err == nil) {
-			t.Errorf("%s: exists %v, want %v", name, err == nil, keep)
-		}
-	}
-}
-
 func temps(t *testing.T, dir string) []string {
 	t.Helper()
 	ents, err := os.ReadDir(dir)

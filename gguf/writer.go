@@ -7,14 +7,8 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"os/signal"
-	"path/filepath"
-	"strconv"
-	"strings"
-	"sync/atomic"
-	"syscall"
-	"time"
+
+	"github.com/empo2/empo2/internal/safefile"
 )
 
 // Writer builds a GGUF v3 file in memory (metadata and tensor descriptors;
@@ -475,148 +469,30 @@ func (l *limitWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// WriteFile writes the file atomically: a temporary file in path's directory,
-// fsync, then rename over path. On error path is left untouched and the
-// temporary file is removed; so it is when SIGINT or SIGTERM arrives while
-// the file is written (the signal then takes its course). Temporary files of
-// this naming (".NAME.tmp-PID-RANDOM") left beside path by a process that is
-// gone (killed with SIGKILL, a power cut) are removed first.
-func (w *Writer) WriteFile(path string) (err error) {
+// WriteFile writes the file atomically (internal/safefile): a temporary
+// file ".NAME.tmp-PID-RANDOM" in path's directory, fsync, rename over path,
+// fsync of the directory. On error path is left untouched and the temporary
+// file is removed; so it is when SIGINT or SIGTERM arrives while the file is
+// written (the signal then takes its course; see SetSignalCleanup).
+// Temporary files of this naming left beside path by a process that is gone
+// (killed with SIGKILL, a power cut) are removed first. A path that is a
+// directory, or lies in a folder that does not exist, is refused before
+// anything is written.
+func (w *Writer) WriteFile(path string) error {
 	if w.err != nil {
 		return w.err
 	}
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	RemoveStaleTemps(path)
-	tmp, err := os.CreateTemp(dir, fmt.Sprintf(".%s.tmp-%d-*", base, os.Getpid()))
-	if err != nil {
-		return fmt.Errorf("gguf: %w", err)
-	}
-	if signalCleanup.Load() {
-		stop := removeOnSignal(tmp.Name())
-		defer stop()
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if _, err = w.WriteTo(tmp); err != nil {
+	return safefile.WriteFunc(path, 0o644, func(out io.Writer) error {
+		_, err := w.WriteTo(out)
 		return err
-	}
-	if err = tmp.Chmod(0o644); err != nil {
-		return fmt.Errorf("gguf: %w", err)
-	}
-	if err = tmp.Sync(); err != nil {
-		return fmt.Errorf("gguf: %w", err)
-	}
-	if err = tmp.Close(); err != nil {
-		return fmt.Errorf("gguf: %w", err)
-	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("gguf: %w", err)
-	}
-	if d, derr := os.Open(dir); derr == nil {
-		d.Sync()
-		d.Close()
-	}
-	return nil
+	})
 }
 
-// signalCleanup: WriteFile removes its temporary file on SIGINT/SIGTERM.
-var signalCleanup = func() *atomic.Bool { var b atomic.Bool; b.Store(true); return &b }()
-
-// SetSignalCleanup sets whether WriteFile, when SIGINT or SIGTERM arrives
-// during a write, removes its temporary file and lets the signal end the
-// process (the default: right for one-shot writers such as `model init` and
+// SetSignalCleanup sets whether WriteFile (and every other atomic write of
+// this program, internal/safefile), when SIGINT or SIGTERM arrives during a
+// write, removes its temporary file and lets the signal end the process
+// (the default: right for one-shot writers such as `model init` and
 // `export`). A program that handles these signals itself in order to finish
-// its work (`empo2 train`: finish the step, checkpoint, exit 0) turns it off,
-// so that a write in progress completes instead of losing its file.
-func SetSignalCleanup(on bool) { signalCleanup.Store(on) }
-
-// removeOnSignal removes the file name when SIGINT or SIGTERM arrives before
-// the returned stop is called, and then lets the signal end the process as
-// it would have (re-raised with the default action), unless another part of
-// the program also handles it.
-func removeOnSignal(name string) (stop func()) {
-	ch := make(chan os.Signal, 1)
-	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		select {
-		case sig := <-ch:
-			os.Remove(name)
-			signal.Stop(ch)
-			if p, err := os.FindProcess(os.Getpid()); err == nil {
-				p.Signal(sig)
-			}
-		case <-done:
-		}
-	}()
-	return func() {
-		close(done)
-		<-finished
-		signal.Stop(ch)
-	}
-}
-
-// RemoveStaleTemps removes the temporary files WriteFile(path) leaves when
-// its process dies without cleaning up (SIGKILL): ".NAME.tmp-PID-RANDOM"
-// beside path whose PID is no longer running, and files of the older naming
-// ".NAME.tmp-RANDOM" not modified for an hour. Temporary files of running
-// writers are left alone. It returns the names removed.
-func RemoveStaleTemps(path string) []string {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	prefix := "." + base + ".tmp-"
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil
-	}
-	var removed []string
-	for _, e := range ents {
-		name := e.Name()
-		rest, ok := strings.CutPrefix(name, prefix)
-		if !ok || !e.Type().IsRegular() {
-			continue
-		}
-		stale := false
-		if pidStr, rnd, ok := strings.Cut(rest, "-"); ok {
-			pid, err := strconv.Atoi(pidStr)
-			if err != nil || pid <= 0 || !allDigits(rnd) {
-				continue
-			}
-			stale = pid != os.Getpid() && !processAlive(pid)
-		} else if allDigits(rest) {
-			fi, err := e.Info()
-			stale = err == nil && time.Since(fi.ModTime()) > time.Hour
-		}
-		if stale && os.Remove(filepath.Join(dir, name)) == nil {
-			removed = append(removed, name)
-		}
-	}
-	return removed
-}
-
-func allDigits(s string) bool {
-	for _, c := range s {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return s != ""
-}
-
-// processAlive reports whether a process with this pid exists (signal 0;
-// EPERM means it exists but belongs to someone else).
-func processAlive(pid int) bool {
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
-}
+// its work (`empo2 train`: finish the step, checkpoint, exit 0) turns it
+// off, so that a write in progress completes instead of losing its file.
+func SetSignalCleanup(on bool) { safefile.SetSignalCleanup(on) }

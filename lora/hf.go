@@ -18,13 +18,13 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/empo2/empo2/gguf"
+	"github.com/empo2/empo2/internal/safefile"
 	"github.com/empo2/empo2/safetensors"
 )
 
@@ -457,31 +457,7 @@ func writeJSON(path string, v any) error {
 	if err := enc.Encode(v); err != nil {
 		return fmt.Errorf("lora: %s: %w", path, err)
 	}
-	return writeFileAtomic(path, []byte(b.String()))
-}
-
-// writeFileAtomic writes data to a temporary file beside path and renames it.
-func writeFileAtomic(path string, data []byte) (err error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("lora: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if _, err = tmp.Write(data); err != nil {
-		return fmt.Errorf("lora: writing %s: %w", path, err)
-	}
-	if err = tmp.Close(); err != nil {
-		return fmt.Errorf("lora: writing %s: %w", path, err)
-	}
-	if err = os.Chmod(tmp.Name(), 0o644); err != nil { // CreateTemp makes 0600
-		return fmt.Errorf("lora: %w", err)
-	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
+	if err := safefile.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		return fmt.Errorf("lora: %w", err)
 	}
 	return nil
@@ -501,7 +477,9 @@ var HFFiles = []string{"config.json", "generation_config.json", "tokenizer.json"
 	"special_tokens_map.json", "vocab.json", "merges.txt", "model.safetensors"}
 
 // ExportHF writes a transformers-loadable Qwen2ForCausalLM folder to dir
-// (created if needed; the files in HFFiles are replaced): config.json,
+// (through a staging folder, internal/safefile's CreateDir: a new dir
+// appears complete; in an existing one the files in HFFiles are replaced
+// once all are written, other files stay): config.json,
 // generation_config.json, the tokenizer files (tokenizer.json,
 // tokenizer_config.json with the chat template, special_tokens_map.json,
 // vocab.json, merges.txt) and model.safetensors with every tensor under its
@@ -576,9 +554,11 @@ func ExportHF(base *gguf.File, a *Adapter, dir string, opt HFOptions) error {
 			return fmt.Errorf("lora: %w", err)
 		}
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	out, err := safefile.CreateDir(dir)
+	if err != nil {
 		return fmt.Errorf("lora: %w", err)
 	}
+	defer out.Abort()
 	gen := map[string]any{"_from_model_config": true, "transformers_version": cfg.TransformersVersion}
 	if cfg.BOSTokenID != nil {
 		gen["bos_token_id"] = *cfg.BOSTokenID
@@ -604,18 +584,21 @@ func ExportHF(base *gguf.File, a *Adapter, dir string, opt HFOptions) error {
 		{"tokenizer_config.json", tok.tokenizerConfig()}, {"special_tokens_map.json", tok.specialTokensMap()},
 		{"vocab.json", vocab},
 	} {
-		if err := writeJSON(filepath.Join(dir, f.name), f.v); err != nil {
+		if err := writeJSON(filepath.Join(out.Path(), f.name), f.v); err != nil {
 			return err
 		}
 	}
-	if err := writeFileAtomic(filepath.Join(dir, "merges.txt"), []byte(merges)); err != nil {
-		return err
+	if err := safefile.WriteFile(filepath.Join(out.Path(), "merges.txt"), []byte(merges), 0o644); err != nil {
+		return fmt.Errorf("lora: %w", err)
 	}
 	if opt.Progress != nil {
 		w.OnTensor = func(done int64) { opt.Progress(done, total) }
 	}
-	if err := w.WriteFile(filepath.Join(dir, "model.safetensors")); err != nil {
+	if err := w.WriteFile(filepath.Join(out.Path(), "model.safetensors")); err != nil {
 		return fmt.Errorf("lora: writing %s: %w", filepath.Join(dir, "model.safetensors"), err)
+	}
+	if err := out.Commit(); err != nil {
+		return fmt.Errorf("lora: %w", err)
 	}
 	return nil
 }

@@ -32,6 +32,7 @@ import (
 	"strings"
 
 	"github.com/empo2/empo2/gguf"
+	"github.com/empo2/empo2/internal/safefile"
 	"github.com/empo2/empo2/safetensors"
 )
 
@@ -47,6 +48,9 @@ const (
 	// trip GGUF → PEFT → GGUF restores it.
 	peftMetaPrefix = "gguf."
 )
+
+// PEFTFiles are the files ExportPEFT writes into its directory.
+var PEFTFiles = []string{PEFTConfigFile, PEFTWeightsFile}
 
 // PEFTConfig is adapter_config.json as PEFT's LoraConfig writes it (keys in
 // alphabetical order, as PEFT's save_pretrained sorts them).
@@ -91,8 +95,9 @@ func peftModule(base string) (string, error) {
 
 func leaf(module string) string { return module[strings.LastIndexByte(module, '.')+1:] }
 
-// ExportPEFT writes the adapter as a PEFT LoRA folder in dir (created if
-// needed): adapter_model.safetensors (lora_A [r, in], lora_B [out, r] per
+// ExportPEFT writes the adapter as a PEFT LoRA folder in dir (PEFTFiles,
+// through a staging folder as ExportHF writes its folder):
+// adapter_model.safetensors (lora_A [r, in], lora_B [out, r] per
 // adapted module, values unchanged) and adapter_config.json (r, lora_alpha,
 // target_modules, …) for transformers' Qwen2ForCausalLM of the base model.
 // The scale stays alpha/r; an adapter with alpha 0 (llama.cpp: scale 1) is
@@ -192,14 +197,19 @@ func ExportPEFT(a *Adapter, base *gguf.File, dir string, opt PEFTOptions) error 
 	}
 	sort.Strings(tm)
 	cfg.TargetModules = tm
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	out, err := safefile.CreateDir(dir)
+	if err != nil {
 		return fmt.Errorf("lora: %w", err)
 	}
-	if err := writeJSON(filepath.Join(dir, PEFTConfigFile), cfg); err != nil {
+	defer out.Abort()
+	if err := writeJSON(filepath.Join(out.Path(), PEFTConfigFile), cfg); err != nil {
 		return err
 	}
-	if err := w.WriteFile(filepath.Join(dir, PEFTWeightsFile)); err != nil {
+	if err := w.WriteFile(filepath.Join(out.Path(), PEFTWeightsFile)); err != nil {
 		return fmt.Errorf("lora: writing %s: %w", filepath.Join(dir, PEFTWeightsFile), err)
+	}
+	if err := out.Commit(); err != nil {
+		return fmt.Errorf("lora: %w", err)
 	}
 	return nil
 }

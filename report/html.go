@@ -8,6 +8,8 @@ import (
 	"image/color"
 	"os"
 	"path/filepath"
+
+	"github.com/empo2/empo2/internal/safefile"
 )
 
 // HTMLFile is the report page's name inside Options.Out.
@@ -111,7 +113,7 @@ func writeHTML(opt Options, pg *page) (string, error) {
 		return "", fmt.Errorf("report.html: %w", err)
 	}
 	path := filepath.Join(opt.Out, HTMLFile)
-	if err := writeFileAtomic(path, &buf); err != nil {
+	if err := safefile.WriteFile(path, buf.Bytes(), 0o644); err != nil {
 		return "", err
 	}
 	opt.logf("wrote %s", path)

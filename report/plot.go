@@ -1,13 +1,11 @@
 package report
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"image/color"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"strconv"
 
@@ -20,6 +18,8 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 	"gonum.org/v1/plot/vg/vgsvg"
+
+	"github.com/empo2/empo2/internal/safefile"
 )
 
 // palette: the "tab10" colours, distinguishable and colour-blind tolerable.
@@ -429,36 +429,13 @@ func (f *figure) write(dir string, formats []string, dpi int) ([]string, error) 
 			wt = bytes.NewBuffer(bytes.ReplaceAll(buf.Bytes(), []byte("font-family:Liberation Sans;"),
 				[]byte("font-family:'Liberation Sans',Arial,Helvetica,sans-serif;")))
 		}
-		if err := writeFileAtomic(filepath.Join(dir, name), wt); err != nil {
-			return nil, err
+		if err := safefile.WriteFunc(filepath.Join(dir, name), 0o644, func(w io.Writer) error {
+			_, err := wt.WriteTo(w)
+			return err
+		}); err != nil {
+			return nil, fmt.Errorf("writing %s: %w", filepath.Join(dir, name), err)
 		}
 		names = append(names, name)
 	}
 	return names, nil
-}
-
-// writeFileAtomic writes through a temporary file renamed into place, so a
-// reader never sees a half-written picture or page.
-func writeFileAtomic(path string, wt io.WriterTo) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	bw := bufio.NewWriter(tmp)
-	if _, err := wt.WriteTo(bw); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := bw.Flush(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }

@@ -20,7 +20,6 @@
 package safetensors
 
 import (
-	"bufio"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -28,11 +27,11 @@ import (
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 
 	"github.com/empo2/empo2/gguf"
+	"github.com/empo2/empo2/internal/safefile"
 )
 
 // Sentinel errors; every error of this package wraps one of them or an I/O
@@ -480,35 +479,12 @@ func (w *Writer) WriteTo(out io.Writer) (int64, error) {
 	return cw.n, nil
 }
 
-// WriteFile writes the file to path atomically: into a temporary file in
-// the same directory (".<name>.tmp-*", removed on any error) that is then
-// renamed over path.
-func (w *Writer) WriteFile(path string) (err error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("safetensors: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	bw := bufio.NewWriterSize(tmp, 1<<20)
-	if _, err = w.WriteTo(bw); err != nil {
+// WriteFile writes the file to path atomically (internal/safefile): into a
+// temporary file in the same directory (".<name>.tmp-PID-RANDOM", removed on
+// any error), fsynced, then renamed over path, and the directory fsynced.
+func (w *Writer) WriteFile(path string) error {
+	return safefile.WriteFunc(path, 0o644, func(out io.Writer) error {
+		_, err := w.WriteTo(out)
 		return err
-	}
-	if err = bw.Flush(); err != nil {
-		return fmt.Errorf("safetensors: %w", err)
-	}
-	if err = tmp.Close(); err != nil {
-		return fmt.Errorf("safetensors: %w", err)
-	}
-	if err = os.Chmod(tmp.Name(), 0o644); err != nil { // CreateTemp makes 0600
-		return fmt.Errorf("safetensors: %w", err)
-	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("safetensors: %w", err)
-	}
-	return nil
+	})
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/empo2/empo2/environments"
+	"github.com/empo2/empo2/internal/safefile"
 	"github.com/empo2/empo2/memstore"
 	"github.com/empo2/empo2/trainer"
 )
@@ -108,6 +108,11 @@ func envDemos(c *cli.Context) error {
 	case tcfg.Records > 0 && pc.History != trainer.HistoryFull:
 		return fmt.Errorf("--tip-records needs --history %s", trainer.HistoryFull)
 	}
+	out, textPath := c.String(demosOutFlag.Name), c.String(demosTextFlag.Name)
+	if err := safefile.CheckOutputs([]safefile.Path{{Flag: "--out", Path: out}, {Flag: "--text", Path: textPath}},
+		[]safefile.Path{{Flag: "--data", Path: c.String(envDataFlag.Name), Dir: true}, {Flag: "--scienceworld-jar", Path: c.String(envJarFlag.Name)}}); err != nil {
+		return err
+	}
 	all, err := spec.Tasks(opts)
 	if err != nil {
 		return err
@@ -121,13 +126,11 @@ func envDemos(c *cli.Context) error {
 		return err
 	}
 	defer env.Close()
-	out := c.String(demosOutFlag.Name)
-	tmp, err := os.CreateTemp(filepath.Dir(out), ".demos-*.jsonl")
+	w, err := safefile.Create(out, 0o644)
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name())
-	w := bufio.NewWriter(tmp)
+	defer w.Abort()
 	var text strings.Builder
 	dcfg := trainer.DemoConfig{Prompt: pc, PerStep: perStep, NoTips: c.Bool(demosNoTipsFlag.Name)}
 	var mem *memstore.Store // the memory --tip-records retrieves from (a temporary file)
@@ -190,7 +193,7 @@ func envDemos(c *cli.Context) error {
 			if err := trainer.WriteChatJSONL(w, recs); err != nil {
 				return err
 			}
-			if c.String(demosTextFlag.Name) != "" {
+			if textPath != "" {
 				for _, r := range recs {
 					for _, m := range r.Messages {
 						text.WriteString(m.Content)
@@ -203,28 +206,16 @@ func envDemos(c *cli.Context) error {
 			records += len(recs)
 		}
 	}
-	if err := w.Flush(); err != nil {
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
 	if episodes == 0 {
 		return fmt.Errorf("%w: no demonstration completed its task (%d skipped); nothing written", trainer.ErrDemo, skipped)
 	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), out); err != nil {
-		return err
-	}
-	if p := c.String(demosTextFlag.Name); p != "" {
-		if err := os.WriteFile(p, []byte(text.String()), 0o644); err != nil {
+	if textPath != "" {
+		if err := safefile.WriteFile(textPath, []byte(text.String()), 0o644); err != nil {
 			return err
 		}
+	}
+	if err := w.Commit(); err != nil {
+		return err
 	}
 	fmt.Fprintf(c.App.Writer, "wrote %s: %d episodes, %d steps, %d records (%d with retrieved tips, %d failed-attempt tip turns; %s demos, %s split, history %s); %d skipped\n",
 		out, episodes, steps, records, tipRecords, failTips, kind, split, pc.History, skipped)

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/empo2/empo2/environments"
+	"github.com/empo2/empo2/internal/safefile"
 	"github.com/empo2/empo2/llama"
 	"github.com/empo2/empo2/memstore"
 	"github.com/empo2/empo2/trainer"
@@ -114,6 +115,9 @@ func evalAction(c *cli.Context) error {
 	if c.Args().Len() > 0 {
 		return fmt.Errorf("eval: unexpected argument %q", c.Args().First())
 	}
+	if err := checkEvalOut(c); err != nil {
+		return fmt.Errorf("eval: %w", err)
+	}
 	s, err := openEval(c)
 	if err != nil {
 		return fmt.Errorf("eval: %w", err)
@@ -192,18 +196,32 @@ func evalAction(c *cli.Context) error {
 			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 				return fmt.Errorf("eval: %w", err)
 			}
-			if err := trainer.WriteFileAtomic(p, b); err != nil {
+			if err := safefile.WriteFile(p, b, 0o644); err != nil {
 				return fmt.Errorf("eval: %w", err)
 			}
 			log.Info().Str("file", p).Msg("eval result written to the run")
 		}
 	}
 	if p := c.String(evalOutFlag.Name); p != "" {
-		if err := trainer.WriteFileAtomic(p, b); err != nil {
+		if err := safefile.WriteFile(p, b, 0o644); err != nil {
 			return fmt.Errorf("eval: --out: %w", err)
 		}
 	}
 	return nil
+}
+
+// checkEvalOut refuses an --out that is not a file path or is one of
+// eval's inputs (the model, adapter, memory, embedder, the run's files),
+// before anything is loaded.
+func checkEvalOut(c *cli.Context) error {
+	in := append([]safefile.Path{{Flag: "--model", Path: c.String(evalModelFlag.Name)}, {Flag: "--lora", Path: c.String(evalLoraFlag.Name)},
+		{Flag: "--run", Path: c.String(evalRunFlag.Name), Dir: true,
+			Files: []string{trainer.ConfigFile, trainer.MemoryFile, trainer.MetricsFile, trainer.EvalFile}}},
+		dbPaths("--memory-db", c.String(evalMemoryDBFlag.Name))...)
+	if e := c.String(evalEmbedderFlag.Name); e != "hash" && e != "policy" { // else a GGUF (trainer.OpenEmbedder)
+		in = append(in, safefile.Path{Flag: "--embedder", Path: e})
+	}
+	return safefile.CheckOutputs([]safefile.Path{{Flag: "--out", Path: c.String(evalOutFlag.Name)}}, in)
 }
 
 // openEval loads the model, adapter, memory and roller from the flags (and

@@ -2,14 +2,13 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/rs/zerolog/log"
 	"github.com/urfave/cli/v2"
 
 	"github.com/empo2/empo2/gguf"
+	"github.com/empo2/empo2/internal/safefile"
 	"github.com/empo2/empo2/lora"
 )
 
@@ -90,45 +89,9 @@ func readAdapterOrState(path string) (*lora.Adapter, error) {
 	return a, nil
 }
 
-// sameFile reports whether out names the same file as in (samePath), so
-// that no command overwrites its own input.
-func sameFile(out, in string) bool { return samePath(out, in) }
-
-// samePath reports whether a and b name the same file: both exist and
-// os.SameFile says so (hard links, symlinks), or their absolute paths with
-// every symlink of the existing part resolved are equal (also for files
-// that do not exist yet, e.g. a database's -wal).
-func samePath(a, b string) bool {
-	if a == b {
-		return true
-	}
-	if sa, err := os.Stat(a); err == nil {
-		if sb, err := os.Stat(b); err == nil {
-			return os.SameFile(sa, sb)
-		}
-	}
-	return resolvePath(a) == resolvePath(b)
-}
-
-// resolvePath is p made absolute with the symlinks of its longest existing
-// prefix resolved.
-func resolvePath(p string) string {
-	abs, err := filepath.Abs(p)
-	if err != nil {
-		return filepath.Clean(p)
-	}
-	var rest []string
-	for cur := abs; ; {
-		if r, err := filepath.EvalSymlinks(cur); err == nil {
-			return filepath.Join(append([]string{r}, rest...)...)
-		}
-		parent := filepath.Dir(cur)
-		if parent == cur {
-			return abs
-		}
-		rest = append([]string{filepath.Base(cur)}, rest...)
-		cur = parent
-	}
+// exportInputs are the files export reads, for the output guard.
+func exportInputs(modelPath, loraPath string) []safefile.Path {
+	return []safefile.Path{{Flag: "--model", Path: modelPath}, {Flag: "--lora", Path: loraPath}}
 }
 
 func exportAction(c *cli.Context) error {
@@ -147,8 +110,8 @@ func exportAction(c *cli.Context) error {
 		}
 	}
 	modelPath, loraPath, out := c.String(exportModelFlag.Name), c.String(exportLoraFlag.Name), c.String(exportOutFlag.Name)
-	if sameFile(out, modelPath) || sameFile(out, loraPath) {
-		return fmt.Errorf("--out %s would overwrite an input", out)
+	if err := safefile.CheckOutputs([]safefile.Path{{Flag: "--out", Path: out}}, exportInputs(modelPath, loraPath)); err != nil {
+		return err
 	}
 	base, a, err := openBaseAndAdapter(modelPath, loraPath)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
+	"github.com/empo2/empo2/internal/safefile"
 	"github.com/empo2/empo2/lora"
 	"github.com/empo2/empo2/safetensors"
 )
@@ -68,11 +69,12 @@ func exportHF(c *cli.Context, format string) error {
 		}
 	}
 	modelPath, loraPath, out := c.String(exportModelFlag.Name), c.String(exportLoraFlag.Name), c.String(exportOutFlag.Name)
-	if sameFile(out, modelPath) || sameFile(out, loraPath) {
-		return fmt.Errorf("--out %s would overwrite an input", out)
+	files := lora.HFFiles
+	if format == "peft" {
+		files = lora.PEFTFiles
 	}
-	if st, err := os.Stat(out); err == nil && !st.IsDir() {
-		return fmt.Errorf("--out %s exists and is not a directory (--format %s writes a folder)", out, format)
+	if err := safefile.CheckOutputs([]safefile.Path{{Flag: "--out", Path: out, Dir: true, Files: files}}, exportInputs(modelPath, loraPath)); err != nil {
+		return err
 	}
 	base, a, err := openBaseAndAdapter(modelPath, loraPath)
 	if err != nil {

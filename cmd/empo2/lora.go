@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/empo2/empo2/gguf"
+	"github.com/empo2/empo2/internal/safefile"
 	"github.com/empo2/empo2/lora"
 )
 
@@ -117,8 +118,8 @@ func loraInit(c *cli.Context) error {
 		return err
 	}
 	modelPath, out := c.String(loraModelFlag.Name), c.String(loraOutFlag.Name)
-	if sameFile(out, modelPath) {
-		return fmt.Errorf("--out %s would overwrite the base model", out)
+	if err := safefile.CheckOutputs([]safefile.Path{{Flag: "--out", Path: out}}, []safefile.Path{{Flag: "--model", Path: modelPath}}); err != nil {
+		return err
 	}
 	base, err := gguf.Open(modelPath)
 	if err != nil {

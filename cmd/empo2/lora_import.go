@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/empo2/empo2/gguf"
+	"github.com/empo2/empo2/internal/safefile"
 	"github.com/empo2/empo2/lora"
 )
 
@@ -41,8 +42,9 @@ func loraImport(c *cli.Context) error {
 		return err
 	}
 	in, modelPath, out := c.Args().First(), c.String("model"), c.String("out")
-	if sameFile(out, modelPath) || sameFile(out, in) {
-		return fmt.Errorf("--out %s would overwrite an input", out)
+	if err := safefile.CheckOutputs([]safefile.Path{{Flag: "--out", Path: out}},
+		[]safefile.Path{{Flag: "--model", Path: modelPath}, {Flag: "PEFT_DIR", Path: in, Dir: true, Files: lora.PEFTFiles}}); err != nil {
+		return err
 	}
 	base, err := gguf.Open(modelPath)
 	if err != nil {

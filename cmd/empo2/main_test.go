@@ -45,8 +45,15 @@ func TestMain(m *testing.M) {
 // exit error (nil on exit status 0).
 func runCLI(t *testing.T, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
+	return runCLIIn(t, "", args...)
+}
+
+// runCLIIn is runCLI in the working directory dir ("": this one).
+func runCLIIn(t *testing.T, dir string, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
 	var out, errb bytes.Buffer
 	cmd := exec.Command(binPath, args...)
+	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err = cmd.Run()
 	return out.String(), errb.String(), err

@@ -16,6 +16,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
+	"github.com/empo2/empo2/internal/safefile"
 	"github.com/empo2/empo2/llama"
 	"github.com/empo2/empo2/memstore"
 	"github.com/empo2/empo2/trainer"
@@ -425,13 +426,9 @@ func memAdd(c *cli.Context) (err error) {
 
 func memExport(c *cli.Context) error {
 	out := c.String(memOutFlag.Name)
-	if db := c.String(memDBFlag.Name); out != "" && out != "-" {
-		// Checked before anything is opened for writing: os.Create on the
-		// database itself would truncate it.
-		for _, suf := range []string{"", "-wal", "-shm", "-journal"} {
-			if samePath(out, db+suf) {
-				return fmt.Errorf("--out %s is the database %s%s: exporting would destroy it", out, db, suf)
-			}
+	if out != "" && out != "-" {
+		if err := safefile.CheckOutputs([]safefile.Path{{Flag: "--out", Path: out}}, dbPaths("--db", c.String(memDBFlag.Name))); err != nil {
+			return err
 		}
 	}
 	s, err := memOpen(c, openMetaOnly)
@@ -440,18 +437,17 @@ func memExport(c *cli.Context) error {
 	}
 	defer s.Close()
 	var w io.Writer = c.App.Writer
-	var f *os.File
+	var f *safefile.File
 	if out != "" && out != "-" {
-		if f, err = os.Create(out); err != nil {
+		if f, err = safefile.Create(out, 0o644); err != nil {
 			return err
 		}
+		defer f.Abort()
 		w = f
 	}
 	n, err := s.Export(c.Context, w, c.String(memNSFlag.Name))
-	if f != nil {
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
+	if err == nil && f != nil {
+		err = f.Commit()
 	}
 	if err != nil {
 		return err
@@ -468,12 +464,19 @@ func memImport(c *cli.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	var inputs []safefile.Path
 	for _, p := range c.Args().Slice() {
 		if p != "-" && !fileExists(p) {
 			return fmt.Errorf("memory import: %s: no such file", p)
 		}
+		if p != "-" {
+			inputs = append(inputs, safefile.Path{Flag: "FILE", Path: p})
+		}
 	}
 	path := c.String(memDBFlag.Name)
+	if err := safefile.CheckOutputs([]safefile.Path{{Flag: "--db", Path: path}}, inputs); err != nil {
+		return err
+	}
 	existed := fileExists(path)
 	s, err := memOpen(c, openCreate, capOpt...)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/empo2/empo2/gguf"
+	"github.com/empo2/empo2/internal/safefile"
 	"github.com/empo2/empo2/modelgen"
 )
 
@@ -90,8 +91,9 @@ func modelInit(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return fmt.Errorf("model init: unexpected argument %q (the output file is --out)", c.Args().First())
 	}
-	if p := c.String(modelInitCorpusFlag.Name); p != "" && samePath(c.String(modelInitOutFlag.Name), p) {
-		return fmt.Errorf("model init: --out %s is the --corpus file: writing the model would destroy it", p)
+	if err := safefile.CheckOutputs([]safefile.Path{{Flag: "--out", Path: c.String(modelInitOutFlag.Name)}},
+		[]safefile.Path{{Flag: "--corpus", Path: c.String(modelInitCorpusFlag.Name)}}); err != nil {
+		return fmt.Errorf("model init: %w", err)
 	}
 	if p := c.String(modelInitCorpusFlag.Name); p != "" {
 		st, err := os.Stat(p)

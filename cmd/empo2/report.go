@@ -12,6 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
+	"github.com/empo2/empo2/internal/safefile"
 	"github.com/empo2/empo2/report"
 )
 
@@ -44,6 +45,14 @@ func init() {
 func reportAction(c *cli.Context) error {
 	if c.NArg() == 0 {
 		return fmt.Errorf("report: give at least one run directory (usage: empo2 report RUN [RUN…] --out DIR)")
+	}
+	var runs []safefile.Path
+	for _, r := range c.Args().Slice() {
+		runs = append(runs, safefile.Path{Flag: "RUN", Path: r, Dir: true})
+	}
+	out := safefile.Path{Flag: "--out", Path: c.String(reportOutFlag.Name), Dir: true, Files: []string{report.HTMLFile}}
+	if err := safefile.CheckOutputs([]safefile.Path{out}, runs); err != nil {
+		return err
 	}
 	opt := report.Options{
 		Out:     c.String(reportOutFlag.Name),

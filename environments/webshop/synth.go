@@ -4,9 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/empo2/empo2/internal/safefile"
 )
 
 // The synthetic catalogue mimics the real WebShop data files: the same JSON
@@ -353,7 +354,7 @@ func WriteSynthetic(dir string, n int, seed int64) (Files, error) {
 		if err != nil {
 			return f, err
 		}
-		if err := os.WriteFile(path, b, 0o644); err != nil {
+		if err := safefile.WriteFile(path, b, 0o644); err != nil {
 			return f, err
 		}
 	}

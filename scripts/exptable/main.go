@@ -27,6 +27,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/empo2/empo2/internal/safefile"
 )
 
 // ErrLayout: the directory is not an experiment output.
@@ -130,13 +132,10 @@ func main() {
 	}
 	writeTable(os.Stdout, runs)
 	if *diag != "" {
-		f, err := os.Create(*diag)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "exptable:", err)
-			os.Exit(1)
-		}
-		writeDiagnosis(f, runs)
-		if err := f.Close(); err != nil {
+		if err := safefile.WriteFunc(*diag, 0o644, func(w io.Writer) error {
+			writeDiagnosis(w, runs)
+			return nil
+		}); err != nil {
 			fmt.Fprintln(os.Stderr, "exptable:", err)
 			os.Exit(1)
 		}
