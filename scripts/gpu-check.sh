@@ -36,7 +36,9 @@
 # GPU_CHECK_NEED_<phase> (override a phase's start need, s; '-' becomes '_'),
 # GPU_CHECK_CUDA_ARCH (build for this architecture without a GPU),
 # GPU_CHECK_NO_GPU=1 (treat the machine as GPU-less), EMPO2 (the binary),
-# GPU_CHECK_THREADS (CPU threads, default: all cores).
+# GPU_CHECK_THREADS (CPU threads of the checks, default: all cores),
+# GPU_CHECK_JOBS (parallel compile jobs of the build, default: all cores),
+# GPU_CHECK_REBUILD=1 (do not reuse an earlier build on this machine).
 set -uo pipefail
 
 # ---- a phase body, run by the main script under timeout: gpu-check.sh --phase NAME
@@ -151,7 +153,7 @@ phase_build() {
 	fi
 	rm -rf "$b"
 	mkdir -p "$b"
-	local gen=() jobs=$GC_THREADS
+	local gen=() jobs=${GPU_CHECK_JOBS:-$(nproc)}
 	command -v ninja >/dev/null 2>&1 && gen=(-G Ninja)
 	local t0
 	t0=$(now)
@@ -569,4 +571,4 @@ fi
 stop_big
 report
 LOG "done in $((SECONDS - START)) s: $GC_OUT/gpu-report.md"
-grep -E '^\| ' "$GC_OUT/gpu-report.md" | head -20
+awk '/^\| phase \|/ { on = 1 } on && /^$/ { exit } on' "$GC_OUT/gpu-report.md" # the phase table

@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/empo2/empo2/internal/gpucheck"
+	"github.com/empo2/empo2/internal/safefile"
 )
 
 var (
@@ -93,7 +94,20 @@ func finishCheck[T any](c *cli.Context, res *T, err error) error {
 	return err
 }
 
+// checkOutputs refuses an --out (or --dump) that would replace an input.
+func checkOutputs(c *cli.Context, outputs []safefile.Path, inputFlags ...string) error {
+	outputs = append(outputs, safefile.Path{Flag: "--out", Path: c.String(checkOutFlag.Name)})
+	var in []safefile.Path
+	for _, f := range inputFlags {
+		in = append(in, safefile.Path{Flag: "--" + f, Path: c.String(f)})
+	}
+	return safefile.CheckOutputs(outputs, in)
+}
+
 func checkRolloutAction(c *cli.Context) error {
+	if err := checkOutputs(c, nil, "model", "reference", "noise-model"); err != nil {
+		return err
+	}
 	cfg := gpucheck.RolloutConfig{Model: c.String(checkModelFlag.Name), GPULayers: c.Int(checkLayersFlag.Name),
 		Threads: c.Int(checkThreadsFlag.Name), MaxTokens: c.Int("max-tokens"), NoiseModel: c.String("noise-model"), Tol: c.Float64("tol")}
 	if p := c.String("reference"); p != "" {
@@ -107,6 +121,10 @@ func checkRolloutAction(c *cli.Context) error {
 }
 
 func checkTrainAction(c *cli.Context) error {
+	dump := safefile.Path{Flag: "--dump", Path: c.String("dump"), Dir: true, Files: []string{"adapter.gguf", "hf-check.json"}}
+	if err := checkOutputs(c, []safefile.Path{dump}, "model"); err != nil {
+		return err
+	}
 	res, err := gpucheck.Train(gpucheck.TrainConfig{Model: c.String(checkModelFlag.Name), Device: c.String("device"),
 		Threads: c.Int(checkThreadsFlag.Name), Rank: c.Int("rank"), Seed: c.Int64(checkSeedFlag.Name), Shared: c.Bool("shared"),
 		LogpTol: c.Float64("logprob-tol"), GradTol: c.Float64("grad-tol"), Dump: c.String("dump")})
@@ -114,6 +132,9 @@ func checkTrainAction(c *cli.Context) error {
 }
 
 func checkBenchAction(c *cli.Context) error {
+	if err := checkOutputs(c, nil, "model"); err != nil {
+		return err
+	}
 	var batches []int
 	for _, s := range strings.Split(c.String("batches"), ",") {
 		b, err := strconv.Atoi(strings.TrimSpace(s))
@@ -139,7 +160,12 @@ func checkReportAction(c *cli.Context) error {
 	if c.NArg() != 2 {
 		return fmt.Errorf("usage: empo2 check report WORKDIR OUTDIR")
 	}
-	doc, err := gpucheck.WriteReport(c.Args().Get(0), c.Args().Get(1))
+	work, out := c.Args().Get(0), c.Args().Get(1)
+	if err := safefile.CheckOutputs([]safefile.Path{{Flag: "OUTDIR", Path: out, Dir: true, Files: []string{gpucheck.ReportJSON, gpucheck.ReportMD}}},
+		[]safefile.Path{{Flag: "WORKDIR", Path: work, Dir: true, Files: []string{"meta.json"}}}); err != nil {
+		return err
+	}
+	doc, err := gpucheck.WriteReport(work, out)
 	if err != nil {
 		return err
 	}

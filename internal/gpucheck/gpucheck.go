@@ -30,8 +30,9 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"time"
+
+	"github.com/empo2/empo2/internal/safefile"
 )
 
 // ErrConfig: invalid settings of a check.
@@ -48,31 +49,14 @@ const (
 	KindBench   = "bench"
 )
 
-// WriteJSON writes v as indented JSON to path (atomically: a temporary file
-// renamed into place, so a cut-short run never leaves half a document).
+// WriteJSON writes v as indented JSON to path, atomically (safefile: a run
+// cut short never leaves half a document).
 func WriteJSON(path string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return safefile.WriteFile(path, append(b, '\n'), 0o644)
 }
 
 // ReadJSON reads path into v.

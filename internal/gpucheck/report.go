@@ -6,11 +6,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
+	"github.com/empo2/empo2/internal/safefile"
 	"github.com/empo2/empo2/llama"
 )
 
@@ -116,11 +119,7 @@ func WriteReport(work, out string) (*ReportDoc, error) {
 	}
 	var md bytes.Buffer
 	renderMarkdown(&md, doc)
-	tmp := filepath.Join(out, "."+ReportMD+".tmp")
-	if err := os.WriteFile(tmp, md.Bytes(), 0o644); err != nil {
-		return nil, err
-	}
-	return doc, os.Rename(tmp, filepath.Join(out, ReportMD))
+	return doc, safefile.WriteFile(filepath.Join(out, ReportMD), md.Bytes(), 0o644)
 }
 
 // jsonLines turns a JSON-lines file (metrics.jsonl) into a JSON array; nil
@@ -169,15 +168,7 @@ func renderMarkdown(w io.Writer, doc *ReportDoc) {
 	fmt.Fprintln(w)
 	var meta map[string]any
 	if json.Unmarshal(doc.Meta, &meta) == nil && len(meta) > 0 {
-		keys := make([]string, 0, len(meta))
-		for k := range meta {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			fmt.Fprintf(w, "- **%s**: %s\n", k, compact(meta[k]))
-		}
-		fmt.Fprintln(w)
+		writeFields(w, meta, "- **%s**: %s\n")
 	}
 	verdict := "every phase that ran ended ok"
 	if !doc.Pass {
@@ -253,13 +244,14 @@ func renderDoc(w io.Writer, name string, raw json.RawMessage) {
 	}
 	fmt.Fprintln(w, ":")
 	fmt.Fprintln(w)
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		fmt.Fprintf(w, "- %s: %s\n", k, compact(m[k]))
+	writeFields(w, m, "- %s: %s\n")
+}
+
+// writeFields lists a JSON object's fields in key order, one line each
+// (format takes the key and the compact value), then a blank line.
+func writeFields(w io.Writer, m map[string]any, format string) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		fmt.Fprintf(w, format, k, compact(m[k]))
 	}
 	fmt.Fprintln(w)
 }
@@ -397,7 +389,7 @@ func compact(v any) string {
 	if err != nil {
 		return fmt.Sprint(v)
 	}
-	return truncate(string(b), 300)
+	return truncate(string(b), 600)
 }
 
 func cell(s string) string { return strings.ReplaceAll(strings.ReplaceAll(s, "|", "/"), "\n", " ") }
