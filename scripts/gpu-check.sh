@@ -438,7 +438,7 @@ phase() {
 		report
 		return 0
 	fi
-	if ((need > left)); then
+	if ((need > left || left < 1)); then
 		LOG "$name: not started: needs ~$need s, $left s left"
 		write_rec "$rec" "$name" skipped 0 "$need" "$budget" "not started: needs ~$need s, $left s left of the $GC_TOTAL s limit"
 		report
