@@ -288,8 +288,12 @@ phase_bench() {
 }
 
 phase_hf_bench() {
+	# torch.compile only in what the phase and the run can spare: the
+	# end-to-end training phase after this one needs ~90 s of its own
+	local spare=$((GC_RUN_LEFT - 90))
+	((spare > GC_PHASE_LIMIT)) && spare=$GC_PHASE_LIMIT
 	# shellcheck disable=SC2086
-	step python3 "$GC_HERE/gpu_hf_check.py" bench $GC_BIG_PY $GC_PYBENCH --time-left "${GC_PHASE_LIMIT:-150}" \
+	step python3 "$GC_HERE/gpu_hf_check.py" bench $GC_BIG_PY $GC_PYBENCH --time-left "$spare" --compile-need 120 \
 		--empo2 "$GC_WORK/bench.json" --out "$GC_WORK/hf-bench.json"
 	[[ -f $GC_WORK/hf-bench.json ]] && result hf-bench.json
 	return $fails
@@ -449,7 +453,7 @@ phase() {
 	CUR_NAME=$name CUR_REC=$rec CUR_T0=$(now) CUR_NEED=$need CUR_BUDGET=$lim
 	write_rec "$rec" "$name" running 0 "$need" "$lim" "started; the run ended before it did"
 	report
-	GC_PHASE_LIMIT=$lim timeout -k 10 "$lim" "$GC_HERE/gpu-check.sh" --phase "$name" >"$GC_WORK/logs/$name.log" 2>&1 &
+	GC_PHASE_LIMIT=$lim GC_RUN_LEFT=$left timeout -k 10 "$lim" "$GC_HERE/gpu-check.sh" --phase "$name" >"$GC_WORK/logs/$name.log" 2>&1 &
 	CUR_PID=$!
 	wait "$CUR_PID"
 	local rc=$?
@@ -555,7 +559,7 @@ if [[ -n $GC_GPU ]]; then
 	phase hf-export 5 30
 	phase hf 30 90 "$hf_skip"
 	phase bench 90 180
-	phase hf-bench 60 150 "$hf_skip"
+	phase hf-bench 60 240 "$hf_skip"
 	phase train-e2e 60 150
 else
 	# GPU_CHECK_CUDA_ARCH without a GPU: the build alone is measured (give it GPU_CHECK_TIME)

@@ -50,7 +50,7 @@ def seq_logprobs(model, ids):
     """log p(ids[t] | ids[:t]) for t >= 1 of a [B, T] batch, float32; [B, T]
     with column 0 = 0 (empo2's LogProbs convention)."""
     import torch
-    logits = model(input_ids=ids).logits.float()
+    logits = model(input_ids=ids, use_cache=False).logits.float()
     lp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:, None])[..., 0]
     return torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1)
 
@@ -211,7 +211,7 @@ def bench(args):
     ntok = args.seqs * (args.len - 1)
 
     def logp_of(m, x):
-        logits = m(input_ids=x).logits
+        logits = m(input_ids=x, use_cache=False).logits
         return torch.log_softmax(logits[:, :-1].float(), dim=-1).gather(-1, x[:, 1:, None])[..., 0]
 
     t0 = time.time()
