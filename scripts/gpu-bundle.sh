@@ -33,7 +33,7 @@ rm -rf "$out"
 mkdir -p "$out/models"
 
 # The binary: it must start here (same ISA level as the GPU machine's CPU,
-# which is unknown: see MARCH_FLAGS), then xz -9 (gzip -9 is about 1.5x larger).
+# which is unknown: see MARCH_FLAGS), then xz -9 (gzip -9 is 1.24x larger).
 "$bin" version >/dev/null
 xz -9 -T0 -c "$bin" >"$out/empo2.xz"
 
