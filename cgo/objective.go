@@ -15,7 +15,7 @@ func validateObjective(obj Objective) (Objective, error) {
 	if obj.Aggregation == "" {
 		obj.Aggregation = AggTokenMean
 	}
-	if obj.Aggregation != AggTokenMean && obj.Aggregation != AggSeqMeanTokenMean {
+	if !obj.Aggregation.Valid() {
 		return obj, fmt.Errorf("%w: aggregation %q (want %q or %q)", ErrConfig, obj.Aggregation, AggTokenMean, AggSeqMeanTokenMean)
 	}
 	for _, v := range []float32{obj.ClipLow, obj.ClipHigh, obj.DualClip, obj.LowProbThreshold, obj.KLCoef, obj.EntropyCoef} {

@@ -73,7 +73,7 @@ func TestAggregationValue(t *testing.T) {
 			seqs[i].OldLogp[j] = min(0, lp[j]-0.15*float32(j%3))
 		}
 	}
-	for _, agg := range []string{AggTokenMean, AggSeqMeanTokenMean} {
+	for _, agg := range []Aggregation{AggTokenMean, AggSeqMeanTokenMean} {
 		obj := DefaultObjective()
 		obj.Aggregation = agg
 		var sum float64

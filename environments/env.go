@@ -70,6 +70,10 @@ const (
 	Test  Split = "test"
 )
 
+// Valid reports whether s is one of the three splits, spelled exactly
+// (ParseSplit also accepts other cases and surrounding spaces).
+func (s Split) Valid() bool { return s == Train || s == Dev || s == Test }
+
 // Task describes one task of an environment.
 type Task struct {
 	Name                 string
@@ -81,13 +85,14 @@ type Task struct {
 }
 
 // Options configures an environment instance. Fields an environment does
-// not use are ignored.
+// not use are ignored. It is also the env_options section of a training
+// run's configuration (the yaml and doc tags: key and documentation).
 type Options struct {
-	DataDir         string            // data files (WebShop)
-	Jar             string            // simulator jar (ScienceWorld)
-	Simplifications string            // e.g. "easy" (ScienceWorld)
-	StepLimit       int               // 0: the task's own limit
-	Extra           map[string]string // environment-specific settings
+	DataDir         string            `yaml:"data_dir" doc:"data directory (webshop)"`
+	Jar             string            `yaml:"jar" doc:"simulator jar (scienceworld; one JVM per parallel episode, pooled)"`
+	Simplifications string            `yaml:"simplifications" doc:"scienceworld simplification preset, e.g. easy (the EMPO² recipe)"`
+	StepLimit       int               `yaml:"step_limit" doc:"environment step limit; 0 = each task's own limit"`
+	Extra           map[string]string `yaml:"extra" doc:"environment-specific settings (map of strings)"`
 }
 
 // Spec registers an environment by name.

@@ -295,26 +295,7 @@ func (m *Model) Tokenize(text string, addSpecial, parseSpecial bool) ([]int32, e
 }
 
 func (m *Model) tokenize(text string, addSpecial, parseSpecial bool) ([]int32, error) {
-	if len(text) > 1<<30 {
-		return nil, fmt.Errorf("%w: text of %d bytes", ErrTokenize, len(text))
-	}
-	ctext := C.CString(text)
-	defer C.free(unsafe.Pointer(ctext))
-	n := len(text) + 8
-	for attempt := 0; attempt < 2; attempt++ {
-		buf := make([]int32, n)
-		got := C.llama_tokenize(m.vocab, ctext, C.int32_t(len(text)),
-			(*C.llama_token)(unsafe.Pointer(&buf[0])), C.int32_t(len(buf)),
-			C.bool(addSpecial), C.bool(parseSpecial))
-		if got >= 0 {
-			return buf[:got], nil
-		}
-		if got == C.INT32_MIN {
-			break
-		}
-		n = int(-got)
-	}
-	return nil, fmt.Errorf("%w: %d bytes of text", ErrTokenize, len(text))
+	return vocabTokenize(m.vocab, text, addSpecial, parseSpecial)
 }
 
 // TokenPiece returns the text of one token, rendering special tokens.
@@ -331,17 +312,7 @@ func (m *Model) TokenPiece(tok int32) (string, error) {
 
 // piece appends the bytes of tok to dst.
 func (m *Model) piece(tok int32, special bool, dst []byte) []byte {
-	var stack [64]byte
-	n := C.llama_token_to_piece(m.vocab, C.llama_token(tok), (*C.char)(unsafe.Pointer(&stack[0])), C.int32_t(len(stack)), 0, C.bool(special))
-	if n >= 0 {
-		return append(dst, stack[:n]...)
-	}
-	buf := make([]byte, int(-n))
-	n = C.llama_token_to_piece(m.vocab, C.llama_token(tok), (*C.char)(unsafe.Pointer(&buf[0])), C.int32_t(len(buf)), 0, C.bool(special))
-	if n < 0 {
-		return dst
-	}
-	return append(dst, buf[:n]...)
+	return vocabPiece(m.vocab, tok, special, dst)
 }
 
 // Detokenize converts token ids back to text, rendering special tokens, so

@@ -15,9 +15,11 @@ package lora
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -25,6 +27,7 @@ import (
 
 	"github.com/empo2/empo2/gguf"
 	"github.com/empo2/empo2/internal/safefile"
+	"github.com/empo2/empo2/modelgen"
 	"github.com/empo2/empo2/safetensors"
 )
 
@@ -240,18 +243,12 @@ func NewHFConfig(base *gguf.File, dtype safetensors.DType) (*HFConfig, error) {
 	return c, nil
 }
 
-// Pre-tokenizer regular expressions of tokenizer.ggml.pre values, as the
-// Hugging Face tokenizer.json of those models writes them (llama.cpp's
-// llama-vocab.cpp uses the same expressions).
-var hfPreRegex = map[string]string{
-	"qwen2": `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`,
-}
-
 // GGUF token types (llama_token_type).
 const (
-	tokNormal      = 1
-	tokControl     = 3
-	tokUserDefined = 4
+	tokNormal      = modelgen.TokenTypeNormal
+	tokControl     = modelgen.TokenTypeControl
+	tokUserDefined = modelgen.TokenTypeUserDefined
+	tokUnused      = modelgen.TokenTypeUnused
 )
 
 type hfAddedToken struct {
@@ -271,6 +268,7 @@ type hfTokenizer struct {
 	added      []hfAddedToken
 	vocab      map[string]int
 	regex      string
+	pre        string
 	bos, eos   *int
 	pad        *int
 	addBOS     bool
@@ -287,11 +285,11 @@ func readHFTokenizer(base *gguf.File, maxLength int) (*hfTokenizer, error) {
 		return nil, fmt.Errorf("%w: tokenizer %q (the Hugging Face export writes byte-level BPE tokenizers, tokenizer.ggml.model = \"gpt2\")", ErrUnsupported, model)
 	}
 	pre, _ := base.String("tokenizer.ggml.pre")
-	re, ok := hfPreRegex[pre]
+	re, ok := modelgen.PreTokenizerRegex(pre)
 	if !ok {
-		return nil, fmt.Errorf("%w: pre-tokenizer %q (known: qwen2)", ErrUnsupported, pre)
+		return nil, fmt.Errorf("%w: pre-tokenizer %q (known: qwen2, deepseek-r1-qwen, llama-bpe)", ErrUnsupported, pre)
 	}
-	t := &hfTokenizer{regex: re, maxLength: maxLength, vocab: map[string]int{}}
+	t := &hfTokenizer{regex: re, pre: pre, maxLength: maxLength, vocab: map[string]int{}}
 	if t.tokens, ok = base.Strings("tokenizer.ggml.tokens"); !ok || len(t.tokens) == 0 {
 		return nil, fmt.Errorf("%w: no tokenizer.ggml.tokens", ErrMismatch)
 	}
@@ -313,6 +311,9 @@ func readHFTokenizer(base *gguf.File, maxLength int) (*hfTokenizer, error) {
 		switch t.types[id] {
 		case tokControl, tokUserDefined:
 			t.added = append(t.added, hfAddedToken{ID: id, Content: s, Special: t.types[id] == tokControl})
+		case tokUnused:
+			// padding up to the embedding rows ([PADn]): not in a Hugging
+			// Face vocabulary, which is shorter than config.json's vocab_size
 		default:
 			if prev, dup := t.vocab[s]; dup {
 				return nil, fmt.Errorf("%w: token %q has ids %d and %d", ErrMismatch, s, prev, id)
@@ -389,7 +390,10 @@ func (t *hfTokenizer) tokenizerConfig() any {
 		"errors":                       "replace",
 		"model_max_length":             t.maxLength,
 		"split_special_tokens":         false,
-		"tokenizer_class":              "Qwen2Tokenizer",
+		"tokenizer_class":              "PreTrainedTokenizerFast",
+	}
+	if t.pre == "qwen2" {
+		cfg["tokenizer_class"] = "Qwen2Tokenizer"
 	}
 	if t.template != "" {
 		cfg["chat_template"] = t.template
@@ -415,6 +419,12 @@ type HFOptions struct {
 	// Progress, when set, is called after each tensor with the bytes of
 	// tensor data written so far and the total.
 	Progress func(done, total int64)
+	// Tokenizer, when set, is the Hugging Face tokenizer the base model's
+	// vocabulary came from (modelgen.LoadHFTokenizer of its folder): its
+	// files are written unchanged. Without it, the files the base GGUF
+	// stores (modelgen.StoredHFTokenizer) are; a GGUF without them gets
+	// tokenizer files generated from its vocabulary.
+	Tokenizer *modelgen.HFTokenizer
 }
 
 // BaseDType is the dtype ExportHF keeps by default: the type shared by the
@@ -480,10 +490,15 @@ var HFFiles = []string{"config.json", "generation_config.json", "tokenizer.json"
 // (through a staging folder, internal/safefile's CreateDir: a new dir
 // appears complete; in an existing one the files in HFFiles are replaced
 // once all are written, other files stay): config.json,
-// generation_config.json, the tokenizer files (tokenizer.json,
-// tokenizer_config.json with the chat template, special_tokens_map.json,
-// vocab.json, merges.txt) and model.safetensors with every tensor under its
-// transformers name, shape reversed, data as in the GGUF. With an adapter a
+// generation_config.json, the tokenizer files and model.safetensors with
+// every tensor under its transformers name, shape reversed, data as in the
+// GGUF. The tokenizer files are the original Hugging Face files, byte for
+// byte, when the vocabulary came from them (HFOptions.Tokenizer, or the
+// files the GGUF stores) and they still convert to exactly the GGUF's
+// vocabulary (else an error wrapping ErrMismatch); the tokenizer files of
+// HFFiles that the original lacks are then removed from dir. Otherwise they
+// are generated from the GGUF (tokenizer.json, tokenizer_config.json with
+// the chat template, special_tokens_map.json, vocab.json, merges.txt). With an adapter a
 // (nil for none), every adapted weight is W + s·B·A (s = Adapter.Scale,
 // computed in float64 as Merge does), so transformers computes what
 // llama.cpp computes with base + adapter at scale 1.
@@ -515,6 +530,20 @@ func ExportHF(base *gguf.File, a *Adapter, dir string, opt HFOptions) error {
 	}
 	if len(tok.tokens) != cfg.VocabSize {
 		return fmt.Errorf("%w: %d tokens but token_embd.weight has %d rows", ErrMismatch, len(tok.tokens), cfg.VocabSize)
+	}
+	orig := opt.Tokenizer
+	if orig == nil {
+		if orig, err = modelgen.StoredHFTokenizer(base); err != nil {
+			return fmt.Errorf("%w: the tokenizer files stored in the base model: %w", ErrMismatch, err)
+		}
+	}
+	if orig != nil {
+		if err := orig.Matches(base); err != nil {
+			return fmt.Errorf("%w: %w", ErrMismatch, err)
+		}
+		if len(orig.Files) == 0 {
+			return fmt.Errorf("%w: the Hugging Face tokenizer has no files to write", ErrConfig)
+		}
 	}
 	w := safetensors.NewWriter()
 	w.Metadata = map[string]string{"format": "pt"} // transformers refuses files without it
@@ -571,25 +600,35 @@ func ExportHF(base *gguf.File, a *Adapter, dir string, opt HFOptions) error {
 	}
 	vocab := make(map[string]int, len(tok.tokens))
 	for i, s := range tok.tokens {
-		if _, dup := vocab[s]; !dup {
+		if _, dup := vocab[s]; !dup && tok.types[i] != tokUnused {
 			vocab[s] = i
 		}
 	}
 	merges := "#version: 0.2\n" + strings.Join(tok.merges, "\n") + "\n"
-	for _, f := range []struct {
+	files := []struct {
 		name string
 		v    any
-	}{
-		{"config.json", cfg}, {"generation_config.json", gen}, {"tokenizer.json", tok.tokenizerJSON()},
-		{"tokenizer_config.json", tok.tokenizerConfig()}, {"special_tokens_map.json", tok.specialTokensMap()},
-		{"vocab.json", vocab},
-	} {
+	}{{"config.json", cfg}, {"generation_config.json", gen}}
+	if orig == nil {
+		files = append(files, []struct {
+			name string
+			v    any
+		}{
+			{"tokenizer.json", tok.tokenizerJSON()}, {"tokenizer_config.json", tok.tokenizerConfig()},
+			{"special_tokens_map.json", tok.specialTokensMap()}, {"vocab.json", vocab},
+		}...)
+	}
+	for _, f := range files {
 		if err := writeJSON(filepath.Join(out.Path(), f.name), f.v); err != nil {
 			return err
 		}
 	}
-	if err := safefile.WriteFile(filepath.Join(out.Path(), "merges.txt"), []byte(merges), 0o644); err != nil {
-		return fmt.Errorf("lora: %w", err)
+	if orig == nil {
+		if err := safefile.WriteFile(filepath.Join(out.Path(), "merges.txt"), []byte(merges), 0o644); err != nil {
+			return fmt.Errorf("lora: %w", err)
+		}
+	} else if err := writeOriginalTokenizer(out.Path(), orig.Files); err != nil {
+		return err
 	}
 	if opt.Progress != nil {
 		w.OnTensor = func(done int64) { opt.Progress(done, total) }
@@ -599,6 +638,35 @@ func ExportHF(base *gguf.File, a *Adapter, dir string, opt HFOptions) error {
 	}
 	if err := out.Commit(); err != nil {
 		return fmt.Errorf("lora: %w", err)
+	}
+	if orig != nil {
+		// generated tokenizer files an earlier export left in the folder
+		// would not belong to this tokenizer
+		for _, name := range HFFiles {
+			if !strings.HasSuffix(name, ".safetensors") && name != "config.json" && name != "generation_config.json" && !orig.HasFile(name) {
+				if err := os.Remove(filepath.Join(out.Name(), name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+					return fmt.Errorf("lora: %w", err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// writeOriginalTokenizer writes a Hugging Face tokenizer's files byte for
+// byte into the staging folder dir.
+func writeOriginalTokenizer(dir string, files []modelgen.HFFile) error {
+	for _, f := range files {
+		if !filepath.IsLocal(filepath.FromSlash(f.Name)) {
+			return fmt.Errorf("%w: tokenizer file name %q", ErrInvalid, f.Name)
+		}
+		p := filepath.Join(dir, filepath.FromSlash(f.Name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return fmt.Errorf("lora: %w", err)
+		}
+		if err := safefile.WriteFile(p, f.Data, 0o644); err != nil {
+			return fmt.Errorf("lora: %w", err)
+		}
 	}
 	return nil
 }

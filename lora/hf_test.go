@@ -317,3 +317,115 @@ func TestHFTokenizerFiles(t *testing.T) {
 		t.Errorf("generation_config keys %v", keys)
 	}
 }
+
+// hfTokenizerFolder writes a Hugging Face tokenizer folder: the files an
+// export of the trained tiny model generates, tokenizer_config.json with a
+// field and layout of its own (so that only a byte copy reproduces it).
+func hfTokenizerFolder(t *testing.T) string {
+	t.Helper()
+	_, base := tinyBase(t, nil)
+	dir := filepath.Join(t.TempDir(), "tok")
+	if err := lora.ExportHF(base, nil, dir, lora.HFOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var tc map[string]any
+	readJSON(t, filepath.Join(dir, "tokenizer_config.json"), &tc)
+	tc["x_custom"] = "kept"
+	b, _ := json.Marshal(tc) // compact, unlike the export's indented JSON
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"config.json", "generation_config.json", "model.safetensors", "vocab.json", "merges.txt"} {
+		os.Remove(filepath.Join(dir, f))
+	}
+	return dir
+}
+
+// TestHFExportKeepsTokenizer: a model whose vocabulary came from a Hugging
+// Face tokenizer exports that tokenizer's files byte for byte — from the
+// files the GGUF stores, or from HFOptions.Tokenizer for a GGUF without them
+// — and removes generated tokenizer files an earlier export left; a
+// tokenizer that is not the GGUF's vocabulary is refused.
+func TestHFExportKeepsTokenizer(t *testing.T) {
+	src := hfTokenizerFolder(t)
+	tok, err := modelgen.LoadHFTokenizer(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tok.Files) != 3 { // tokenizer.json, tokenizer_config.json, special_tokens_map.json
+		t.Fatalf("%d files", len(tok.Files))
+	}
+	_, base := tinyBase(t, func(c *modelgen.Config) { c.HFTokenizer, c.Vocab = tok, 520 })
+	a := initAdapter(t, base, 2, 4, []string{"q"}, 1)
+	same := func(dir string) {
+		t.Helper()
+		for _, f := range tok.Files {
+			got, err := os.ReadFile(filepath.Join(dir, f.Name))
+			want, _ := os.ReadFile(filepath.Join(src, f.Name))
+			if err != nil || !bytes.Equal(got, want) {
+				t.Errorf("%s differs from the original (%v)", f.Name, err)
+			}
+		}
+	}
+	hf := filepath.Join(t.TempDir(), "hf")
+	os.MkdirAll(hf, 0o755)
+	os.WriteFile(filepath.Join(hf, "merges.txt"), []byte("stale"), 0o644)
+	if err := lora.ExportHF(base, a, hf, lora.HFOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	same(hf)
+	for _, f := range []string{"merges.txt", "vocab.json"} {
+		if _, err := os.Stat(filepath.Join(hf, f)); err == nil {
+			t.Errorf("%s left beside the original tokenizer", f)
+		}
+	}
+	var cfg map[string]any
+	readJSON(t, filepath.Join(hf, "config.json"), &cfg)
+	if cfg["vocab_size"] != 520.0 {
+		t.Errorf("vocab_size %v", cfg["vocab_size"])
+	}
+
+	// a GGUF without the files (as llama.cpp's converter writes it)
+	bare := *tok
+	bare.Files = nil
+	_, conv := tinyBase(t, func(c *modelgen.Config) { c.HFTokenizer, c.Vocab = &bare, 520 })
+	gen := filepath.Join(t.TempDir(), "gen")
+	if err := lora.ExportHF(conv, nil, gen, lora.HFOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// generated: the padding is not part of the Hugging Face vocabulary
+	var tj struct {
+		Model struct {
+			Vocab map[string]int `json:"vocab"`
+		} `json:"model"`
+	}
+	readJSON(t, filepath.Join(gen, "tokenizer.json"), &tj)
+	var vj map[string]int
+	readJSON(t, filepath.Join(gen, "vocab.json"), &vj)
+	if _, ok := tj.Model.Vocab["[PAD515]"]; ok || len(tj.Model.Vocab) != 509 || len(vj) != 512 {
+		t.Errorf("generated vocab has %d entries (vocab.json %d); want the 509 BPE tokens (+3 added)", len(tj.Model.Vocab), len(vj))
+	}
+	back, err := modelgen.LoadHFTokenizer(gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := back.Matches(conv); err != nil {
+		t.Errorf("generated files do not convert back to the GGUF's vocabulary: %v", err)
+	}
+	withTok := filepath.Join(t.TempDir(), "with")
+	if err := lora.ExportHF(conv, nil, withTok, lora.HFOptions{Tokenizer: tok}); err != nil {
+		t.Fatal(err)
+	}
+	same(withTok)
+
+	// the trained 512-token model's vocabulary is this tokenizer's (it was
+	// made from it); a 600-token one, with more merges, is not
+	_, same512 := tinyBase(t, nil)
+	if err := tok.Matches(same512); err != nil {
+		t.Error(err)
+	}
+	_, trained := tinyBase(t, func(c *modelgen.Config) { c.Vocab = 600 })
+	if err := lora.ExportHF(trained, nil, t.TempDir(), lora.HFOptions{Tokenizer: tok}); !errors.Is(err, lora.ErrMismatch) {
+		t.Errorf("mismatched tokenizer: %v", err)
+	}
+}

@@ -25,8 +25,8 @@ const firstAddEnv = "EMPO2_MEMSTORE_FIRST_ADD_CHILD"
 // `empo2 memory add` does (open without an embedder, attach the default
 // hash embedder, add, close). All 200 calls must succeed:
 // the store's metadata is created insert-if-absent and the embedder and the
-// index are read from one snapshot (issue 9: 6 of 80 calls failed with a
-// false "database is corrupt: entry 1 was embedded by … the store by """).
+// index are read from one snapshot (before that, 6 of 80 calls failed with
+// a false "database is corrupt: entry 1 was embedded by … the store by """).
 func TestConcurrentFirstAddsProcesses(t *testing.T) {
 	const procs, adds = 8, 25
 	const round = 60 * time.Millisecond

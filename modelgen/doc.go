@@ -11,6 +11,13 @@
 // ChatML chat template. The same Config (seed included) always gives a
 // byte-identical file.
 //
+// Instead of a trained vocabulary, a model can carry a real one:
+// LoadHFTokenizer converts a Hugging Face byte-level BPE tokenizer
+// (tokenizer.json, tokenizer_config.json; Qwen2/2.5/3, Llama 3) to the GGUF
+// vocabulary exactly as llama.cpp's convert_hf_to_gguf.py writes it, and
+// keeps the original files in the GGUF for a Hugging Face export. Presets
+// (LookupPreset) give Qwen2.5-0.5B/1.5B/3B/7B's real dimensions.
+//
 // WriteBERT writes the other kind of model empo2 needs, a tiny encoder-only
 // embedding model that llama.cpp loads as architecture "bert" (as it loads
 // a converted all-MiniLM-L6-v2): learned positions, token types, post-

@@ -3,7 +3,7 @@
 // report.html.
 //
 // It reads exactly the files `empo2 train` and `empo2 eval` write into a run
-// directory (issue 11.5 and 12.1):
+// directory (trainer.StepMetrics lines, evaluate.Report objects):
 //
 //	config.yaml     the resolved run config; runs whose configs are equal once
 //	                every `seed` key is removed form one group (mean ± min–max

@@ -7,7 +7,8 @@ import (
 	"strings"
 )
 
-// OOD is an out-of-distribution adaptation result (issue 12.2): the mean score
+// OOD is an out-of-distribution adaptation result (`empo2 eval --ood`,
+// evaluate.OODReport): the mean score
 // and success rate per trial index, with memory (tips written after each
 // trial) and without memory (the control).
 type OOD struct {

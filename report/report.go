@@ -43,7 +43,8 @@ type metricSpec struct {
 	Unit01                   bool // a fraction: y axis fixed to [0, 1]
 }
 
-// metricSpecs are the learning curves, in page order (issue 11.5's fields).
+// metricSpecs are the learning curves, in page order (metrics.jsonl fields,
+// trainer.StepMetrics).
 var metricSpecs = []metricSpec{
 	{"score_mean", "Score", "mean score", "mean final environment score of the step's training episodes", false},
 	{"success_rate", "Success rate", "fraction", "fraction of the step's episodes that succeeded", true},
@@ -64,7 +65,7 @@ var metricSpecs = []metricSpec{
 	{stepTimeKey, "Step time", "seconds", "seconds per step (t_step as written by train; else the sum of the phase times t_rollout + t_embed_retrieve + t_tips + t_old_logp + t_update)", false},
 }
 
-// phases are the per-phase seconds of a step (issue 11.5).
+// phases are the per-phase seconds of a step (metrics.jsonl t_* fields).
 var phases = []struct{ Key, Label string }{
 	{"t_rollout", "rollout"}, {"t_embed_retrieve", "embed + retrieve"}, {"t_tips", "tip writing"},
 	{"t_old_logp", "old log-probs"}, {"t_update", "update"},
@@ -581,7 +582,8 @@ func (b *builder) modeMix(pg *page) error {
 	return nil
 }
 
-// knownModes fixes the order and colours of issue 11.5's modes.
+// knownModes fixes the order and colours of the EMPO² modes (metrics.jsonl
+// "mode", trainer.Mode).
 var knownModes = []string{"on-policy", "on-policy-tips", "off-policy"}
 
 func sortedModes(set map[string]bool) []string {
@@ -790,7 +792,7 @@ func sideCells(e EvalResult) []string {
 	return out
 }
 
-// evalFiles draws <run>/eval/*.json (issue 12.1) as grouped bars, memory off
+// evalFiles draws <run>/eval/*.json (evaluate.Report) as grouped bars, memory off
 // vs on, with tables (overall and per task).
 func (b *builder) evalFiles(pg *page) error {
 	type entry struct {
@@ -897,7 +899,7 @@ func taskTable(name string, e EvalResult) *table {
 	return &t
 }
 
-// ood draws the OOD adaptation results (issue 12.2): score per trial index,
+// ood draws the OOD adaptation results (evaluate.OODReport): score per trial index,
 // memory on (solid) vs the no-memory control (dashed).
 func (b *builder) ood(pg *page) error {
 	type entry struct {

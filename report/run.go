@@ -29,7 +29,7 @@ var (
 	ErrOptions = errors.New("invalid report options")
 )
 
-// Run file names inside a run directory (issue 11.5).
+// Run file names inside a run directory (as trainer names them).
 const (
 	ConfigFile      = "config.yaml"
 	MetricsFile     = "metrics.jsonl"
@@ -48,7 +48,7 @@ type Row struct {
 	Values map[string]float64 // every finite numeric field, by name
 }
 
-// EvalSide is one memory setting of an evaluation (issue 12.1's JSON).
+// EvalSide is one memory setting of an evaluation (evaluate.Result's JSON).
 type EvalSide struct {
 	ScoreMean   *float64            `json:"score_mean"`
 	SuccessRate *float64            `json:"success_rate"`

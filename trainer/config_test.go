@@ -12,25 +12,27 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/empo2/empo2/trainer/presets"
+	"github.com/empo2/empo2/trainer/rollout"
 )
 
 var updateDoc = flag.Bool("update-doc", false, "rewrite the configuration table of docs/train.md")
 
-// TestConfigDocsMatch: every key of Config is documented in configDocs and
-// every documented key exists (one place for every hyperparameter); the
-// docs/train.md table is ConfigReference verbatim.
+// TestConfigDocsMatch: every key of Config (every field with a yaml name,
+// found by reflection) is documented by its doc tag, and every documented
+// key is a field (one place for every hyperparameter); the docs/train.md
+// table is ConfigReference verbatim.
 func TestConfigDocsMatch(t *testing.T) {
-	keys := leafKeys()
+	keys := schema.Fields()
 	seen := map[string]bool{}
 	for _, k := range keys {
 		seen[k] = true
-		if configDocs[k] == "" {
-			t.Errorf("key %q has no documentation in configDocs", k)
+		if ConfigDoc(k) == "" {
+			t.Errorf("key %q has no documentation (doc tag)", k)
 		}
 	}
-	for k := range configDocs {
+	for _, k := range ConfigKeys() {
 		if !seen[k] {
-			t.Errorf("configDocs documents %q, which Config does not have", k)
+			t.Errorf("key %q is documented but is not a field of Config", k)
 		}
 	}
 	const path = "../docs/train.md"
@@ -115,7 +117,7 @@ func TestConfigStrict(t *testing.T) {
 	if err := PrintConfig(&buf, c); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(buf.String(), "# "+configDocs["mode.offpolicy_prob"]) || !strings.Contains(buf.String(), "(default 0.25)") {
+	if !strings.Contains(buf.String(), "# "+ConfigDoc("mode.offpolicy_prob")) || !strings.Contains(buf.String(), "(default 0.25)") {
 		t.Fatalf("print-config lacks documentation:\n%s", buf.String())
 	}
 	var back Config
@@ -132,13 +134,14 @@ func TestConfigStrict(t *testing.T) {
 		t.Fatalf("p = 1.5 accepted: %v", err)
 	}
 	c.Mode.MemoryProb = 0.25
-	// rollout.tip_temperature: default −1 (the rollout temperature), mapped
-	// onto the rollout engine; above 100 refused
-	if d := DefaultConfig(); d.Rollout.TipTemperature != -1 || d.RolloutConfig().TipTemperature != -1 {
+	// rollout.tip_temperature: default −1 (the rollout temperature), the
+	// rollout engine's own default (the section is its configuration);
+	// above 100 refused
+	if d := DefaultConfig(); d.Rollout.TipTemperature != -1 || rollout.DefaultConfig().TipTemperature != -1 {
 		t.Fatalf("default tip temperature %v", d.Rollout.TipTemperature)
 	}
-	if err := c.Set("rollout.tip_temperature=0"); err != nil || c.RolloutConfig().TipTemperature != 0 {
-		t.Fatalf("--set rollout.tip_temperature=0: %v, %v", err, c.RolloutConfig().TipTemperature)
+	if err := c.Set("rollout.tip_temperature=0"); err != nil || c.Rollout.TipTemperature != 0 {
+		t.Fatalf("--set rollout.tip_temperature=0: %v, %v", err, c.Rollout.TipTemperature)
 	}
 	c.Rollout.TipTemperature = 101
 	if err := c.Validate(); !errors.Is(err, ErrRunConfig) || !strings.Contains(err.Error(), "tip_temperature") {
@@ -151,7 +154,7 @@ func TestConfigStrict(t *testing.T) {
 func TestDrawMode(t *testing.T) {
 	for _, c := range []struct {
 		u    float64
-		want string
+		want Mode
 	}{{0, ModeOffPolicy}, {0.1699, ModeOffPolicy}, {0.1701, ModeOnPolicyTips}, {0.2499, ModeOnPolicyTips}, {0.25, ModeOnPolicy}, {0.99, ModeOnPolicy}} {
 		if got := DrawMode(c.u, 0.25, 0.68); got != c.want {
 			t.Errorf("DrawMode(%v) = %s, want %s", c.u, got, c.want)
@@ -159,7 +162,7 @@ func TestDrawMode(t *testing.T) {
 	}
 	cfg := DefaultConfig()
 	pool := []TaskVar{{"a", 0}, {"a", 1}, {"b", 0}}
-	counts := map[string]int{}
+	counts := map[Mode]int{}
 	const n = 20000
 	for s := 1; s <= n; s++ {
 		jobs, modes := PlanStep(&cfg, pool, s)
@@ -176,7 +179,7 @@ func TestDrawMode(t *testing.T) {
 			t.Fatal("UseMemory disagrees with the mode")
 		}
 	}
-	for m, p := range map[string]float64{ModeOffPolicy: 0.17, ModeOnPolicyTips: 0.08, ModeOnPolicy: 0.75} {
+	for m, p := range map[Mode]float64{ModeOffPolicy: 0.17, ModeOnPolicyTips: 0.08, ModeOnPolicy: 0.75} {
 		if got := float64(counts[m]) / n; got < p-0.015 || got > p+0.015 {
 			t.Errorf("mode %s frequency %.3f, want %.2f", m, got, p)
 		}
@@ -188,7 +191,7 @@ func TestDrawMode(t *testing.T) {
 	if j1[0] != j2[0] || j1[0].Seed == j3[0].Seed {
 		t.Fatal("plans are not a function of (seed, step)")
 	}
-	cfg.Mode.Per = "rollout"
+	cfg.Mode.Per = PerRollout
 	mixed := false
 	for s := 1; s < 50 && !mixed; s++ {
 		_, modes := PlanStep(&cfg, pool, s)

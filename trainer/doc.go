@@ -1,24 +1,48 @@
-// Package trainer updates LoRA adapters for EMPO².
+// Package trainer is the EMPO² training loop (`empo2 train`): it composes
+// the rollout engine, the tips memory and the LoRA optimizer into runs.
 //
-// So far it holds the optimizer side of training:
+// A training step (Loop.Step) plans B task variations × G rollouts and
+// their EMPO² modes from (seed, step) (PlanStep, DrawMode: u < p·q
+// off-policy, u < p on-policy with tips, else on-policy), plays them
+// (rollout.Roller), writes one tip per episode into the memory, turns the
+// episodes into training sequences (BuildSamples: GRPO group advantages,
+// the off-policy tip cut, low-probability masking, packing of an episode's
+// steps into one sequence) and runs the PPO updates (RunUpdates over an
+// optim.Updater). Train opens a run directory (config.yaml, memory.db,
+// metrics.jsonl, eval.jsonl, checkpoints/), runs or resumes the steps and
+// makes every write crash-safe.
 //
-//   - optim.go: AdamW (Loshchilov & Hutter 2019, decoupled weight decay, with
-//     Adam's bias correction, Kingma & Ba 2015) over [][]float32 tensors, and
-//     global gradient-norm clipping, in Go: the float64 reference and the
-//     fallback for policies that cannot step on their backend (the
-//     Updater uses cgo.Model.AdamWStep, on the training backend, otherwise).
-//   - schedule.go: constant and cosine (Loshchilov & Hutter 2017) learning-rate
-//     schedules, both with linear warmup.
-//   - update.go: an Updater that accumulates gradients of micro-batches from
-//     the ggml training graph (package cgo), clips and steps AdamW on the
-//     training backend, and pushes the new adapter into the rollout model
-//     (package llama; llama.Adapter.SetTensors replaces all tensors at once)
-//     without reloading or merging. One adapter representation
-//     (lora.Adapter) and one parameter order (lora.Less) throughout: the
-//     policy's tensors, the moments and the state file line up index by
-//     index, nothing is permuted.
-//   - state.go: a training-state file (adapter + AdamW moments + step +
-//     schedule + RNG) written atomically, for bit-exact resume.
+// The sub-packages hold the other roles, so that a folder names what it
+// holds:
 //
-// The EMPO² loop (rollouts, memory, advantages) builds on these later.
+//   - rollout: the Roller (batched episodes with per-episode KV), the one
+//     prompt format (Renderer, Messages, ParseAction), tips and the memory
+//     side of a rollout (retrieval, WriteTips, OpenEmbedder).
+//   - optim: AdamW, learning-rate schedules, the Updater (LoRA) and the
+//     FullUpdater (every weight), training-state files and checkpoints.
+//   - sft: supervised fine-tuning on chat records (LoRA or full).
+//   - evaluate: offline evaluation with memory off/on, OOD adaptation
+//     trials, the periodic evaluation of a run, greedy episodes.
+//   - demos: demonstrations and tip records for SFT.
+//
+// Conventions:
+//
+//   - Layering: the sub-packages never import trainer (go list -deps shows
+//     it); trainer imports them. rollout imports neither optim nor cgo;
+//     sft and demos build on rollout's prompt format.
+//   - One Go type per configuration section, defined and defaulted in the
+//     package that reads it (rollout.Config, rollout.MemoryConfig,
+//     evaluate.Config, environments.Options; the loop's sections here) and
+//     documented by its fields' doc tags; Config composes them and package
+//     internal/config decodes (strictly), overrides (--set), prints and
+//     tabulates them (docs/train.md).
+//   - Modes and choices are typed strings (Mode, Per, LowProbMask, OldLogp;
+//     rollout.History, rollout.ActionFormat, rollout.End,
+//     evaluate.MemorySetting, optim.ScheduleKind, cgo.Aggregation,
+//     demos.Kind); those read from a configuration have a Valid method that
+//     validation uses, and YAML spells them exactly as their constants.
+//   - Every random draw of step k derives from (seed, k) (stepRNG), so a
+//     resumed run repeats exactly what an uninterrupted one would do.
+//   - Errors are typed: sentinels (ErrRunConfig, ErrTrain, ErrSamples, …)
+//     wrapped with %w.
 package trainer

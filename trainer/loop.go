@@ -14,6 +14,8 @@ import (
 
 	"github.com/empo2/empo2/cgo"
 	"github.com/empo2/empo2/environments"
+	"github.com/empo2/empo2/trainer/optim"
+	"github.com/empo2/empo2/trainer/rollout"
 )
 
 // ErrTrain wraps failures of a training step.
@@ -49,7 +51,7 @@ func stepRNG(seed int64, step int, stream uint64) *rand.Rand {
 // DrawMode maps one uniform u ∈ [0,1) to the EMPO² mode (reference code):
 // u < p·q off-policy, p·q ≤ u < p on-policy with tips, else on-policy.
 // With p = 0.25, q = 0.68 the thresholds are 0.17 and 0.25.
-func DrawMode(u, p, q float64) string {
+func DrawMode(u, p, q float64) Mode {
 	switch {
 	case u < p*q:
 		return ModeOffPolicy
@@ -119,8 +121,8 @@ func TrainPool(tasks []environments.Task, names []string, split environments.Spl
 // PlanStep draws step's mode(s) and jobs: B task variations from pool
 // (without replacement when B ≤ |pool|), G rollouts each (Group = the
 // variation's index in the step), each job with its own sampling seed.
-// modes[i] is job i's mode (all equal unless cfg.Mode.Per is "rollout").
-func PlanStep(cfg *Config, pool []TaskVar, step int) (jobs []Job, modes []string) {
+// modes[i] is job i's mode (all equal unless cfg.Mode.Per is PerRollout).
+func PlanStep(cfg *Config, pool []TaskVar, step int) (jobs []rollout.Job, modes []Mode) {
 	mr := stepRNG(cfg.Seed, step, streamMode)
 	stepMode := DrawMode(mr.Float64(), cfg.Mode.MemoryProb, cfg.Mode.OffPolicyProb)
 	tr := stepRNG(cfg.Seed, step, streamTasks)
@@ -140,10 +142,10 @@ func PlanStep(cfg *Config, pool []TaskVar, step int) (jobs []Job, modes []string
 	for b, tv := range picks {
 		for g := 0; g < G; g++ {
 			m := stepMode
-			if cfg.Mode.Per == "rollout" {
+			if cfg.Mode.Per == PerRollout {
 				m = DrawMode(mr.Float64(), cfg.Mode.MemoryProb, cfg.Mode.OffPolicyProb)
 			}
-			jobs = append(jobs, Job{Task: tv.Task, Variation: tv.Variation, Group: b,
+			jobs = append(jobs, rollout.Job{Task: tv.Task, Variation: tv.Variation, Group: b,
 				Seed: int64(jr.Uint64() >> 1), UseMemory: m != ModeOnPolicy})
 			modes = append(modes, m)
 		}
@@ -151,53 +153,53 @@ func PlanStep(cfg *Config, pool []TaskVar, step int) (jobs []Job, modes []string
 	return jobs, modes
 }
 
-// StepMetrics is one line of metrics.jsonl (issue 11.5; `empo2 report`
-// reads these names).
+// StepMetrics is one line of metrics.jsonl (`empo2 report` reads these
+// names).
 type StepMetrics struct {
-	Step              int            `json:"step"`
-	Mode              string         `json:"mode"`
-	Modes             map[string]int `json:"modes,omitempty"` // episodes per mode (mode.per: rollout)
-	Time              string         `json:"time"`
-	Seed              int64          `json:"seed"`
-	Episodes          int            `json:"episodes"`
-	ScoreMean         float64        `json:"score_mean"`
-	SuccessRate       float64        `json:"success_rate"`
-	RewardMean        float64        `json:"reward_mean"`
-	IntrinsicMean     float64        `json:"intrinsic_mean"`
-	TipsRetrievedMean float64        `json:"tips_retrieved_mean"`
-	TipsWritten       int            `json:"tips_written"`
-	Loss              float64        `json:"loss"`
-	ClipFrac          float64        `json:"clip_frac"`
-	ApproxKL          float64        `json:"approx_kl"`
-	Entropy           float64        `json:"entropy"`
-	GradNorm          float64        `json:"grad_norm"`
-	LR                float64        `json:"lr"`
-	Updates           int            `json:"updates"`
-	MaskedSeqs        int            `json:"masked_seqs"`
-	SampleSteps       int            `json:"sample_steps"`
-	ZeroVarGroups     int            `json:"zero_var_groups"`
-	Sequences         int            `json:"sequences"`
-	TrainedTokens     int            `json:"trained_tokens"`
-	SampleTokens      int            `json:"sample_tokens"`
-	UnpackedTokens    int            `json:"unpacked_tokens"`
-	GenTokens         int            `json:"gen_tokens"`
-	EnvSteps          int            `json:"env_steps"`
-	PromptSeen        int            `json:"prompt_tokens_seen"`
-	PromptDecoded     int            `json:"prompt_tokens_decoded"`
-	PromptUnique      int            `json:"prompt_tokens_unique"` // distinct prompt tokens of the trajectories (full history: the last prompt plus earlier tip blocks)
-	RolloutTokPerS    float64        `json:"rollout_tokens_per_s"`
-	EnvStepsPerS      float64        `json:"env_steps_per_s"`
-	TRollout          float64        `json:"t_rollout"`
-	TEmbedRetrieve    float64        `json:"t_embed_retrieve"`
-	TTips             float64        `json:"t_tips"`
-	TOldLogp          float64        `json:"t_old_logp"`
-	TUpdate           float64        `json:"t_update"`
-	TStep             float64        `json:"t_step"`
+	Step              int          `json:"step"`
+	Mode              Mode         `json:"mode"`            // ModeMixed with mode.per: rollout
+	Modes             map[Mode]int `json:"modes,omitempty"` // episodes per mode (mode.per: rollout)
+	Time              string       `json:"time"`
+	Seed              int64        `json:"seed"`
+	Episodes          int          `json:"episodes"`
+	ScoreMean         float64      `json:"score_mean"`
+	SuccessRate       float64      `json:"success_rate"`
+	RewardMean        float64      `json:"reward_mean"`
+	IntrinsicMean     float64      `json:"intrinsic_mean"`
+	TipsRetrievedMean float64      `json:"tips_retrieved_mean"`
+	TipsWritten       int          `json:"tips_written"`
+	Loss              float64      `json:"loss"`
+	ClipFrac          float64      `json:"clip_frac"`
+	ApproxKL          float64      `json:"approx_kl"`
+	Entropy           float64      `json:"entropy"`
+	GradNorm          float64      `json:"grad_norm"`
+	LR                float64      `json:"lr"`
+	Updates           int          `json:"updates"`
+	MaskedSeqs        int          `json:"masked_seqs"`
+	SampleSteps       int          `json:"sample_steps"`
+	ZeroVarGroups     int          `json:"zero_var_groups"`
+	Sequences         int          `json:"sequences"`
+	TrainedTokens     int          `json:"trained_tokens"`
+	SampleTokens      int          `json:"sample_tokens"`
+	UnpackedTokens    int          `json:"unpacked_tokens"`
+	GenTokens         int          `json:"gen_tokens"`
+	EnvSteps          int          `json:"env_steps"`
+	PromptSeen        int          `json:"prompt_tokens_seen"`
+	PromptDecoded     int          `json:"prompt_tokens_decoded"`
+	PromptUnique      int          `json:"prompt_tokens_unique"` // distinct prompt tokens of the trajectories (full history: the last prompt plus earlier tip blocks)
+	RolloutTokPerS    float64      `json:"rollout_tokens_per_s"`
+	EnvStepsPerS      float64      `json:"env_steps_per_s"`
+	TRollout          float64      `json:"t_rollout"`
+	TEmbedRetrieve    float64      `json:"t_embed_retrieve"`
+	TTips             float64      `json:"t_tips"`
+	TOldLogp          float64      `json:"t_old_logp"`
+	TUpdate           float64      `json:"t_update"`
+	TStep             float64      `json:"t_step"`
 }
 
 // UpdateSummary aggregates the optimizer steps of one training step.
 type UpdateSummary struct {
-	First    Metrics // the step's first update (on-policy: ratios exactly 1)
+	First    optim.Metrics // the step's first update (on-policy: ratios exactly 1)
 	Updates  int
 	Loss     float64 // means over updates
 	ClipFrac float64 // token-weighted means
@@ -214,7 +216,7 @@ type UpdateSummary struct {
 
 // RunUpdates runs epochs passes over the samples in mini-batches of
 // miniBatch sequences (0: all in one), shuffled per epoch with rng.
-func RunUpdates(u *Updater, samples []Sample, epochs, miniBatch int, rng *rand.Rand) (UpdateSummary, error) {
+func RunUpdates(u *optim.Updater, samples []Sample, epochs, miniBatch int, rng *rand.Rand) (UpdateSummary, error) {
 	var s UpdateSummary
 	if len(samples) == 0 {
 		return s, nil
@@ -307,19 +309,19 @@ func RunUpdates(u *Updater, samples []Sample, epochs, miniBatch int, rng *rand.R
 // StepRunner is what a training step needs from the rollout side
 // (*Roller implements it).
 type StepRunner interface {
-	Run(ctx context.Context, jobs []Job) ([]Episode, RolloutStats, error)
-	WriteTips(ctx context.Context, eps []Episode, trainStep int64) (int, error)
+	Run(ctx context.Context, jobs []rollout.Job) ([]rollout.Episode, rollout.Stats, error)
+	WriteTips(ctx context.Context, eps []rollout.Episode, trainStep int64) (int, error)
 }
 
 // Loop runs training steps.
 type Loop struct {
 	Cfg     Config
 	Runner  StepRunner
-	Updater *Updater  // always set: it holds the adapter that checkpoints save
-	Prober  LogProber // the training model (old log-probs); nil with old_logp: rollout
-	Pool    []TaskVar // train split
+	Updater *optim.Updater // always set: it holds the adapter that checkpoints save
+	Prober  LogProber      // the training model (old log-probs); nil with old_logp: rollout
+	Pool    []TaskVar      // train split
 	// Success decides whether an episode succeeded (nil: Episode.Success).
-	Success func(*Episode) bool
+	Success func(*rollout.Episode) bool
 }
 
 // Step runs training step `step` (1-based): plan, rollouts, tips, samples,
@@ -331,9 +333,9 @@ func (l *Loop) Step(ctx context.Context, step int) (StepMetrics, error) {
 	cfg := &l.Cfg
 	jobs, modes := PlanStep(cfg, l.Pool, step)
 	m := StepMetrics{Step: step, Mode: modes[0], Seed: cfg.Seed}
-	if cfg.Mode.Per == "rollout" {
-		m.Mode = "mixed"
-		m.Modes = map[string]int{}
+	if cfg.Mode.Per == PerRollout {
+		m.Mode = ModeMixed
+		m.Modes = map[Mode]int{}
 		for _, md := range modes {
 			m.Modes[md]++
 		}
@@ -400,7 +402,7 @@ func (l *Loop) Step(ctx context.Context, step int) (StepMetrics, error) {
 		}
 		t := time.Now()
 		var lp LogProber
-		if cfg.Update.OldLogp == "recompute" {
+		if cfg.Update.OldLogp == OldLogpRecompute {
 			lp = l.Prober
 		}
 		samples, st, err := BuildSamples(eps, modes, cfg.SampleConfig(), lp, cfg.Update.MicroBatch)

@@ -63,7 +63,7 @@ func BenchmarkTrainStep(b *testing.B) {
 				}
 				c.Model, c.Steps, c.Threads = model, 2, threads
 				c.Batch = BatchConfig{Tasks: mc.tasks, Rollouts: mc.rollouts}
-				c.Rollout.StepLimit, c.Rollout.MaxActionTokens = mc.stepLimit, mc.toks
+				c.Rollout.StepLimit, c.Rollout.Prompt.MaxActionTokens = mc.stepLimit, mc.toks
 				dir := filepath.Join(b.TempDir(), "run")
 				var last StepMetrics
 				if _, err := Train(context.Background(), RunOptions{Dir: dir, Config: c, OnStep: func(m StepMetrics) { last = m }}); err != nil {

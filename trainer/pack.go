@@ -5,6 +5,8 @@ import (
 	"slices"
 
 	"github.com/empo2/empo2/cgo"
+	"github.com/empo2/empo2/trainer/optim"
+	"github.com/empo2/empo2/trainer/rollout"
 )
 
 // Packing.
@@ -33,7 +35,7 @@ func extends(prompt, prev []int32) bool {
 // span is trained with advantage adv and the rollout's old log-probs.
 // beh, when non-nil, is the behaviour sequence (prompt with tips ‖
 // response) on which π_old is recomputed for this span.
-func appendStep(s *Sample, si int, prompt []int32, rec *StepRecord, adv float32, beh []int32) {
+func appendStep(s *Sample, si int, prompt []int32, rec *rollout.StepRecord, adv float32, beh []int32) {
 	start := len(prompt)
 	n := start + len(rec.Response)
 	toks := make([]int32, 0, n)
@@ -62,6 +64,7 @@ func appendStep(s *Sample, si int, prompt []int32, rec *StepRecord, adv float32,
 func recomputeOld(samples []Sample, lp LogProber, microBatch int) error {
 	type ref struct{ s, span int } // span −1: the whole training sequence
 	var seqs [][]int32
+	var want [][]bool // the positions whose log-probs are used: the response rows
 	var refs []ref
 	for i := range samples {
 		s := &samples[i]
@@ -69,6 +72,12 @@ func recomputeOld(samples []Sample, lp LogProber, microBatch int) error {
 		for j, b := range s.behaviour {
 			if b != nil {
 				seqs = append(seqs, b)
+				w := make([]bool, len(b))
+				n := s.Spans[j][1] - s.Spans[j][0]
+				for t := max(1, len(b)-n); t < len(b); t++ {
+					w[t] = true
+				}
+				want = append(want, w)
 				refs = append(refs, ref{i, j})
 			} else {
 				own = true
@@ -76,9 +85,19 @@ func recomputeOld(samples []Sample, lp LogProber, microBatch int) error {
 		}
 		if own && !s.oldDeferred {
 			seqs = append(seqs, s.Seq.Tokens)
+			w := make([]bool, len(s.Seq.Tokens))
+			for j, sp := range s.Spans {
+				if s.behaviour[j] == nil {
+					for t := max(1, sp[0]); t < sp[1]; t++ {
+						w[t] = true
+					}
+				}
+			}
+			want = append(want, w)
 			refs = append(refs, ref{i, -1})
 		}
 	}
+	rlp, rowsOnly := lp.(RowLogProber)
 	if len(seqs) == 0 {
 		return nil
 	}
@@ -88,7 +107,13 @@ func recomputeOld(samples []Sample, lp LogProber, microBatch int) error {
 	}
 	for lo := 0; lo < len(seqs); lo += mb {
 		hi := min(lo+mb, len(seqs))
-		out, err := lp.LogProbsBatch(seqs[lo:hi])
+		var out [][]float32
+		var err error
+		if rowsOnly {
+			out, err = rlp.LogProbsAt(seqs[lo:hi], want[lo:hi])
+		} else {
+			out, err = lp.LogProbsBatch(seqs[lo:hi])
+		}
 		if err != nil {
 			return fmt.Errorf("%w: recomputing old log-probs: %w", ErrSamples, err)
 		}
@@ -119,14 +144,15 @@ func recomputeOld(samples []Sample, lp LogProber, microBatch int) error {
 
 // recomputeOwnOld recomputes π_old on the own spans (no behaviour
 // sequence) of the deferred samples idx, in the micro-batches that
-// Updater.Update will cut from the same mini-batch (the same sequences in
+// optim.Updater.Update will cut from the same mini-batch (the same sequences in
 // the same order, MicroBatch at a time): each micro-batch's forward pass is
 // then the graph batch that Update's ForwardBackward builds, so before the
 // first optimizer step π_θ = π_old bit for bit (ratios exactly 1) and later
 // ratios differ from 1 by the updates alone. idx is the mini-batch in
 // Update's order.
-func recomputeOwnOld(u *Updater, lp ExactLogProber, samples []Sample, idx []int) error {
-	mb := u.cfg.MicroBatch
+func recomputeOwnOld(u *optim.Updater, lp ExactLogProber, samples []Sample, idx []int) error {
+	ucfg := u.Config()
+	mb := ucfg.MicroBatch
 	if mb <= 0 || mb > len(idx) {
 		mb = len(idx)
 	}
@@ -141,10 +167,10 @@ func recomputeOwnOld(u *Updater, lp ExactLogProber, samples []Sample, idx []int)
 		if !deferred {
 			continue
 		}
-		if t, _ := cgo.CountTrained(batch, u.cfg.Objective); t == 0 {
+		if t, _ := cgo.CountTrained(batch, ucfg.Objective); t == 0 {
 			continue // Update skips this micro-batch too
 		}
-		out, err := lp.TrainedLogProbs(batch, u.cfg.Objective)
+		out, err := lp.TrainedLogProbs(batch, ucfg.Objective)
 		if err != nil {
 			return fmt.Errorf("%w: recomputing old log-probs: %w", ErrSamples, err)
 		}

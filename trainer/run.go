@@ -19,9 +19,12 @@ import (
 	"github.com/empo2/empo2/llama"
 	"github.com/empo2/empo2/lora"
 	"github.com/empo2/empo2/memstore"
+	"github.com/empo2/empo2/trainer/evaluate"
+	"github.com/empo2/empo2/trainer/optim"
+	"github.com/empo2/empo2/trainer/rollout"
 )
 
-// Run-directory files (issue 11.5; `empo2 report` reads them).
+// Run-directory files (`empo2 report` reads them).
 const (
 	ConfigFile  = "config.yaml"   // the resolved configuration (commented)
 	MemoryFile  = "memory.db"     // the tips memory
@@ -46,7 +49,7 @@ type RunOptions struct {
 	// OnStep is called after every completed step (progress, logging).
 	OnStep func(m StepMetrics)
 	// OnEval is called after every periodic evaluation.
-	OnEval func(line EvalLine)
+	OnEval func(line evaluate.Line)
 	// OnStart is called once the run is set up: the first step to run and the last.
 	OnStart func(first, last int)
 }
@@ -114,7 +117,7 @@ func Train(ctx context.Context, opts RunOptions) (res RunResult, err error) {
 	if err := PrintConfig(&cbuf, cfg); err != nil {
 		return res, err
 	}
-	if err := WriteFileAtomic(cfgPath, cbuf.Bytes()); err != nil {
+	if err := optim.WriteFileAtomic(cfgPath, cbuf.Bytes()); err != nil {
 		return res, err
 	}
 
@@ -144,27 +147,27 @@ func Train(ctx context.Context, opts RunOptions) (res RunResult, err error) {
 	if mc := policy.Info().NCtxTrain; mc > 0 && cfg.Context > mc {
 		cfg.Context = mc
 	}
-	ucfg, err := cfg.UpdateConfig()
+	ucfg, err := cfg.UpdaterConfig()
 	if err != nil {
 		return res, err
 	}
-	u, err := NewUpdater(policy, ucfg)
+	u, err := optim.NewUpdater(policy, ucfg)
 	if err != nil {
 		return res, err
 	}
 	start := 0
 	if opts.Resume {
-		info, ok, err := LatestCheckpoint(dir)
+		info, ok, err := optim.LatestCheckpoint(dir)
 		if err != nil {
 			return res, err
 		}
 		if ok {
-			s, err := Load(filepath.Join(info.Dir, StateFile))
+			s, err := optim.Load(filepath.Join(info.Dir, optim.StateFile))
 			if err != nil {
-				return res, fmt.Errorf("%w: %w", ErrCheckpoint, err)
+				return res, fmt.Errorf("%w: %w", optim.ErrCheckpoint, err)
 			}
 			if err := u.Restore(s); err != nil {
-				return res, fmt.Errorf("%w: %w", ErrCheckpoint, err)
+				return res, fmt.Errorf("%w: %w", optim.ErrCheckpoint, err)
 			}
 			start = info.Step
 		}
@@ -202,9 +205,9 @@ func Train(ctx context.Context, opts RunOptions) (res RunResult, err error) {
 	if err := lctx.SetAdapter(ad, 1); err != nil {
 		return res, err
 	}
-	u.Sinks = []TensorSink{ad}
+	u.Sinks = []optim.TensorSink{ad}
 
-	emb, closeEmb, err := OpenEmbedder(cfg.Memory.Embedder, lm, threads)
+	emb, closeEmb, err := rollout.OpenEmbedder(cfg.Memory.Embedder, lm, threads)
 	if err != nil {
 		return res, err
 	}
@@ -225,16 +228,15 @@ func Train(ctx context.Context, opts RunOptions) (res RunResult, err error) {
 		return res, err
 	}
 
-	envOpts := environments.Options{DataDir: cfg.EnvOptions.DataDir, Jar: cfg.EnvOptions.Jar,
-		Simplifications: cfg.EnvOptions.Simplifications, StepLimit: cfg.EnvOptions.StepLimit, Extra: cfg.EnvOptions.Extra}
 	// One instance per parallel episode (ScienceWorld: one JVM each), made
 	// once and reused by every step.
-	pool, err := environments.NewPool(cfg.Env, envOpts, nseq)
+	pool, err := environments.NewPool(cfg.Env, cfg.EnvOptions, nseq)
 	if err != nil {
 		return res, err
 	}
 	defer pool.Close()
-	roller, err := NewRoller(lctx, cfg.RolloutConfig(), RollerOptions{Env: cfg.Env, EnvOptions: envOpts, Pool: pool, Memory: store})
+	roller, err := rollout.NewRoller(lctx, cfg.Rollout, rollout.Options{Env: cfg.Env, EnvOptions: cfg.EnvOptions, Pool: pool,
+		Memory: store, MemoryConfig: cfg.Memory, Seed: cfg.Seed})
 	if err != nil {
 		return res, err
 	}
@@ -258,7 +260,7 @@ func Train(ctx context.Context, opts RunOptions) (res RunResult, err error) {
 	lastCkpt := start
 	started = true
 	checkpoint := func(step int) error {
-		p, err := WriteCheckpoint(dir, step, cfg.Seed, u, cfg.Checkpoint.Keep)
+		p, err := optim.WriteCheckpoint(dir, step, cfg.Seed, u, cfg.Checkpoint.Keep)
 		if err != nil {
 			return err
 		}
@@ -322,25 +324,6 @@ func Train(ctx context.Context, opts RunOptions) (res RunResult, err error) {
 	return res, nil
 }
 
-// RolloutConfig maps the rollout and memory sections onto the rollout
-// engine's configuration.
-func (c *Config) RolloutConfig() RolloutConfig {
-	rc := DefaultRolloutConfig()
-	rc.Prompt.System = c.Rollout.System
-	rc.Prompt.History = c.Rollout.History
-	rc.Prompt.HistoryK = c.Rollout.HistoryK
-	rc.Prompt.ActionFormat = c.Rollout.ActionFormat
-	rc.Prompt.MaxActionTokens = c.Rollout.MaxActionTokens
-	rc.Temperature = c.Rollout.Temperature
-	rc.StepLimit = c.Rollout.StepLimit
-	rc.CorrectInvalid = c.Rollout.CorrectInvalid
-	rc.TipMaxTokens = c.Rollout.TipMaxTokens
-	rc.TipTemperature = c.Rollout.TipTemperature
-	rc.Memory = MemoryConfig{Threshold: c.Memory.Threshold, TopK: c.Memory.TopK, IntrinsicCoef: c.Memory.IntrinsicCoef, Embedder: c.Memory.Embedder}
-	rc.Seed = c.Seed
-	return rc
-}
-
 // appendJSONL writes v as one line and fsyncs.
 func appendJSONL(f *os.File, v any) error {
 	b, err := json.Marshal(v)
@@ -384,5 +367,5 @@ func truncateJSONL(path string, step int) error {
 	if bytes.Equal(keep.Bytes(), b) {
 		return nil
 	}
-	return WriteFileAtomic(path, keep.Bytes())
+	return optim.WriteFileAtomic(path, keep.Bytes())
 }

@@ -2,21 +2,13 @@ package trainer
 
 import (
 	"context"
-	"encoding/json"
 	"os"
+
+	"github.com/empo2/empo2/trainer/evaluate"
+	"github.com/empo2/empo2/trainer/rollout"
 )
 
-// EvalLine is one line of eval.jsonl: the periodic evaluation after step
-// Step, with memory off and on (each issue 12.1's JSON object; absent when
-// eval.memory excludes it).
-type EvalLine struct {
-	Step      int             `json:"step"`
-	Time      string          `json:"time"`
-	MemoryOff json.RawMessage `json:"memory_off,omitempty"`
-	MemoryOn  json.RawMessage `json:"memory_on,omitempty"`
-}
-
-func appendEvalLine(path string, line EvalLine) error {
+func appendEvalLine(path string, line evaluate.Line) error {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
@@ -25,8 +17,12 @@ func appendEvalLine(path string, line EvalLine) error {
 	return appendJSONL(f, line)
 }
 
-// periodicEval evaluates the current policy on cfg.Eval.Split (see
-// run_evaluate.go).
-func periodicEval(ctx context.Context, r *Roller, cfg *Config, step int) (EvalLine, error) {
-	return evaluateAt(ctx, r, cfg, step)
+// periodicEval evaluates the current policy after step (evaluate.Periodic):
+// the eval section on the run's tasks, with a seed drawn from (seed, step)
+// so that a resumed run evaluates exactly as an uninterrupted one.
+func periodicEval(ctx context.Context, r *rollout.Roller, cfg *Config, step int) (evaluate.Line, error) {
+	ec := cfg.Eval
+	ec.Tasks = cfg.Tasks
+	ec.Seed = int64(stepRNG(cfg.Seed, step, streamEval).Uint64() >> 1)
+	return evaluate.Periodic(ctx, r, ec, step)
 }

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/empo2/empo2/memstore"
+	"github.com/empo2/empo2/trainer/internal/testutil"
+	"github.com/empo2/empo2/trainer/optim"
 )
 
 // Timing fields differ run to run, and prompt_tokens_decoded counts KV-cache
@@ -76,7 +78,7 @@ var resumeSets = []string{"mode.memory_prob=1", "mode.offpolicy_prob=0.5", "mode
 // SIGINT does) after step 2 and resumed gives the same metrics, the same
 // adapter bytes and the same memory as a run that never stopped.
 func TestResumeEqualsUninterrupted(t *testing.T) {
-	model := runModelFile(t)
+	model := testutil.ModelFile(t)
 	cfg := tinyRunConfig(t, model, "empo2", 3, resumeSets...)
 	ref := filepath.Join(t.TempDir(), "ref")
 	if _, err := Train(context.Background(), RunOptions{Dir: ref, Config: cfg}); err != nil {
@@ -112,7 +114,7 @@ func compareRuns(t *testing.T, ref, dir string, last int) {
 	if !reflect.DeepEqual(a, b) {
 		t.Fatalf("metrics differ:\nuninterrupted %v\nresumed       %v", a, b)
 	}
-	ck := filepath.Join(CheckpointsDir, CheckpointName(last), AdapterFile)
+	ck := filepath.Join(optim.CheckpointsDir, optim.CheckpointName(last), optim.AdapterFile)
 	if string(fileBytes(t, filepath.Join(ref, ck))) != string(fileBytes(t, filepath.Join(dir, ck))) {
 		t.Fatal("final adapters differ")
 	}
@@ -152,7 +154,7 @@ func TestKillResume(t *testing.T) {
 		}
 		return
 	}
-	model := runModelFile(t)
+	model := testutil.ModelFile(t)
 	cfg := tinyRunConfig(t, model, "empo2", steps, resumeSets...)
 	ref := filepath.Join(t.TempDir(), "ref")
 	if _, err := Train(context.Background(), RunOptions{Dir: ref, Config: cfg}); err != nil {
@@ -194,7 +196,7 @@ func TestKillResume(t *testing.T) {
 		case !errors.As(werr, &ee) || !ee.Sys().(syscall.WaitStatus).Signaled():
 			t.Fatalf("round %d: child was not killed: %v", round, werr)
 		}
-		info, ok, err := LatestCheckpoint(dir)
+		info, ok, err := optim.LatestCheckpoint(dir)
 		if err != nil || !ok {
 			t.Fatalf("round %d: no checkpoint: %v", round, err)
 		}

@@ -13,7 +13,8 @@ import (
 	"github.com/empo2/empo2/environments"
 	_ "github.com/empo2/empo2/environments/textlab"
 	"github.com/empo2/empo2/memstore"
-	"github.com/empo2/empo2/modelgen"
+	"github.com/empo2/empo2/trainer/internal/testutil"
+	"github.com/empo2/empo2/trainer/optim"
 )
 
 // noisyEnv is textlab whose score also rewards the actions' lengths
@@ -51,19 +52,6 @@ func init() {
 			return &noisyEnv{Env: e}, nil
 		},
 		Tasks: tl.Tasks})
-}
-
-// runModelFile is the tiny generated model with a 2048-token context
-// (textlab's observations fill 512 tokens in two turns).
-func runModelFile(t testing.TB) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "tiny2k.gguf")
-	c := modelgen.DefaultConfig()
-	c.Ctx = 2048
-	if err := modelgen.Write(p, c); err != nil {
-		t.Fatal(err)
-	}
-	return p
 }
 
 // tinyRunConfig is a fast run on the generated tiny model over textlab:
@@ -108,7 +96,7 @@ var metricFields = []string{"step", "mode", "time", "seed", "score_mean", "succe
 // changes the adapter, empo2 with p = 1 (forced memory) writes tips that
 // later steps retrieve and trains off-policy.
 func TestTrainPresets(t *testing.T) {
-	model := runModelFile(t)
+	model := testutil.ModelFile(t)
 	for _, tc := range []struct {
 		preset string
 		sets   []string
@@ -159,18 +147,18 @@ func TestTrainPresets(t *testing.T) {
 			tipsWritten := ms[0]["tips_written"].(float64) + ms[1]["tips_written"].(float64)
 			switch tc.preset {
 			case "grpo":
-				if st.Entries != 0 || tipsWritten != 0 || ms[0]["mode"] != ModeOnPolicy || ms[1]["tips_retrieved_mean"].(float64) != 0 {
+				if st.Entries != 0 || tipsWritten != 0 || ms[0]["mode"] != string(ModeOnPolicy) || ms[1]["tips_retrieved_mean"].(float64) != 0 {
 					t.Fatalf("grpo: %d entries, metrics %v", st.Entries, ms)
 				}
 			case "memory-only":
 				if st.Entries == 0 || ms[0]["updates"].(float64) != 0 || ms[1]["trained_tokens"].(float64) != 0 {
 					t.Fatalf("memory-only: %d entries, metrics %v", st.Entries, ms)
 				}
-				s, err := Load(filepath.Join(dir, "checkpoints/step-000002", StateFile))
+				s, err := optim.Load(filepath.Join(dir, "checkpoints/step-000002", optim.StateFile))
 				if err != nil || s.Step != 0 {
 					t.Fatalf("memory-only made updates: %v %v", s, err)
 				}
-				// periodic eval (issue 12.4): one line after step 2, memory off and on
+				// periodic eval (eval.every 2): one line after step 2, memory off and on
 				b, err := os.ReadFile(filepath.Join(dir, EvalFile))
 				if err != nil {
 					t.Fatal(err)
@@ -192,7 +180,7 @@ func TestTrainPresets(t *testing.T) {
 				if st.Entries == 0 || int(tipsWritten) > st.Entries {
 					t.Fatalf("empo2: %d entries, %v written", st.Entries, tipsWritten)
 				}
-				if cfg.Mode.Per == "step" && (ms[0]["mode"] != ModeOffPolicy || ms[1]["tips_retrieved_mean"].(float64) == 0 ||
+				if cfg.Mode.Per == "step" && (ms[0]["mode"] != string(ModeOffPolicy) || ms[1]["tips_retrieved_mean"].(float64) == 0 ||
 					ms[0]["trained_tokens"].(float64) == 0 || ms[1]["updates"].(float64) == 0) {
 					t.Fatalf("forced off-policy: no retrieval or no training: %v", ms)
 				}

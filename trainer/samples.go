@@ -7,6 +7,7 @@ import (
 	"sort"
 
 	"github.com/empo2/empo2/cgo"
+	"github.com/empo2/empo2/trainer/rollout"
 )
 
 // ErrSamples: episodes cannot be turned into training samples (a step
@@ -15,20 +16,20 @@ var ErrSamples = errors.New("trainer: bad training samples")
 
 // SampleConfig turns episodes into training sequences.
 type SampleConfig struct {
-	RewardScale      float64 // R = RewardScale·Score + Intrinsic
-	StdNorm          bool    // GRPO: divide by the group std
-	Eps              float64 // added to the std
-	LowProbMask      string  // "off-policy" | "tips" | "always" | "never"
-	LowProbThreshold float32 // δ (−5)
-	Pack             bool    // one sequence per episode where prompts extend
-	RecomputeOldLogp bool    // π_old from the training graph instead of the rollout
+	RewardScale      float64     // R = RewardScale·Score + Intrinsic
+	StdNorm          bool        // GRPO: divide by the group std
+	Eps              float64     // added to the std
+	LowProbMask      LowProbMask // where masking applies, by mode
+	LowProbThreshold float32     // δ (−5)
+	Pack             bool        // one sequence per episode where prompts extend
+	RecomputeOldLogp bool        // π_old from the training graph instead of the rollout
 }
 
 // SampleConfig derives the sample settings of a run configuration.
 func (c *Config) SampleConfig() SampleConfig {
 	return SampleConfig{RewardScale: c.Advantage.RewardScale, StdNorm: c.Advantage.StdNorm, Eps: c.Advantage.Eps,
 		LowProbMask: c.Update.LowProbMask, LowProbThreshold: c.Update.LowProbThreshold,
-		Pack: c.Update.Pack && c.Update.Aggregation != cgo.AggSeqMeanTokenMean, RecomputeOldLogp: c.Update.OldLogp == "recompute"}
+		Pack: c.Update.Pack && c.Update.Aggregation != cgo.AggSeqMeanTokenMean, RecomputeOldLogp: c.Update.OldLogp == OldLogpRecompute}
 }
 
 // SampleStats describes the samples of one step.
@@ -50,7 +51,7 @@ type Sample struct {
 	Episode int      // index into the episodes
 	Steps   []int    // step indices trained in this sequence
 	Spans   [][2]int // [start,end) response spans in Seq.Tokens, one per step
-	Mode    string   // mode of the episode
+	Mode    Mode     // mode of the episode
 	// behaviour: the tokens π_old was computed on per step when they differ
 	// from the training tokens (off-policy: the prompt with its tips).
 	behaviour [][]int32
@@ -63,13 +64,13 @@ type Sample struct {
 // EpisodeReward is the EMPO² episode reward: the final score scaled, plus
 // the intrinsic (novelty) reward of memory rollouts; it is every step's
 // reward ("final reward as step reward").
-func EpisodeReward(ep *Episode, scale float64) float64 {
+func EpisodeReward(ep *rollout.Episode, scale float64) float64 {
 	return scale*ep.Score + ep.Intrinsic
 }
 
 // GroupAdvantages returns the GRPO advantage of every episode (Shao et al.
 // 2024, "DeepSeekMath", §4.1.2, outcome supervision): within the group of
-// episodes sharing Job.Group,
+// episodes sharing rollout.Job.Group,
 //
 //	A_i = (R_i − mean(R)) / (std(R) + eps)     (stdNorm)
 //	A_i =  R_i − mean(R)                        (otherwise)
@@ -77,7 +78,7 @@ func EpisodeReward(ep *Episode, scale float64) float64 {
 // with the unbiased std (torch.std, as verl's GRPO estimator). A group of
 // one episode, or whose rewards are all equal, carries no signal: its
 // advantages are 0 and skip[i] is true so that its samples are not built.
-func GroupAdvantages(eps []Episode, rewards []float64, stdNorm bool, eps0 float64) (adv []float64, skip []bool, zeroVarGroups int) {
+func GroupAdvantages(eps []rollout.Episode, rewards []float64, stdNorm bool, eps0 float64) (adv []float64, skip []bool, zeroVarGroups int) {
 	adv = make([]float64, len(eps))
 	skip = make([]bool, len(eps))
 	groups := map[int][]int{}
@@ -125,24 +126,10 @@ func GroupAdvantages(eps []Episode, rewards []float64, stdNorm bool, eps0 float6
 	return adv, skip, zeroVarGroups
 }
 
-// maskApplies reports whether low-probability masking applies to a sample of
-// an episode in mode.
-func maskApplies(rule, mode string) bool {
-	switch rule {
-	case "always":
-		return true
-	case "tips":
-		return mode == ModeOffPolicy || mode == ModeOnPolicyTips
-	case "off-policy":
-		return mode == ModeOffPolicy
-	}
-	return false
-}
-
 // trainPrompt is the prompt a step is trained on: on-policy samples keep
 // what the policy saw; off-policy samples are cut to the prompt without the
 // tip block (exactly the tokens of the same chat rendered with no tips).
-func trainPrompt(rec *StepRecord, mode string) []int32 {
+func trainPrompt(rec *rollout.StepRecord, mode Mode) []int32 {
 	if mode == ModeOffPolicy {
 		return rec.PromptWithoutTips()
 	}
@@ -153,6 +140,14 @@ func trainPrompt(rec *StepRecord, mode string) []int32 {
 // 0); *cgo.Model implements it.
 type LogProber interface {
 	LogProbsBatch(seqs [][]int32) ([][]float32, error)
+}
+
+// RowLogProber computes log-probs only at the positions a mask selects
+// (out[i][t] for want[i][t], 0 elsewhere), projecting only those rows to
+// the vocabulary; *cgo.Model implements it. recomputeOld uses it to score
+// only the response rows of the π_old sequences.
+type RowLogProber interface {
+	LogProbsAt(seqs [][]int32, want [][]bool) ([][]float32, error)
 }
 
 // ExactLogProber also computes the log-probs of the trained tokens of a
@@ -179,7 +174,7 @@ type ExactLogProber interface {
 // log-prob is < δ; for packed sequences it is applied per response span
 // here, so packing never changes which responses are trained.
 // microBatch bounds the sequences per LogProbsBatch call (0: all at once).
-func BuildSamples(eps []Episode, modes []string, cfg SampleConfig, lp LogProber, microBatch int) ([]Sample, SampleStats, error) {
+func BuildSamples(eps []rollout.Episode, modes []Mode, cfg SampleConfig, lp LogProber, microBatch int) ([]Sample, SampleStats, error) {
 	var st SampleStats
 	if len(modes) != len(eps) {
 		return nil, st, fmt.Errorf("%w: %d modes for %d episodes", ErrSamples, len(modes), len(eps))
@@ -212,7 +207,7 @@ func BuildSamples(eps []Episode, modes []string, cfg SampleConfig, lp LogProber,
 		// the prompt with tips) are recomputed here.
 		if _, ok := lp.(ExactLogProber); ok {
 			for i := range samples {
-				samples[i].oldDeferred = !maskApplies(cfg.LowProbMask, samples[i].Mode)
+				samples[i].oldDeferred = !cfg.LowProbMask.Applies(samples[i].Mode)
 			}
 		}
 		if err := recomputeOld(samples, lp, microBatch); err != nil {
@@ -222,7 +217,7 @@ func BuildSamples(eps []Episode, modes []string, cfg SampleConfig, lp LogProber,
 	out := samples[:0]
 	for _, s := range samples {
 		st.Steps += len(s.Spans)
-		mask := maskApplies(cfg.LowProbMask, s.Mode)
+		mask := cfg.LowProbMask.Applies(s.Mode)
 		s.Seq.LowProbMask = mask
 		for _, sp := range s.Spans {
 			st.UnpackedTokens += sp[1]
@@ -266,7 +261,7 @@ func anyTrue(b []bool) bool {
 }
 
 // checkRecord validates one step record's slices.
-func checkRecord(ep, step int, rec *StepRecord) error {
+func checkRecord(ep, step int, rec *rollout.StepRecord) error {
 	if len(rec.Response) == 0 {
 		return fmt.Errorf("%w: episode %d step %d has an empty response", ErrSamples, ep, step)
 	}
@@ -283,7 +278,7 @@ func checkRecord(ep, step int, rec *StepRecord) error {
 }
 
 // episodeSamples builds the sequences of one episode (see pack.go).
-func episodeSamples(ei int, ep *Episode, mode string, adv float32, pack bool) ([]Sample, error) {
+func episodeSamples(ei int, ep *rollout.Episode, mode Mode, adv float32, pack bool) ([]Sample, error) {
 	var out []Sample
 	var cur *Sample
 	for si := range ep.Steps {

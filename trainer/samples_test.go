@@ -7,6 +7,9 @@ import (
 	"testing"
 
 	"github.com/empo2/empo2/cgo"
+	"github.com/empo2/empo2/trainer/internal/testutil"
+	"github.com/empo2/empo2/trainer/optim"
+	"github.com/empo2/empo2/trainer/rollout"
 )
 
 // synthEpisode builds an episode whose prompts extend like full-history
@@ -15,8 +18,8 @@ import (
 // 2-token generation prompt.
 const tipBase = 200
 
-func synthEpisode(r *rand.Rand, group int, score float64, steps int, tips bool, vocab int32) Episode {
-	ep := Episode{Job: Job{Task: "t", Group: group}, Score: score}
+func synthEpisode(r *rand.Rand, group int, score float64, steps int, tips bool, vocab int32) rollout.Episode {
+	ep := rollout.Episode{Job: rollout.Job{Task: "t", Group: group}, Score: score}
 	base := []int32{1, 2, 3}
 	for i := 0; i < 3+r.IntN(3); i++ {
 		base = append(base, 4+r.Int32N(vocab-10))
@@ -28,7 +31,7 @@ func synthEpisode(r *rand.Rand, group int, score float64, steps int, tips bool, 
 		}
 		noTips := append(append([]int32(nil), base...), obs...)
 		gen := []int32{5, 6}
-		rec := StepRecord{}
+		rec := rollout.StepRecord{}
 		if tips {
 			tip := []int32{tipBase, tipBase + 1 + int32(s%3), tipBase + 4}
 			rec.Prompt = append(append(append([]int32(nil), noTips...), tip...), gen...)
@@ -48,7 +51,7 @@ func synthEpisode(r *rand.Rand, group int, score float64, steps int, tips bool, 
 }
 
 func TestGroupAdvantages(t *testing.T) {
-	eps := []Episode{{Job: Job{Group: 0}}, {Job: Job{Group: 0}}, {Job: Job{Group: 0}}, {Job: Job{Group: 1}}, {Job: Job{Group: 1}}, {Job: Job{Group: 2}}}
+	eps := []rollout.Episode{{Job: rollout.Job{Group: 0}}, {Job: rollout.Job{Group: 0}}, {Job: rollout.Job{Group: 0}}, {Job: rollout.Job{Group: 1}}, {Job: rollout.Job{Group: 1}}, {Job: rollout.Job{Group: 2}}}
 	r := []float64{1, 0, 0.5, 0.3, 0.3, 0.9}
 	adv, skip, zv := GroupAdvantages(eps, r, true, 0)
 	// group 0: mean 0.5, unbiased std 0.5 → 1, −1, 0
@@ -72,7 +75,7 @@ func TestGroupAdvantages(t *testing.T) {
 // exactly the responses whose min old log-prob < δ where the rule applies.
 func TestOffPolicyNoTipTokens(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
-	var eps []Episode
+	var eps []rollout.Episode
 	for g := 0; g < 2; g++ {
 		for k := 0; k < 3; k++ {
 			eps = append(eps, synthEpisode(r, g, float64(10*k+g), 4, true, 100))
@@ -85,7 +88,7 @@ func TestOffPolicyNoTipTokens(t *testing.T) {
 	cfg.RecomputeOldLogp = false
 	for _, pack := range []bool{false, true} {
 		cfg.Pack = pack
-		off := slices.Repeat([]string{ModeOffPolicy}, len(eps))
+		off := slices.Repeat([]Mode{ModeOffPolicy}, len(eps))
 		ss, st, err := BuildSamples(eps, off, cfg, nil, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -119,7 +122,7 @@ func TestOffPolicyNoTipTokens(t *testing.T) {
 		if !pack && st.Sequences != st.Steps-st.MaskedSteps {
 			t.Fatalf("unpacked: %d sequences for %d steps", st.Sequences, st.Steps)
 		}
-		on := slices.Repeat([]string{ModeOnPolicyTips}, len(eps))
+		on := slices.Repeat([]Mode{ModeOnPolicyTips}, len(eps))
 		ss, st, err = BuildSamples(eps, on, cfg, nil, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -135,7 +138,7 @@ func TestOffPolicyNoTipTokens(t *testing.T) {
 	// recompute: off-policy π_old is computed on the prompts with tips
 	cfg.Pack, cfg.RecomputeOldLogp = true, true
 	rec := &recordProber{}
-	if _, _, err := BuildSamples(eps, slices.Repeat([]string{ModeOffPolicy}, len(eps)), cfg, rec, 3); err != nil {
+	if _, _, err := BuildSamples(eps, slices.Repeat([]Mode{ModeOffPolicy}, len(eps)), cfg, rec, 3); err != nil {
 		t.Fatal(err)
 	}
 	if len(rec.seen) == 0 {
@@ -187,7 +190,7 @@ func seqs(ss []Sample) []cgo.Sequence {
 // buildPackedAndFlat builds the samples of eps with cfg twice: packed
 // (cfg.Pack: one sequence per episode where prompts extend) and flat (one
 // sequence per step).
-func buildPackedAndFlat(t *testing.T, eps []Episode, modes []string, cfg SampleConfig, lp LogProber) (packed, flat []Sample, sp, sf SampleStats) {
+func buildPackedAndFlat(t *testing.T, eps []rollout.Episode, modes []Mode, cfg SampleConfig, lp LogProber) (packed, flat []Sample, sp, sf SampleStats) {
 	t.Helper()
 	var err error
 	cfg.Pack = true
@@ -206,18 +209,18 @@ func buildPackedAndFlat(t *testing.T, eps []Episode, modes []string, cfg SampleC
 // reading far fewer tokens; recomputed π_old equals the policy's own
 // log-probs, so the first update's ratios are exactly 1 (no clipping, KL 0).
 func TestPackingSameGradients(t *testing.T) {
-	pol, err := cgo.Load(tinyModelFile(t), cgo.LoRAConfig{Rank: 2, Alpha: 4, Seed: 3, RandomB: true}, testOpts)
+	pol, err := cgo.Load(testutil.TinyModelFile(t), cgo.LoRAConfig{Rank: 2, Alpha: 4, Seed: 3, RandomB: true}, testutil.CgoOptions)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pol.Close()
 	r := rand.New(rand.NewPCG(5, 6))
 	vocab := int32(min(pol.Info().NVocab, 190))
-	var eps []Episode
+	var eps []rollout.Episode
 	for k := 0; k < 4; k++ {
 		eps = append(eps, synthEpisode(r, k/2, float64(k), 4, false, vocab))
 	}
-	modes := slices.Repeat([]string{ModeOnPolicy}, len(eps))
+	modes := slices.Repeat([]Mode{ModeOnPolicy}, len(eps))
 	dc := DefaultConfig()
 	cfg := dc.SampleConfig()
 	packed, flat, sp, sf := buildPackedAndFlat(t, eps, modes, cfg, pol)
@@ -261,7 +264,9 @@ func TestPackingSameGradients(t *testing.T) {
 		t.Fatalf("packed vs per-step gradients: relative L2 %g (|g| %g)", math.Sqrt(num/den), math.Sqrt(den))
 	}
 	// first update on-policy: ratios exactly 1
-	u, err := NewUpdater(pol, testUpdateConfig())
+	// (optim's test settings: cosine lr 2e-2 → 2e-3, clip 1, one sequence per micro-batch)
+	u, err := optim.NewUpdater(pol, optim.Config{AdamW: optim.DefaultAdamW(), MaxGradNorm: 1, Objective: cgo.DefaultObjective(), MicroBatch: 1,
+		Schedule: optim.Schedule{Kind: optim.ScheduleCosine, BaseLR: 2e-2, MinLR: 2e-3, Warmup: 1, Total: 8}})
 	if err != nil {
 		t.Fatal(err)
 	}

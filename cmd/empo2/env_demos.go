@@ -12,7 +12,9 @@ import (
 	"github.com/empo2/empo2/environments"
 	"github.com/empo2/empo2/internal/safefile"
 	"github.com/empo2/empo2/memstore"
-	"github.com/empo2/empo2/trainer"
+	"github.com/empo2/empo2/trainer/demos"
+	"github.com/empo2/empo2/trainer/rollout"
+	"github.com/empo2/empo2/trainer/sft"
 )
 
 // `empo2 env demos`: demonstrations as chat JSONL for `empo2 sft`
@@ -25,20 +27,20 @@ var (
 	demosSkipFlag    = &cli.IntFlag{Name: "skip-variations", Usage: "leave out the first `N` variations of the split per task (e.g. those an RL run trains on)"}
 	demosOutFlag     = &cli.StringFlag{Name: "out", Aliases: []string{"o"}, Usage: "JSONL `FILE` to write", Required: true}
 	demosPerStepFlag = &cli.BoolFlag{Name: "per-step", Usage: "one record per step instead of one packed record per episode (last-k history needs this)"}
-	demosKindFlag    = &cli.StringFlag{Name: "kind", Usage: "gold (the environment's gold actions) or explore (gold work, observable room search instead of its moves; needs the teleport simplification, e.g. --simplifications easy)", Value: trainer.DemoGold}
+	demosKindFlag    = &cli.StringFlag{Name: "kind", Usage: "gold (the environment's gold actions) or explore (gold work, observable room search instead of its moves; needs the teleport simplification, e.g. --simplifications easy)", Value: string(demos.KindGold)}
 	demosNoTipsFlag  = &cli.BoolFlag{Name: "no-tips", Usage: "leave out the tip-writing turn after each episode"}
 	demosHeldFlag    = &cli.BoolFlag{Name: "held-out", Usage: "with no --tasks, also include held-out tasks"}
 	demosSeedFlag    = &cli.Int64Flag{Name: "seed", Usage: "reset seed", Value: 0}
 	demosTextFlag    = &cli.StringFlag{Name: "text", Usage: "also write every message's text to `FILE` (a corpus for `empo2 model init --corpus`, so a generated tokenizer fits the environment)"}
 	demosTipRecFlag  = &cli.IntFlag{Name: "tip-records", Usage: "per episode, also write `N` one-step records whose prompts carry tips retrieved (hash embedder) from a memory of the demo and of failed attempts at its variation (docs/sft.md)"}
-	demosTipFailFlag = &cli.IntFlag{Name: "tip-failures", Usage: "failed attempts played per episode for --tip-records", Value: trainer.DefaultTipFailures}
+	demosTipFailFlag = &cli.IntFlag{Name: "tip-failures", Usage: "failed attempts played per episode for --tip-records", Value: demos.DefaultTipFailures}
 	demosFailTipFlag = &cli.BoolFlag{Name: "failure-tips", Usage: "with --tip-records, also write each failed attempt's tip-writing turn (so the model learns to write tips after failures too)"}
-	demosThreshFlag  = &cli.Float64Flag{Name: "threshold", Usage: "retrieval cosine threshold of --tip-records (memory.threshold)", Value: trainer.DefaultConfig().Memory.Threshold}
-	demosTopKFlag    = &cli.IntFlag{Name: "top-k", Usage: "tips per prompt of --tip-records (memory.top_k)", Value: trainer.DefaultConfig().Memory.TopK}
+	demosThreshFlag  = &cli.Float64Flag{Name: "threshold", Usage: "retrieval cosine threshold of --tip-records (memory.threshold)", Value: rollout.DefaultMemoryConfig().Threshold}
+	demosTopKFlag    = &cli.IntFlag{Name: "top-k", Usage: "tips per prompt of --tip-records (memory.top_k)", Value: rollout.DefaultMemoryConfig().TopK}
 
-	promptHistoryFlag = &cli.StringFlag{Name: "history", Usage: "prompt history: full or last-k", Value: trainer.HistoryFull}
-	promptKFlag       = &cli.IntFlag{Name: "history-k", Usage: "turns kept with --history last-k", Value: trainer.DefaultPromptConfig().HistoryK}
-	promptFormatFlag  = &cli.StringFlag{Name: "action-format", Usage: "naive (one action line) or cot (<action>…</action>)", Value: trainer.FormatNaive}
+	promptHistoryFlag = &cli.StringFlag{Name: "history", Usage: "prompt history: full or last-k", Value: string(rollout.HistoryFull)}
+	promptKFlag       = &cli.IntFlag{Name: "history-k", Usage: "turns kept with --history last-k", Value: rollout.DefaultPromptConfig().HistoryK}
+	promptFormatFlag  = &cli.StringFlag{Name: "action-format", Usage: "naive (one action line) or cot (<action>…</action>)", Value: string(rollout.FormatNaive)}
 	promptSystemFlag  = &cli.StringFlag{Name: "system", Usage: "system `TEXT` (default: the trainer's)"}
 )
 
@@ -59,11 +61,11 @@ func envDemosCommand() *cli.Command {
 }
 
 // promptConfigFlags reads the prompt flags.
-func promptConfigFlags(c *cli.Context) (trainer.PromptConfig, error) {
-	pc := trainer.DefaultPromptConfig()
-	pc.History = c.String(promptHistoryFlag.Name)
+func promptConfigFlags(c *cli.Context) (rollout.PromptConfig, error) {
+	pc := rollout.DefaultPromptConfig()
+	pc.History = rollout.History(c.String(promptHistoryFlag.Name))
 	pc.HistoryK = c.Int(promptKFlag.Name)
-	pc.ActionFormat = c.String(promptFormatFlag.Name)
+	pc.ActionFormat = rollout.ActionFormat(c.String(promptFormatFlag.Name))
 	pc.System = c.String(promptSystemFlag.Name)
 	return pc.Normalize()
 }
@@ -77,12 +79,12 @@ func envDemos(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	kind := c.String(demosKindFlag.Name)
-	if kind != trainer.DemoGold && kind != trainer.DemoExplore {
-		return fmt.Errorf("--kind %q: want %s or %s", kind, trainer.DemoGold, trainer.DemoExplore)
+	kind := demos.Kind(c.String(demosKindFlag.Name))
+	if !kind.Valid() {
+		return fmt.Errorf("--kind %q: want %s or %s", kind, demos.KindGold, demos.KindExplore)
 	}
 	perStep := c.Bool(demosPerStepFlag.Name)
-	if pc.History != trainer.HistoryFull && !perStep {
+	if pc.History != rollout.HistoryFull && !perStep {
 		return fmt.Errorf("--history %s changes the prompt at every step: add --per-step", pc.History)
 	}
 	if c.Int(demosVarsFlag.Name) < 0 {
@@ -91,7 +93,7 @@ func envDemos(c *cli.Context) error {
 	if c.Int(demosSkipFlag.Name) < 0 {
 		return fmt.Errorf("--skip-variations %d is negative", c.Int(demosSkipFlag.Name))
 	}
-	tcfg := trainer.TipRecordConfig{Prompt: pc, Records: c.Int(demosTipRecFlag.Name), Failures: c.Int(demosTipFailFlag.Name),
+	tcfg := demos.TipRecordConfig{Prompt: pc, Records: c.Int(demosTipRecFlag.Name), Failures: c.Int(demosTipFailFlag.Name),
 		TopK: c.Int(demosTopKFlag.Name), Threshold: c.Float64(demosThreshFlag.Name), Seed: c.Int64(demosSeedFlag.Name),
 		FailureTips: c.Bool(demosFailTipFlag.Name)}
 	switch {
@@ -105,8 +107,8 @@ func envDemos(c *cli.Context) error {
 		return fmt.Errorf("--threshold %g: want a cosine in [-1, 1]", tcfg.Threshold)
 	case tcfg.FailureTips && tcfg.Records == 0:
 		return fmt.Errorf("--failure-tips needs --tip-records")
-	case tcfg.Records > 0 && pc.History != trainer.HistoryFull:
-		return fmt.Errorf("--tip-records needs --history %s", trainer.HistoryFull)
+	case tcfg.Records > 0 && pc.History != rollout.HistoryFull:
+		return fmt.Errorf("--tip-records needs --history %s", rollout.HistoryFull)
 	}
 	out, textPath := c.String(demosOutFlag.Name), c.String(demosTextFlag.Name)
 	if err := safefile.CheckOutputs([]safefile.Path{{Flag: "--out", Path: out}, {Flag: "--text", Path: textPath}},
@@ -132,7 +134,7 @@ func envDemos(c *cli.Context) error {
 	}
 	defer w.Abort()
 	var text strings.Builder
-	dcfg := trainer.DemoConfig{Prompt: pc, PerStep: perStep, NoTips: c.Bool(demosNoTipsFlag.Name)}
+	dcfg := demos.Config{Prompt: pc, PerStep: perStep, NoTips: c.Bool(demosNoTipsFlag.Name)}
 	var mem *memstore.Store // the memory --tip-records retrieves from (a temporary file)
 	if tcfg.Records > 0 {
 		dir, err := os.MkdirTemp("", "empo2-demo-tips-*")
@@ -158,11 +160,11 @@ func envDemos(c *cli.Context) error {
 			vars = vars[:n]
 		}
 		for _, v := range vars {
-			var d trainer.Demo
-			if kind == trainer.DemoExplore {
-				d, err = trainer.ExploreDemo(c.Context, env, name, t.Name, v, c.Int64(demosSeedFlag.Name))
+			var d demos.Demo
+			if kind == demos.KindExplore {
+				d, err = demos.Explore(c.Context, env, name, t.Name, v, c.Int64(demosSeedFlag.Name))
 			} else {
-				d, err = trainer.GoldDemo(c.Context, env, name, t.Name, v, c.Int64(demosSeedFlag.Name))
+				d, err = demos.Gold(c.Context, env, name, t.Name, v, c.Int64(demosSeedFlag.Name))
 			}
 			if err != nil {
 				return err
@@ -172,12 +174,12 @@ func envDemos(c *cli.Context) error {
 				log.Warn().Str("task", t.Name).Int("variation", v).Float64("score", d.Score).Bool("done", d.Done).Msg("demo does not complete the task: skipped")
 				continue
 			}
-			recs, err := trainer.DemoRecords(d, dcfg)
+			recs, err := demos.Records(d, dcfg)
 			if err != nil {
 				return err
 			}
 			if mem != nil {
-				trecs, err := trainer.DemoTipRecords(c.Context, env, d, mem, tcfg)
+				trecs, err := demos.TipRecords(c.Context, env, d, mem, tcfg)
 				if err != nil {
 					return err
 				}
@@ -190,7 +192,7 @@ func envDemos(c *cli.Context) error {
 					}
 				}
 			}
-			if err := trainer.WriteChatJSONL(w, recs); err != nil {
+			if err := sft.WriteChatJSONL(w, recs); err != nil {
 				return err
 			}
 			if textPath != "" {
@@ -207,7 +209,7 @@ func envDemos(c *cli.Context) error {
 		}
 	}
 	if episodes == 0 {
-		return fmt.Errorf("%w: no demonstration completed its task (%d skipped); nothing written", trainer.ErrDemo, skipped)
+		return fmt.Errorf("%w: no demonstration completed its task (%d skipped); nothing written", demos.ErrDemo, skipped)
 	}
 	if textPath != "" {
 		if err := safefile.WriteFile(textPath, []byte(text.String()), 0o644); err != nil {
@@ -260,12 +262,12 @@ func pickTasks(all []environments.Task, names []string, heldOut bool) ([]environ
 // envSplitPrompt resolves what `env demos` and `sft eval` share: the
 // environment, its options (--env-opt, --data, …), --split and the prompt
 // format flags.
-func envSplitPrompt(c *cli.Context, name string) (environments.Spec, environments.Options, environments.Split, trainer.PromptConfig, error) {
+func envSplitPrompt(c *cli.Context, name string) (environments.Spec, environments.Options, environments.Split, rollout.PromptConfig, error) {
 	var (
 		spec  environments.Spec
 		opts  environments.Options
 		split environments.Split
-		pc    trainer.PromptConfig
+		pc    rollout.PromptConfig
 		err   error
 	)
 	if spec, err = environments.Lookup(name); err != nil {

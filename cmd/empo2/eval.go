@@ -22,6 +22,9 @@ import (
 	"github.com/empo2/empo2/llama"
 	"github.com/empo2/empo2/memstore"
 	"github.com/empo2/empo2/trainer"
+	"github.com/empo2/empo2/trainer/evaluate"
+	"github.com/empo2/empo2/trainer/optim"
+	"github.com/empo2/empo2/trainer/rollout"
 )
 
 // Flags of `empo2 eval`.
@@ -33,7 +36,7 @@ var (
 	evalEnvFlag        = &cli.StringFlag{Name: "env", Usage: "environment `NAME` (default: the run's, else textlab)"}
 	evalTasksFlag      = &cli.StringSliceFlag{Name: "tasks", Usage: "task `NAMES` (comma-separated or repeated; default: every task not held out, with --ood the held-out ones)"}
 	evalSplitFlag      = &cli.StringFlag{Name: "split", Usage: "variation split: train, dev or test", Value: "test"}
-	evalMemoryFlag     = &cli.StringFlag{Name: "memory", Usage: "memory setting: off, on or both", Value: "off"}
+	evalMemoryFlag     = &cli.StringFlag{Name: "memory", Usage: "memory setting: off, on or both", Value: string(evaluate.MemoryOff)}
 	evalMemoryDBFlag   = &cli.StringFlag{Name: "memory-db", Usage: "tips memory `FILE` for --memory on|both (default with --run: the run's memory.db, read-only)"}
 	evalWriteTipsFlag  = &cli.BoolFlag{Name: "write-tips", Usage: "memory-on episodes write tips into the memory (eval never changes it otherwise)"}
 	evalEpisodesFlag   = &cli.IntFlag{Name: "episodes", Usage: "episodes per task variation", Value: 1}
@@ -56,7 +59,7 @@ var (
 	evalTopKFlag       = &cli.IntFlag{Name: "top-k", Usage: "tips per prompt (0: the run's, else 10)"}
 	evalTipTempFlag    = &cli.Float64Flag{Name: "tip-temperature", Usage: "sampling temperature of written tips (--ood, --write-tips); < 0: --temperature", DefaultText: "the run's rollout.tip_temperature, else --temperature"}
 	evalSuccessFlag    = &cli.Float64Flag{Name: "success-score", Usage: "an episode succeeds when its score reaches this (ScienceWorld's reference used 70)", Value: 100}
-	evalMemorySettings = map[string]bool{trainer.MemoryOff: true, trainer.MemoryOn: true, trainer.MemoryBoth: true}
+	evalMemorySettings = map[evaluate.MemorySetting]bool{evaluate.MemoryOff: true, evaluate.MemoryOn: true, evaluate.MemoryBoth: true}
 )
 
 func init() {
@@ -89,7 +92,7 @@ type evalSetup struct {
 	adapter  *llama.Adapter
 	store    *memstore.Store
 	embClose func() error
-	roller   *trainer.Roller
+	roller   *rollout.Roller
 	runDir   string
 	step     int // checkpoint step (-1: none)
 	model0   string
@@ -135,12 +138,12 @@ func evalAction(c *cli.Context) error {
 		if c.Int(evalTrialsFlag.Name) < 1 {
 			return fmt.Errorf("eval: --trials %d: want at least 1", c.Int(evalTrialsFlag.Name))
 		}
-		emb, closeEmb, err := trainer.OpenEmbedder(s.roller.Config().Memory.Embedder, s.model, c.Int(llmThreadsFlag.Name))
+		emb, closeEmb, err := rollout.OpenEmbedder(s.roller.MemoryConfig().Embedder, s.model, c.Int(llmThreadsFlag.Name))
 		if err != nil {
 			return fmt.Errorf("eval: %w", err)
 		}
 		defer closeEmb()
-		rep, err := trainer.EvaluateOOD(c.Context, s.roller, trainer.OODConfig{
+		rep, err := evaluate.EvaluateOOD(c.Context, s.roller, evaluate.OODConfig{
 			Tasks: splitList(c.StringSlice(evalTasksFlag.Name)), Split: split, MaxVariations: c.Int(evalVarsFlag.Name),
 			Trials: c.Int(evalTrialsFlag.Name), Temperature: c.Float64(evalTempFlag.Name), SuccessScore: c.Float64(evalSuccessFlag.Name),
 			Seed: c.Int64(evalSeedFlag.Name), Embedder: emb, Progress: progress,
@@ -154,8 +157,8 @@ func evalAction(c *cli.Context) error {
 			printOOD(c, rep)
 		}
 	} else {
-		mem := c.String(evalMemoryFlag.Name)
-		rep, err := trainer.Evaluate(c.Context, s.roller, trainer.EvalConfig{
+		mem := evaluate.MemorySetting(c.String(evalMemoryFlag.Name))
+		rep, err := evaluate.Evaluate(c.Context, s.roller, evaluate.Config{
 			Tasks: splitList(c.StringSlice(evalTasksFlag.Name)), Split: split, Episodes: c.Int(evalEpisodesFlag.Name),
 			MaxVariations: c.Int(evalVarsFlag.Name), Memory: mem, Temperature: c.Float64(evalTempFlag.Name),
 			SuccessScore: c.Float64(evalSuccessFlag.Name), Seed: c.Int64(evalSeedFlag.Name),
@@ -184,8 +187,8 @@ func evalAction(c *cli.Context) error {
 			return err
 		}
 		if s.runDir != "" {
-			// DIR/eval/*.json all have issue 12.1's schema; OOD reports
-			// (another schema) go one level down, to DIR/eval/ood/
+			// DIR/eval/*.json all have the schema of evaluate.Report; OOD
+			// reports (evaluate.OODReport) go one level down, to DIR/eval/ood/
 			kind := "eval-" + c.String(evalSplitFlag.Name) + "-" + c.String(evalMemoryFlag.Name)
 			sub := "eval"
 			if c.Bool(evalOODFlag.Name) {
@@ -218,7 +221,7 @@ func checkEvalOut(c *cli.Context) error {
 		{Flag: "--run", Path: c.String(evalRunFlag.Name), Dir: true,
 			Files: []string{trainer.ConfigFile, trainer.MemoryFile, trainer.MetricsFile, trainer.EvalFile}}},
 		dbPaths("--memory-db", c.String(evalMemoryDBFlag.Name))...)
-	if e := c.String(evalEmbedderFlag.Name); e != "hash" && e != "policy" { // else a GGUF (trainer.OpenEmbedder)
+	if e := c.String(evalEmbedderFlag.Name); e != rollout.EmbedderHash && e != rollout.EmbedderPolicy { // else a GGUF (rollout.OpenEmbedder)
 		in = append(in, safefile.Path{Flag: "--embedder", Path: e})
 	}
 	return safefile.CheckOutputs([]safefile.Path{{Flag: "--out", Path: c.String(evalOutFlag.Name)}}, in)
@@ -227,7 +230,7 @@ func checkEvalOut(c *cli.Context) error {
 // openEval loads the model, adapter, memory and roller from the flags (and
 // the run directory).
 func openEval(c *cli.Context) (*evalSetup, error) {
-	mem := c.String(evalMemoryFlag.Name)
+	mem := evaluate.MemorySetting(c.String(evalMemoryFlag.Name))
 	if !evalMemorySettings[mem] {
 		return nil, fmt.Errorf("--memory %q: want off, on or both", mem)
 	}
@@ -244,7 +247,7 @@ func openEval(c *cli.Context) (*evalSetup, error) {
 		return nil, fmt.Errorf("--lora and --checkpoint both name an adapter; give one")
 	}
 	s := &evalSetup{step: -1, runDir: c.String(evalRunFlag.Name)}
-	rc := trainer.DefaultRolloutConfig()
+	rc, mc := rollout.DefaultConfig(), rollout.DefaultMemoryConfig()
 	envName, envOpts := "textlab", environments.Options{}
 	var runCfg *trainer.Config
 	if s.runDir != "" {
@@ -253,24 +256,23 @@ func openEval(c *cli.Context) (*evalSetup, error) {
 			return nil, err
 		}
 		runCfg = &cfg
-		rc = cfg.RolloutConfig()
+		rc, mc = cfg.Rollout, cfg.Memory
 		s.model0, envName = cfg.Model, cfg.Env
-		envOpts = environments.Options{DataDir: cfg.EnvOptions.DataDir, Jar: cfg.EnvOptions.Jar,
-			Simplifications: cfg.EnvOptions.Simplifications, StepLimit: cfg.EnvOptions.StepLimit, Extra: cfg.EnvOptions.Extra}
+		envOpts = cfg.EnvOptions
 		if c.String(evalLoraFlag.Name) == "" {
 			if n := c.Int(evalCkptFlag.Name); n >= 0 {
 				s.step = n
-				s.lora = filepath.Join(s.runDir, trainer.CheckpointsDir, trainer.CheckpointName(n), trainer.AdapterFile)
+				s.lora = filepath.Join(s.runDir, optim.CheckpointsDir, optim.CheckpointName(n), optim.AdapterFile)
 				if _, err := os.Stat(s.lora); err != nil {
 					return nil, fmt.Errorf("--checkpoint %d: %w", n, err)
 				}
 			} else {
-				info, ok, err := trainer.LatestCheckpoint(s.runDir)
+				info, ok, err := optim.LatestCheckpoint(s.runDir)
 				if err != nil {
 					return nil, err
 				}
 				if ok {
-					s.step, s.lora = info.Step, filepath.Join(info.Dir, trainer.AdapterFile)
+					s.step, s.lora = info.Step, filepath.Join(info.Dir, optim.AdapterFile)
 				} else {
 					log.Warn().Str("run", s.runDir).Msg("the run has no checkpoint yet: evaluating the base model")
 				}
@@ -303,22 +305,22 @@ func openEval(c *cli.Context) (*evalSetup, error) {
 		rc.Prompt.MaxActionTokens = v
 	}
 	if v := c.String(evalHistoryFlag.Name); v != "" {
-		rc.Prompt.History = v
+		rc.Prompt.History = rollout.History(v)
 	}
 	if v := c.Int(evalHistoryKFlag.Name); v != 0 {
 		rc.Prompt.HistoryK = v
 	}
 	if v := c.String(evalFormatFlag.Name); v != "" {
-		rc.Prompt.ActionFormat = v
+		rc.Prompt.ActionFormat = rollout.ActionFormat(v)
 	}
 	if v := c.String(evalEmbedderFlag.Name); v != "" {
-		rc.Memory.Embedder = v
+		mc.Embedder = v
 	}
 	if v := c.Float64(evalThresholdFlag.Name); v != 0 {
-		rc.Memory.Threshold = v
+		mc.Threshold = v
 	}
 	if v := c.Int(evalTopKFlag.Name); v != 0 {
-		rc.Memory.TopK = v
+		mc.TopK = v
 	}
 	if c.IsSet(evalTipTempFlag.Name) {
 		v := c.Float64(evalTipTempFlag.Name)
@@ -327,9 +329,7 @@ func openEval(c *cli.Context) (*evalSetup, error) {
 		}
 		rc.TipTemperature = v
 	}
-	rc.SuccessScore = c.Float64(evalSuccessFlag.Name)
 	rc.Temperature = c.Float64(evalTempFlag.Name)
-	rc.Seed = c.Int64(evalSeedFlag.Name)
 
 	threads := c.Int(llmThreadsFlag.Name)
 	if threads <= 0 {
@@ -356,7 +356,7 @@ func openEval(c *cli.Context) (*evalSetup, error) {
 		}
 	}
 	// memory: --memory-db, else the run's memory.db (read-only unless --write-tips)
-	if mem != trainer.MemoryOff && !c.Bool(evalOODFlag.Name) {
+	if mem != evaluate.MemoryOff && !c.Bool(evalOODFlag.Name) {
 		db := c.String(evalMemoryDBFlag.Name)
 		if db == "" && s.runDir != "" {
 			db = filepath.Join(s.runDir, trainer.MemoryFile)
@@ -369,7 +369,7 @@ func openEval(c *cli.Context) (*evalSetup, error) {
 				return nil, fmt.Errorf("--memory-db: %w (eval reads an existing memory; --write-tips creates one)", err)
 			}
 		}
-		emb, closeEmb, err := trainer.OpenEmbedder(rc.Memory.Embedder, s.model, threads)
+		emb, closeEmb, err := rollout.OpenEmbedder(mc.Embedder, s.model, threads)
 		if err != nil {
 			return nil, err
 		}
@@ -380,8 +380,9 @@ func openEval(c *cli.Context) (*evalSetup, error) {
 	} else if c.String(evalMemoryDBFlag.Name) != "" && !c.Bool(evalOODFlag.Name) {
 		return nil, fmt.Errorf("--memory-db is used with --memory on or both")
 	}
-	if s.roller, err = trainer.NewRoller(s.lctx, rc, trainer.RollerOptions{
-		Env: envName, EnvOptions: envOpts, Memory: s.store, ReadOnlyMemory: !c.Bool(evalWriteTipsFlag.Name),
+	if s.roller, err = rollout.NewRoller(s.lctx, rc, rollout.Options{
+		Env: envName, EnvOptions: envOpts, Memory: s.store, MemoryConfig: mc, ReadOnlyMemory: !c.Bool(evalWriteTipsFlag.Name),
+		Seed: c.Int64(evalSeedFlag.Name), SuccessScore: c.Float64(evalSuccessFlag.Name),
 	}); err != nil {
 		return nil, err
 	}
@@ -431,10 +432,10 @@ func (b *evalBar) finish() {
 }
 
 // printEval prints the per-task table, memory settings side by side.
-func printEval(c *cli.Context, rep *trainer.EvalReport) {
+func printEval(c *cli.Context, rep *evaluate.Report) {
 	w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
 	var cols []string
-	var res []*trainer.EvalResult
+	var res []*evaluate.Result
 	if rep.MemoryOff != nil {
 		cols, res = append(cols, "memory off"), append(res, rep.MemoryOff)
 	}
@@ -451,7 +452,7 @@ func printEval(c *cli.Context, rep *trainer.EvalReport) {
 		tasks = append(tasks, t)
 	}
 	sort.Strings(tasks)
-	row := func(name string, get func(*trainer.EvalResult) trainer.TaskResult) {
+	row := func(name string, get func(*evaluate.Result) evaluate.TaskResult) {
 		line := fmt.Sprintf("%s\t%d", name, get(res[0]).Episodes)
 		for _, r := range res {
 			tr := get(r)
@@ -460,15 +461,15 @@ func printEval(c *cli.Context, rep *trainer.EvalReport) {
 		fmt.Fprintln(w, line)
 	}
 	for _, t := range tasks {
-		row(t, func(r *trainer.EvalResult) trainer.TaskResult { return r.Tasks[t] })
+		row(t, func(r *evaluate.Result) evaluate.TaskResult { return r.Tasks[t] })
 	}
-	row("overall", func(r *trainer.EvalResult) trainer.TaskResult { return r.TaskResult })
+	row("overall", func(r *evaluate.Result) evaluate.TaskResult { return r.TaskResult })
 	w.Flush()
 	fmt.Fprintf(c.App.Writer, "split %s, temperature %g, seed %d\n", rep.Split, rep.Temperature, rep.Seed)
 }
 
 // printOOD prints the score per trial, memory on beside the control.
-func printOOD(c *cli.Context, rep *trainer.OODReport) {
+func printOOD(c *cli.Context, rep *evaluate.OODReport) {
 	fmt.Fprintf(c.App.Writer, "held-out tasks %s: %d variations, %d trials each\n", strings.Join(rep.Tasks, ", "), rep.Variations, rep.Trials)
 	w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "trial\tmemory on score\tsuccess\ttips written\tmemory off score\tsuccess")

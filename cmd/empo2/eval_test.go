@@ -16,6 +16,8 @@ import (
 	"github.com/empo2/empo2/lora"
 	"github.com/empo2/empo2/memstore"
 	"github.com/empo2/empo2/trainer"
+	"github.com/empo2/empo2/trainer/evaluate"
+	"github.com/empo2/empo2/trainer/optim"
 )
 
 // evalFast are the flags that keep a CLI eval on the tiny model short.
@@ -104,7 +106,7 @@ func TestEvalCLIOOD(t *testing.T) {
 	var tasks []string
 	require.NoError(t, json.Unmarshal(top["tasks"], &tasks))
 	assert.Equal(t, []string{"boil", "freeze"}, tasks)
-	var on, off trainer.OODSeries
+	var on, off evaluate.OODSeries
 	require.NoError(t, json.Unmarshal(top["memory_on"], &on))
 	require.NoError(t, json.Unmarshal(top["memory_off"], &off))
 	assert.Equal(t, []int{2, 2}, on.TipsPerTrial, "one tip per trial and variation")
@@ -126,16 +128,16 @@ func TestEvalCLIRun(t *testing.T) {
 	var buf bytes.Buffer
 	require.NoError(t, trainer.PrintConfig(&buf, cfg))
 	require.NoError(t, os.WriteFile(filepath.Join(run, trainer.ConfigFile), buf.Bytes(), 0o644))
-	ck := filepath.Join(run, trainer.CheckpointsDir, trainer.CheckpointName(2))
+	ck := filepath.Join(run, optim.CheckpointsDir, optim.CheckpointName(2))
 	require.NoError(t, os.MkdirAll(ck, 0o755))
 	base, err := gguf.Open(model)
 	require.NoError(t, err)
 	a, err := lora.Init(base, lora.InitConfig{Rank: 2, Alpha: 4, Seed: 3, RandomB: true})
 	require.NoError(t, err)
-	adapter := filepath.Join(ck, trainer.AdapterFile)
+	adapter := filepath.Join(ck, optim.AdapterFile)
 	require.NoError(t, a.Write(adapter, gguf.TypeF32))
-	require.NoError(t, os.WriteFile(filepath.Join(ck, trainer.CheckpointMeta), []byte(`{"step":2,"updates":2,"seed":1,"time":"2026-01-01T00:00:00Z"}`), 0o644))
-	require.NoError(t, os.WriteFile(filepath.Join(run, trainer.CheckpointsDir, trainer.LatestFile), []byte(trainer.CheckpointName(2)+"\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(ck, optim.CheckpointMeta), []byte(`{"step":2,"updates":2,"seed":1,"time":"2026-01-01T00:00:00Z"}`), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(run, optim.CheckpointsDir, optim.LatestFile), []byte(optim.CheckpointName(2)+"\n"), 0o644))
 	adBytes, err := os.ReadFile(adapter)
 	require.NoError(t, err)
 

@@ -12,7 +12,7 @@ import (
 	"github.com/empo2/empo2/lora"
 )
 
-// stateGeneralType is trainer.StateGeneralType, the general.type of a
+// stateGeneralType is optim.StateGeneralType, the general.type of a
 // training-state file (export_test.go checks they agree). It is repeated
 // here so that export does not link the training graph.
 const stateGeneralType = "empo2.train_state"
@@ -56,7 +56,7 @@ func init() {
 			"   empo2 export --model base.gguf --lora adapter.gguf --merged --out merged.gguf\n\n" +
 			"The adapter loads in llama.cpp tools with --lora adapter.gguf; the merged file\n" +
 			"replaces the base model and needs no adapter.",
-		Flags:  []cli.Flag{exportModelFlag, exportLoraFlag, exportOutFlag, exportMergedFlag, exportTypeFlag, exportFormatFlag, exportHFBaseFlag},
+		Flags:  []cli.Flag{exportModelFlag, exportLoraFlag, exportOutFlag, exportMergedFlag, exportTypeFlag, exportFormatFlag, exportHFBaseFlag, exportHFTokenizerFlag},
 		Action: exportAction,
 	})
 }
@@ -72,7 +72,7 @@ func readAdapterOrState(path string) (*lora.Adapter, error) {
 	opt := lora.ReadOptions{}
 	if gt, _ := f.String(lora.KeyGeneralType); gt == stateGeneralType {
 		// A state file holds the adapter plus AdamW moments (".adam_m",
-		// ".adam_v" tensors; see trainer/state.go).
+		// ".adam_v" tensors; see trainer/optim/state.go).
 		opt = lora.ReadOptions{GeneralType: stateGeneralType, Skip: func(n string) bool {
 			return strings.HasSuffix(n, ".adam_m") || strings.HasSuffix(n, ".adam_v")
 		}}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/empo2/empo2/internal/safefile"
 	"github.com/empo2/empo2/lora"
+	"github.com/empo2/empo2/modelgen"
 	"github.com/empo2/empo2/safetensors"
 )
 
@@ -27,6 +28,11 @@ var (
 			"hf: with --merged, a transformers Qwen2ForCausalLM folder (config, safetensors, tokenizer). " +
 			"For peft and hf, --out is a directory",
 		Value: "gguf",
+	}
+	exportHFTokenizerFlag = &cli.StringFlag{
+		Name: "tokenizer",
+		Usage: "with --format hf: the Hugging Face tokenizer `DIR` the base model's vocabulary came from (e.g. the folder a GGUF was converted from): " +
+			"its files are written unchanged, after checking that they convert to exactly the GGUF's vocabulary (default: the files `model init --tokenizer` stored in the GGUF; without either, tokenizer files generated from the GGUF)",
 	}
 	exportHFBaseFlag = &cli.StringFlag{
 		Name:  "hf-base",
@@ -73,7 +79,9 @@ func exportHF(c *cli.Context, format string) error {
 	if format == "peft" {
 		files = lora.PEFTFiles
 	}
-	if err := safefile.CheckOutputs([]safefile.Path{{Flag: "--out", Path: out, Dir: true, Files: files}}, exportInputs(modelPath, loraPath)); err != nil {
+	inputs := append(exportInputs(modelPath, loraPath),
+		safefile.Path{Flag: "--tokenizer", Path: c.String(exportHFTokenizerFlag.Name), Dir: true, Files: modelgen.HFTokenizerFiles})
+	if err := safefile.CheckOutputs([]safefile.Path{{Flag: "--out", Path: out, Dir: true, Files: files}}, inputs); err != nil {
 		return err
 	}
 	base, a, err := openBaseAndAdapter(modelPath, loraPath)
@@ -83,6 +91,9 @@ func exportHF(c *cli.Context, format string) error {
 	defer base.Close()
 	start := time.Now()
 	if format == "peft" {
+		if c.IsSet(exportHFTokenizerFlag.Name) {
+			return fmt.Errorf("--tokenizer applies to --format hf (a PEFT adapter has no tokenizer)")
+		}
 		if err := lora.ExportPEFT(a, base, out, lora.PEFTOptions{DType: dtype, BaseModel: c.String(exportHFBaseFlag.Name)}); err != nil {
 			return err
 		}
@@ -92,6 +103,11 @@ func exportHF(c *cli.Context, format string) error {
 	}
 	var bar *progressbar.ProgressBar
 	opt := lora.HFOptions{DType: dtype}
+	if dir := c.String(exportHFTokenizerFlag.Name); dir != "" {
+		if opt.Tokenizer, err = modelgen.LoadHFTokenizer(dir); err != nil {
+			return fmt.Errorf("--tokenizer: %w", err)
+		}
+	}
 	if term.IsTerminal(int(os.Stderr.Fd())) {
 		opt.Progress = func(done, total int64) {
 			if bar == nil {
@@ -109,7 +125,13 @@ func exportHF(c *cli.Context, format string) error {
 	if err != nil {
 		return err
 	}
-	log.Info().Str("out", out).Int("merged", len(a.Pairs)).Str("took", time.Since(start).Round(time.Millisecond).String()).
-		Msg("wrote transformers model folder")
+	tokenizer := "generated from the GGUF vocabulary (it stores no Hugging Face tokenizer files; --tokenizer DIR writes the originals)"
+	if opt.Tokenizer != nil {
+		tokenizer = "the --tokenizer files, unchanged"
+	} else if _, ok := base.String(modelgen.HFTokenizerJSONKey); ok {
+		tokenizer = "the original files stored in the GGUF, unchanged"
+	}
+	log.Info().Str("out", out).Int("merged", len(a.Pairs)).Str("tokenizer", tokenizer).
+		Str("took", time.Since(start).Round(time.Millisecond).String()).Msg("wrote transformers model folder")
 	return nil
 }

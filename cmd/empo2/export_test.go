@@ -12,7 +12,7 @@ import (
 	"github.com/empo2/empo2/llama"
 	"github.com/empo2/empo2/lora"
 	"github.com/empo2/empo2/modelgen"
-	"github.com/empo2/empo2/trainer"
+	"github.com/empo2/empo2/trainer/optim"
 )
 
 func loraMustCLI(t *testing.T, args ...string) {
@@ -169,8 +169,8 @@ func TestExportErrors(t *testing.T) {
 // training graph's log-probs (cgo LogProbs) for the same weights; the merged
 // export gives them too.
 func TestExportStateMatchesTrainingGraph(t *testing.T) {
-	if stateGeneralType != trainer.StateGeneralType {
-		t.Fatalf("export's state type %q != trainer's %q", stateGeneralType, trainer.StateGeneralType)
+	if stateGeneralType != optim.StateGeneralType {
+		t.Fatalf("export's state type %q != trainer's %q", stateGeneralType, optim.StateGeneralType)
 	}
 	dir := t.TempDir()
 	model := loraTinyModel(t, dir, "base.gguf", nil)
@@ -180,9 +180,9 @@ func TestExportStateMatchesTrainingGraph(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pol.Close()
-	u, err := trainer.NewUpdater(pol, trainer.UpdateConfig{
-		AdamW: trainer.DefaultAdamW(), MaxGradNorm: 1, Objective: cgo.DefaultObjective(),
-		Schedule: trainer.Schedule{Kind: trainer.ScheduleConstant, BaseLR: 0.05},
+	u, err := optim.NewUpdater(pol, optim.Config{
+		AdamW: optim.DefaultAdamW(), MaxGradNorm: 1, Objective: cgo.DefaultObjective(),
+		Schedule: optim.Schedule{Kind: optim.ScheduleConstant, BaseLR: 0.05},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,8 @@
 package main
 
-// Regression tests of issue 9 points 2–6 (bad-input audit of the CLI).
+// Regression tests of the CLI's audit: global flags after the command, help
+// texts, one flag vocabulary, and bad input that gives a clear error (never
+// a crash) and never loses data.
 
 import (
 	"bytes"

@@ -19,7 +19,7 @@ import (
 	"github.com/empo2/empo2/internal/safefile"
 	"github.com/empo2/empo2/llama"
 	"github.com/empo2/empo2/memstore"
-	"github.com/empo2/empo2/trainer"
+	"github.com/empo2/empo2/trainer/rollout"
 )
 
 var (
@@ -358,9 +358,9 @@ func memSearch(c *cli.Context) error {
 	w := c.App.Writer
 	if c.Bool(memJSONFlag.Name) {
 		return printJSON(w, memSearchReport{Namespace: ns, Query: text, Threshold: thr, K: q.K,
-			Count: res.Count, IntrinsicReward: trainer.IntrinsicReward(res.Count, 1), Entries: res.Entries})
+			Count: res.Count, IntrinsicReward: rollout.IntrinsicReward(res.Count, 1), Entries: res.Entries})
 	}
-	fmt.Fprintf(w, "%d entries above %.3g in %s; showing %d; intrinsic reward %.4g\n", res.Count, thr, ns, len(res.Entries), trainer.IntrinsicReward(res.Count, 1))
+	fmt.Fprintf(w, "%d entries above %.3g in %s; showing %d; intrinsic reward %.4g\n", res.Count, thr, ns, len(res.Entries), rollout.IntrinsicReward(res.Count, 1))
 	if len(res.Entries) == 0 {
 		return nil
 	}

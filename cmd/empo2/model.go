@@ -39,6 +39,8 @@ var (
 	modelInitRopeFlag    = &cli.Float64Flag{Name: "rope-base", Usage: "RoPE frequency base", Value: float64(modelDefaults.RopeBase)}
 	modelInitNameFlag    = &cli.StringFlag{Name: "name", Usage: "general.name (default empo2-tiny-qwen2, or empo2-tiny-bert)"}
 	modelInitMaxSizeFlag = &cli.StringFlag{Name: "max-size", Usage: "refuse to write a file larger than this (bytes, or with a unit: 500MiB, 64GiB, 2GB)", Value: "64GiB"}
+	modelInitTokFlag     = &cli.StringFlag{Name: "tokenizer", Usage: "a Hugging Face tokenizer `DIR` (tokenizer.json + tokenizer_config.json) or its tokenizer.json: the model gets that vocabulary, written as llama.cpp's convert_hf_to_gguf.py writes it (byte-level BPE: Qwen2/2.5/3, Llama 3), and keeps the files for export --format hf"}
+	modelInitPresetFlag  = &cli.StringFlag{Name: "preset", Usage: "the dimensions of a real model (" + strings.Join(modelgen.PresetNames(), ", ") + "): layers, hidden, heads, KV heads, FFN, vocab, context, RoPE base, tied embeddings; random weights; explicit flags override"}
 	modelInitArchFlag    = &cli.StringFlag{Name: "arch", Usage: "qwen2 (causal LM), or bert (encoder-only embedding model, WordPiece vocabulary, mean pooling; --kv-heads, --tied, --init-std and --rope-base do not apply, --vocab and --ctx default to 1024 and 128)", Value: "qwen2"}
 
 	modelInfoJSONFlag     = &cli.BoolFlag{Name: "json", Usage: "print JSON"}
@@ -58,12 +60,16 @@ func init() {
 					"   empo2 model init --out tiny.gguf\n" +
 					"   empo2 model init --out m100.gguf --layers 12 --hidden 768 --heads 12 --kv-heads 2 --ffn 2048 --vocab 8192 --dtype f16\n" +
 					"   empo2 model init --out custom.gguf --corpus my-text.txt --vocab 1024 --tied --seed 7\n" +
-					"   empo2 model init --arch bert --out embed.gguf   # a tiny BERT embedding model",
+					"   empo2 model init --arch bert --out embed.gguf   # a tiny BERT embedding model\n" +
+					"   empo2 model init --out qwen-vocab.gguf --tokenizer ../shared/qwen-tokenizer --tied   # Qwen's real vocabulary\n" +
+					"   empo2 model init --out q7b.gguf --preset qwen2.5-7b --tokenizer DIR --dtype f16     # Qwen2.5-7B's shape",
 				Flags: []cli.Flag{modelInitOutFlag, modelInitLayersFlag, modelInitHiddenFlag, modelInitHeadsFlag, modelInitKVHeadsFlag,
 					modelInitFFNFlag, modelInitVocabFlag, modelInitCtxFlag, modelInitSeedFlag, modelInitDTypeFlag, modelInitCorpusFlag,
-					modelInitTiedFlag, modelInitStdFlag, modelInitRopeFlag, modelInitNameFlag, modelInitArchFlag, modelInitMaxSizeFlag},
+					modelInitTokFlag, modelInitPresetFlag, modelInitTiedFlag, modelInitStdFlag, modelInitRopeFlag, modelInitNameFlag,
+					modelInitArchFlag, modelInitMaxSizeFlag},
 				Action: modelInit,
 			},
+			modelTokenizeCommand,
 			{
 				Name:      "info",
 				Usage:     "describe a GGUF file (any model or adapter): architecture, sizes, tokenizer, chat template",
@@ -75,25 +81,75 @@ func init() {
 				Flags:  []cli.Flag{modelInfoJSONFlag, modelInfoTensorsFlag, modelInfoTemplateFlag},
 				Action: modelInfo,
 			},
+			modelQuantizeCmd,
 		},
 	})
 }
 
 func modelInit(c *cli.Context) error {
+	// a preset replaces the defaults; explicit flags override both
+	base := modelDefaults
+	var preset *modelgen.Preset
+	if name := c.String(modelInitPresetFlag.Name); name != "" {
+		p, ok := modelgen.LookupPreset(name)
+		if !ok {
+			return fmt.Errorf("model init: --preset %q: want one of %s", name, strings.Join(modelgen.PresetNames(), ", "))
+		}
+		preset, base = &p, p.Config
+		base.Seed, base.DType = modelDefaults.Seed, modelDefaults.DType
+	}
+	pick := func(f *cli.IntFlag, v int) int {
+		if c.IsSet(f.Name) {
+			return c.Int(f.Name)
+		}
+		return v
+	}
 	cfg := modelgen.Config{
-		Layers: c.Int(modelInitLayersFlag.Name), Hidden: c.Int(modelInitHiddenFlag.Name),
-		Heads: c.Int(modelInitHeadsFlag.Name), KVHeads: c.Int(modelInitKVHeadsFlag.Name),
-		FFN: c.Int(modelInitFFNFlag.Name), Vocab: c.Int(modelInitVocabFlag.Name), Ctx: c.Int(modelInitCtxFlag.Name),
+		Layers: pick(modelInitLayersFlag, base.Layers), Hidden: pick(modelInitHiddenFlag, base.Hidden),
+		Heads: pick(modelInitHeadsFlag, base.Heads), KVHeads: pick(modelInitKVHeadsFlag, base.KVHeads),
+		FFN: pick(modelInitFFNFlag, base.FFN), Vocab: pick(modelInitVocabFlag, base.Vocab), Ctx: pick(modelInitCtxFlag, base.Ctx),
 		Seed: c.Int64(modelInitSeedFlag.Name), DType: c.String(modelInitDTypeFlag.Name),
-		TiedEmbeddings: c.Bool(modelInitTiedFlag.Name), InitStd: float32(c.Float64(modelInitStdFlag.Name)),
-		RopeBase: float32(c.Float64(modelInitRopeFlag.Name)), Name: c.String(modelInitNameFlag.Name),
+		TiedEmbeddings: base.TiedEmbeddings, InitStd: float32(c.Float64(modelInitStdFlag.Name)),
+		RopeBase: base.RopeBase, Name: c.String(modelInitNameFlag.Name),
+	}
+	if c.IsSet(modelInitTiedFlag.Name) {
+		cfg.TiedEmbeddings = c.Bool(modelInitTiedFlag.Name)
+	}
+	if c.IsSet(modelInitRopeFlag.Name) {
+		cfg.RopeBase = float32(c.Float64(modelInitRopeFlag.Name))
+	}
+	if preset != nil && cfg.Name == "" {
+		cfg.Name = "empo2-random-" + preset.Name
+	}
+	if preset != nil && c.String(modelInitArchFlag.Name) != "qwen2" {
+		return fmt.Errorf("model init: --preset applies to --arch qwen2")
 	}
 	if c.NArg() > 0 {
 		return fmt.Errorf("model init: unexpected argument %q (the output file is --out)", c.Args().First())
 	}
 	if err := safefile.CheckOutputs([]safefile.Path{{Flag: "--out", Path: c.String(modelInitOutFlag.Name)}},
-		[]safefile.Path{{Flag: "--corpus", Path: c.String(modelInitCorpusFlag.Name)}}); err != nil {
+		[]safefile.Path{{Flag: "--corpus", Path: c.String(modelInitCorpusFlag.Name)},
+			{Flag: "--tokenizer", Path: c.String(modelInitTokFlag.Name), Dir: true, Files: modelgen.HFTokenizerFiles}}); err != nil {
 		return fmt.Errorf("model init: %w", err)
+	}
+	if dir := c.String(modelInitTokFlag.Name); dir != "" {
+		if c.IsSet(modelInitCorpusFlag.Name) {
+			return fmt.Errorf("model init: --corpus trains a tokenizer, --tokenizer brings one: give one of them")
+		}
+		if c.String(modelInitArchFlag.Name) != "qwen2" {
+			return fmt.Errorf("model init: --tokenizer applies to --arch qwen2")
+		}
+		tok, err := modelgen.LoadHFTokenizer(dir)
+		if err != nil {
+			return fmt.Errorf("model init: --tokenizer: %w", err)
+		}
+		if preset != nil && tok.ConfigTokenIDs == nil {
+			tok.ConfigTokenIDs = preset.TokenIDs // the real model's config.json
+		}
+		cfg.HFTokenizer = tok
+		if !c.IsSet(modelInitVocabFlag.Name) && preset == nil {
+			cfg.Vocab = 0 // the tokenizer's own size (or its config.json's vocab_size)
+		}
 	}
 	if p := c.String(modelInitCorpusFlag.Name); p != "" {
 		st, err := os.Stat(p)
@@ -156,9 +212,21 @@ func modelInit(c *cli.Context) error {
 	}
 	log.Info().Str("out", out).Int64("params", cfg.ParamCount()).Int64("bytes", st.Size()).
 		Str("dtype", c.String(modelInitDTypeFlag.Name)).Str("took", logDur(time.Since(start))).Msg("wrote model")
-	fmt.Fprintf(c.App.Writer, "%s: qwen2, %d layers, hidden %d, %d heads (%d kv), ffn %d, vocab %d, ctx %d, %s, %s parameters, %s bytes\n",
-		out, cfg.Layers, cfg.Hidden, cfg.Heads, cfg.KVHeads, cfg.FFN, cfg.Vocab, cfg.Ctx, c.String(modelInitDTypeFlag.Name),
-		groupDigits(cfg.ParamCount()), groupDigits(st.Size()))
+	vocab := cfg.Vocab
+	tokenizer := "trained BPE"
+	if t := cfg.HFTokenizer; t != nil {
+		if vocab == 0 {
+			vocab = t.DefaultVocab()
+		}
+		tokenizer = fmt.Sprintf("Hugging Face BPE (pre %s, %d tokens + %d padding)", t.Pre, len(t.Tokens), vocab-len(t.Tokens))
+	}
+	tied := ""
+	if cfg.TiedEmbeddings {
+		tied = ", tied"
+	}
+	fmt.Fprintf(c.App.Writer, "%s: qwen2, %d layers, hidden %d, %d heads (%d kv), ffn %d, vocab %d, ctx %d%s, %s, %s, %s parameters, %s bytes\n",
+		out, cfg.Layers, cfg.Hidden, cfg.Heads, cfg.KVHeads, cfg.FFN, vocab, cfg.Ctx, tied, c.String(modelInitDTypeFlag.Name),
+		tokenizer, groupDigits(cfg.ParamCount()), groupDigits(st.Size()))
 	return nil
 }
 

@@ -8,7 +8,8 @@ import (
 	"testing"
 )
 
-// writeTinyRun writes a small run directory as `empo2 train` does (issue 11.5).
+// writeTinyRun writes a small run directory as `empo2 train` does
+// (config.yaml, metrics.jsonl, eval.jsonl).
 func writeTinyRun(t *testing.T, dir string, seed int) {
 	t.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {

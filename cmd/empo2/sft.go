@@ -19,7 +19,9 @@ import (
 	"github.com/empo2/empo2/gguf"
 	"github.com/empo2/empo2/llama"
 	"github.com/empo2/empo2/lora"
-	"github.com/empo2/empo2/trainer"
+	"github.com/empo2/empo2/trainer/optim"
+	"github.com/empo2/empo2/trainer/rollout"
+	"github.com/empo2/empo2/trainer/sft"
 )
 
 // `empo2 sft`: supervised fine-tuning of a LoRA adapter on chat JSONL, or
@@ -59,7 +61,7 @@ func init() {
 	register(&cli.Command{
 		Name:  "sft",
 		Usage: "supervised fine-tuning of a LoRA adapter (or, --full, of every weight) on chat JSONL (loss on assistant tokens only)",
-		Description: "Tokenizes every chat exactly as the rollouts do (trainer.Renderer), packs them up to --max-len,\n" +
+		Description: "Tokenizes every chat exactly as the rollouts do (rollout.Renderer), packs them up to --max-len,\n" +
 			"shuffles with --seed, and trains cross-entropy on the assistant tokens (contents and end-of-turn\n" +
 			"tokens) with AdamW. Writes OUT (a LoRA adapter; with --full a new base GGUF holding every trained\n" +
 			"weight, for F32 models only) and a resumable checkpoint. Data: `empo2 env demos` or your own\n" +
@@ -129,7 +131,7 @@ func sftAction(c *cli.Context) error {
 		return err
 	}
 	defer lm.Close()
-	rend, err := trainer.NewRenderer(lm, trainer.DefaultPromptConfig())
+	rend, err := rollout.NewRenderer(lm, rollout.DefaultPromptConfig())
 	if err != nil {
 		return err
 	}
@@ -145,7 +147,7 @@ func sftAction(c *cli.Context) error {
 	}
 	defer policy.Close()
 	ctxLen := policy.Info().NCtxTrain
-	cfg := trainer.SFTConfig{
+	cfg := sft.Config{
 		Epochs: c.Int(sftEpochsFlag.Name), LR: c.Float64(sftLRFlag.Name), MinLR: c.Float64(sftMinLRFlag.Name),
 		Warmup: c.Int(sftWarmupFlag.Name), WeightDecay: c.Float64(sftWDFlag.Name), MaxGradNorm: c.Float64(sftClipFlag.Name),
 		BatchTokens: c.Int(sftBatchFlag.Name), MaxLen: c.Int(sftMaxLenFlag.Name), MicroTokens: c.Int(sftMicroFlag.Name),
@@ -165,47 +167,47 @@ func sftAction(c *cli.Context) error {
 	if cfg.Checkpoint == "" {
 		cfg.Checkpoint = trimExt(out) + ".state.gguf"
 	}
-	load := func(path string) ([]trainer.SFTSample, trainer.TokenizeStats, error) {
-		recs, err := trainer.ReadChatFile(path)
+	load := func(path string) ([]sft.Sample, sft.TokenizeStats, error) {
+		recs, err := sft.ReadChatFile(path)
 		if err != nil {
-			return nil, trainer.TokenizeStats{}, err
+			return nil, sft.TokenizeStats{}, err
 		}
-		return trainer.TokenizeChats(rend, recs, cfg.MaxLen)
+		return sft.TokenizeChats(rend, recs, cfg.MaxLen)
 	}
 	train, tst, err := load(c.String(sftDataFlag.Name))
 	if err != nil {
 		return err
 	}
 	if len(train) == 0 {
-		return fmt.Errorf("%w: no record of %s has an assistant token within %d tokens", trainer.ErrSFTData, c.String(sftDataFlag.Name), cfg.MaxLen)
+		return fmt.Errorf("%w: no record of %s has an assistant token within %d tokens", sft.ErrData, c.String(sftDataFlag.Name), cfg.MaxLen)
 	}
-	var val []trainer.SFTSample
+	var val []sft.Sample
 	if p := c.String(sftValFlag.Name); p != "" {
 		if val, _, err = load(p); err != nil {
 			return err
 		}
 	}
-	steps := trainer.SFTSteps(train, cfg)
+	steps := sft.Steps(train, cfg)
 	log.Info().Int("records", tst.Records).Int("tokens", tst.Tokens).Int("trained_tokens", tst.Trained).
 		Int("truncated", tst.Truncated).Int("dropped", tst.Dropped).Int("val_records", len(val)).
 		Int64("steps", steps).Int("max_len", cfg.MaxLen).Int("threads", threads).Bool("full", full).Msg("sft data")
 	if tst.Truncated > 0 {
 		log.Warn().Int("records", tst.Truncated).Int("max_len", cfg.MaxLen).Msg("records longer than --max-len were cut (their tail is not trained)")
 	}
-	var u trainer.SFTUpdater
-	var lu *trainer.Updater // LoRA
+	var u sft.Updater
+	var lu *optim.Updater // LoRA
 	var step func() int64
 	if full {
 		mem := policy.MemoryBytes()
 		log.Info().Int("tensors", len(policy.Params())).Int64("state_bytes", mem.Params).
 			Msg("full SFT: weights, gradients and AdamW moments on the backend")
-		fu, err := trainer.NewFullSFTUpdater(policy, cfg, steps)
+		fu, err := sft.NewFullUpdater(policy, cfg, steps)
 		if err != nil {
 			return err
 		}
 		u, step = fu, func() int64 { return fu.Step }
 	} else {
-		if lu, err = trainer.NewSFTUpdater(policy, cfg, steps); err != nil {
+		if lu, err = sft.NewUpdater(policy, cfg, steps); err != nil {
 			return err
 		}
 		if p := c.String(sftInitFlag.Name); p != "" {
@@ -226,7 +228,7 @@ func sftAction(c *cli.Context) error {
 			progressbar.OptionClearOnFinish())
 	}
 	lastLog := time.Now()
-	cfg.Progress = func(p trainer.SFTProgress) {
+	cfg.Progress = func(p sft.Progress) {
 		if bar != nil {
 			bar.Describe(fmt.Sprintf("sft epoch %d/%d loss %.4f", p.Epoch, p.Epochs, p.Loss))
 			_ = bar.Set64(p.Step)
@@ -258,7 +260,7 @@ func sftAction(c *cli.Context) error {
 		}
 		return a.Write(out, gguf.TypeF32)
 	}
-	cfg.EpochDone = func(e trainer.SFTEpoch) {
+	cfg.EpochDone = func(e sft.Epoch) {
 		if bar != nil {
 			bar.Clear()
 		}
@@ -288,8 +290,8 @@ func sftAction(c *cli.Context) error {
 		}
 		fmt.Fprintf(w, "epoch %d: train loss %.4f, val loss %s, %d trained tokens, %s\n", e.Epoch, e.TrainLoss, val, e.Tokens, e.Elapsed.Round(time.Second))
 	}
-	var ev trainer.Evaluator = policy
-	res, err := trainer.RunSFT(u, ev, train, val, cfg)
+	var ev sft.Evaluator = policy
+	res, err := sft.Train(u, ev, train, val, cfg)
 	if bar != nil {
 		_ = bar.Finish()
 	}

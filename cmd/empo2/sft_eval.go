@@ -9,7 +9,8 @@ import (
 
 	"github.com/empo2/empo2/environments"
 	"github.com/empo2/empo2/llama"
-	"github.com/empo2/empo2/trainer"
+	"github.com/empo2/empo2/trainer/evaluate"
+	"github.com/empo2/empo2/trainer/rollout"
 )
 
 // `empo2 sft eval`: greedy (temperature 0) episodes of a model (+ adapter)
@@ -76,7 +77,7 @@ func sftEvalAction(c *cli.Context) error {
 			return err
 		}
 	}
-	rend, err := trainer.NewRenderer(m, pc)
+	rend, err := rollout.NewRenderer(m, pc)
 	if err != nil {
 		return err
 	}
@@ -86,7 +87,7 @@ func sftEvalAction(c *cli.Context) error {
 	}
 	defer env.Close()
 	w := c.App.Writer
-	var results []trainer.GreedyResult
+	var results []evaluate.GreedyResult
 	for _, t := range tasks {
 		vars, err := t.VariationsIn(split)
 		if err != nil {
@@ -97,7 +98,7 @@ func sftEvalAction(c *cli.Context) error {
 		}
 		limit := environments.StepLimit(t, opts)
 		for _, v := range vars {
-			r, err := trainer.GreedyEpisode(c.Context, lc, rend, env, t.Name, v, limit, c.Float64(sftEvalScoreFlag.Name))
+			r, err := evaluate.GreedyEpisode(c.Context, lc, rend, env, t.Name, v, limit, c.Float64(sftEvalScoreFlag.Name))
 			if err != nil {
 				return err
 			}
@@ -107,7 +108,7 @@ func sftEvalAction(c *cli.Context) error {
 			results = append(results, r)
 		}
 	}
-	sum := trainer.SummarizeGreedy(results)
+	sum := evaluate.SummarizeGreedy(results)
 	if c.Bool(sftJSONFlag.Name) {
 		out := map[string]any{"env": name, "split": split, "summary": sum}
 		if c.Bool(sftEvalListFlag.Name) {

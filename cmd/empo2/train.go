@@ -19,6 +19,7 @@ import (
 
 	"github.com/empo2/empo2/gguf"
 	"github.com/empo2/empo2/trainer"
+	"github.com/empo2/empo2/trainer/evaluate"
 	"github.com/empo2/empo2/trainer/presets"
 )
 
@@ -155,11 +156,11 @@ func trainAction(c *cli.Context) error {
 			_ = bar.Add(1)
 			return
 		}
-		log.Info().Int("step", m.Step).Int("steps", cfg.Steps).Str("mode", m.Mode).Float64("score", m.ScoreMean).
+		log.Info().Int("step", m.Step).Int("steps", cfg.Steps).Str("mode", string(m.Mode)).Float64("score", m.ScoreMean).
 			Float64("success", m.SuccessRate).Float64("reward", m.RewardMean).Float64("loss", m.Loss).Float64("kl", m.ApproxKL).
 			Float64("clip", m.ClipFrac).Int("tips_written", m.TipsWritten).Float64("t_step", m.TStep).Msg("step")
 	}
-	opts.OnEval = func(l trainer.EvalLine) {
+	opts.OnEval = func(l evaluate.Line) {
 		log.Info().Int("step", l.Step).RawJSON("memory_off", orNull(l.MemoryOff)).RawJSON("memory_on", orNull(l.MemoryOn)).Msg("eval")
 	}
 	res, err := trainer.Train(ctx, opts)

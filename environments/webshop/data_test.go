@@ -287,8 +287,8 @@ func goldTestGoals(t *testing.T, e *Env, fixed bool) (lost int) {
 
 // TestUnwinnableSyntheticGoals: on the default synthetic catalogue, 105 of
 // the 2819 synthetic goals cannot be won under the original's rule — the
-// figure measured by running the original's goal.py on the same goals
-// (issue 15) — because an option value that contains a base colour without
+// figure measured by running the original's goal.py on the same goals —
+// because an option value that contains a base colour without
 // being one ("grey wash", "creamy") is normalised on the bought side only.
 // reward=fixed makes every goal winnable.
 func TestUnwinnableSyntheticGoals(t *testing.T) {

@@ -1,0 +1,230 @@
+package demos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+
+	"github.com/empo2/empo2/environments"
+	"github.com/empo2/empo2/llama"
+	"github.com/empo2/empo2/memstore"
+	"github.com/empo2/empo2/trainer/optim"
+	"github.com/empo2/empo2/trainer/rollout"
+	"github.com/empo2/empo2/trainer/sft"
+)
+
+// Demonstrations whose prompts carry retrieved tips (`empo2 env demos
+// --tip-records N`). A model fine-tuned only on tip-free prompts has never
+// seen a tip block; at RL time EMPO²'s memory steps put one at the end of
+// every prompt and such a model is derailed by it (docs/results.md: the
+// reduced study's memory-on scores were 0). These records show it tip
+// blocks as the trainer builds them, retrieved from a memory that looks
+// like the one RL builds:
+//
+//   - per demonstration, cfg.Failures failed attempts at the same
+//     variation: the demo's first j actions (j drawn uniformly in
+//     [0, len)), then random valid actions until the episode ends or
+//     FailureSteps more were taken. Their tips (Tip) say how far they
+//     got; their entries carry their (low) final score.
+//   - the demonstration itself, a successful earlier attempt (score 100).
+//
+// Entries are rollout.EpisodeEntries (key = the step's rollout.MemoryKey,
+// content = rollout.TipContent), stored in a per-variation namespace exactly as WriteTips
+// stores the RL episodes' tips. For cfg.Records steps of the demo (drawn
+// without replacement) one per-step record is written: the prompt of that
+// step (rollout.Messages with its history) with the tips retrieved for its
+// key (cfg.TopK, cfg.Threshold, best-scored first, rollout.FormatTips), and the demo's
+// action as the answer. Records alternate between two memories: one with
+// the successful demo (the answer is then also the top tip's action) and
+// one with only the failed attempts (their actions are often wrong: the
+// answer is the demo's, not the tip's), so the model learns to follow a
+// tip from a successful episode and to act on its own otherwise. A record
+// whose retrieval finds nothing is not written.
+//
+// With cfg.FailureTips each failed attempt also gives its tip-writing
+// record (rollout.TipMessages of the attempt + its Tip): the demos' own tip
+// turns only show complete, successful episodes, while the policy writes
+// most of its tips at RL time after failures.
+
+// Defaults of TipRecordConfig.
+const (
+	DefaultTipFailures     = 2
+	DefaultTipFailureSteps = 8
+)
+
+// TipRecordConfig says how TipRecords builds records with tips.
+type TipRecordConfig struct {
+	Prompt       rollout.PromptConfig
+	Records      int     // records per demo (at most the demo's steps)
+	Failures     int     // failed attempts played per demo (0: DefaultTipFailures)
+	FailureSteps int     // random actions after a failed attempt's prefix (0: DefaultTipFailureSteps)
+	TopK         int     // tips per prompt (memory.top_k)
+	Threshold    float64 // retrieval cosine threshold (memory.threshold)
+	Seed         int64   // reset seed of the demo (the failed attempts replay it) and of the draws
+	FailureTips  bool    // also write each failed attempt's tip-writing turn (rollout.TipMessages + its Tip)
+}
+
+func (c TipRecordConfig) normalize() (TipRecordConfig, error) {
+	if c.Records < 0 || c.Failures < 0 || c.FailureSteps < 0 || c.TopK < 0 {
+		return c, fmt.Errorf("%w: tip records: negative count in %+v", optim.ErrConfig, c)
+	}
+	if c.Threshold < -1 || c.Threshold > 1 {
+		return c, fmt.Errorf("%w: tip records: threshold %g outside [-1, 1]", optim.ErrConfig, c.Threshold)
+	}
+	if c.Failures == 0 {
+		c.Failures = DefaultTipFailures
+	}
+	if c.FailureSteps == 0 {
+		c.FailureSteps = DefaultTipFailureSteps
+	}
+	if c.TopK == 0 {
+		c.TopK = rollout.DefaultMemoryConfig().TopK
+	}
+	return c, nil
+}
+
+// stepKeys are the memory keys of a demo's steps: the task and the
+// observation the agent saw before acting (rollout.MemoryKey, as in rollouts).
+func stepKeys(d Demo) []string {
+	keys := make([]string, len(d.Steps))
+	obs := d.FirstObs
+	for i, s := range d.Steps {
+		keys[i] = rollout.MemoryKey(d.Desc, obs)
+		obs = s.Observation
+	}
+	return keys
+}
+
+// demoEntries are the memory entries of a played episode
+// (rollout.EpisodeEntries with its Tip).
+func demoEntries(d Demo, episode string) []memstore.Entry {
+	keys := stepKeys(d)
+	steps := make([]rollout.TipStep, len(d.Steps))
+	for i, s := range d.Steps {
+		steps[i] = rollout.TipStep{Context: keys[i], Action: s.Action}
+	}
+	return rollout.EpisodeEntries(Tip(d), steps, d.Score, 0, episode)
+}
+
+// FailedAttempt replays the demo's first prefix actions, then takes up to
+// steps random valid actions (rng) until the episode ends: an attempt at
+// the same variation that goes astray.
+func FailedAttempt(ctx context.Context, env environments.Env, d Demo, prefix, steps int, seed int64, rng *rand.Rand) (Demo, error) {
+	if prefix < 0 || prefix > len(d.Steps) {
+		panic(fmt.Sprintf("demos: FailedAttempt prefix %d of %d steps", prefix, len(d.Steps)))
+	}
+	f, err := reset(ctx, env, d.Env, d.Task, d.Variation, seed, d.Kind)
+	if err != nil {
+		return f, err
+	}
+	if done, err := f.play(ctx, env, d.Actions()[:prefix]); err != nil || done {
+		return f, err
+	}
+	for range steps {
+		acts, err := env.ValidActions(ctx)
+		if err != nil {
+			return f, fmt.Errorf("%w: valid actions of %s/%d: %w", ErrDemo, d.Task, d.Variation, err)
+		}
+		if len(acts) == 0 {
+			break
+		}
+		sr, err := f.step(ctx, env, acts[rng.IntN(len(acts))])
+		if err != nil {
+			return f, err
+		}
+		if sr.Done {
+			break
+		}
+	}
+	return f, nil
+}
+
+// TipRecords plays cfg.Failures failed attempts at d's variation on env,
+// stores them and d in mem (namespaces "fail|NS" and "all|NS", NS = the
+// variation's RL namespace) and returns up to cfg.Records per-step records
+// whose prompts carry the retrieved tips (see the comment above). mem must
+// use the embedder the RL run will use for the records to show the tips it
+// would retrieve.
+func TipRecords(ctx context.Context, env environments.Env, d Demo, mem *memstore.Store, cfg TipRecordConfig) ([]sft.ChatRecord, error) {
+	cfg, err := cfg.normalize()
+	if err != nil {
+		return nil, err
+	}
+	pc, err := cfg.Prompt.Normalize()
+	if err != nil {
+		return nil, err
+	}
+	if pc.History != rollout.HistoryFull {
+		return nil, fmt.Errorf("%w: tip records need history %q", rollout.ErrPrompt, rollout.HistoryFull)
+	}
+	if len(d.Steps) == 0 || cfg.Records == 0 {
+		return nil, nil
+	}
+	ns := rollout.Job{Task: d.Task, Variation: d.Variation}.Namespace()
+	rng := rand.New(rand.NewPCG(rollout.MixSeed(cfg.Seed, int64(d.Variation)), rollout.MixSeed(int64(len(d.Task)), int64(len(d.Steps)))))
+	var out []sft.ChatRecord
+	meta := func(m map[string]any) map[string]any {
+		m["env"], m["task"], m["variation"], m["kind"] = d.Env, d.Task, d.Variation, d.Kind
+		return m
+	}
+	for k := range cfg.Failures {
+		f, err := FailedAttempt(ctx, env, d, rng.IntN(len(d.Steps)), cfg.FailureSteps, cfg.Seed, rng)
+		if err != nil {
+			return nil, err
+		}
+		if len(f.Steps) == 0 {
+			continue
+		}
+		if cfg.FailureTips {
+			msgs := append(rollout.TipMessages(pc, f.Desc, f.FirstObs, actionTurns(pc, f)), llama.Message{Role: sft.RoleAssistant, Content: Tip(f)})
+			out = append(out, sft.ChatRecord{Messages: msgs, Meta: meta(map[string]any{
+				"score": f.Score, "done": f.Done, "steps": len(f.Steps), "tip": true, "failed": true})})
+		}
+		es := demoEntries(f, ns+"/fail"+strconv.Itoa(k))
+		for _, space := range []string{"fail|" + ns, "all|" + ns} {
+			if _, err := mem.Add(ctx, space, es); err != nil {
+				return nil, fmt.Errorf("%w: storing tips: %w", ErrDemo, err)
+			}
+		}
+	}
+	if _, err := mem.Add(ctx, "all|"+ns, demoEntries(d, ns+"/demo")); err != nil {
+		return nil, fmt.Errorf("%w: storing tips: %w", ErrDemo, err)
+	}
+
+	keys := stepKeys(d)
+	turns := actionTurns(pc, d)
+	steps := rng.Perm(len(d.Steps))[:min(cfg.Records, len(d.Steps))]
+	first := rng.IntN(2) // which memory the first record uses
+	for r, i := range steps {
+		space := "all"
+		if (r+first)%2 == 1 {
+			space = "fail"
+		}
+		res, err := mem.RetrieveText(ctx, space+"|"+ns, keys[i], memstore.Query{
+			K: cfg.TopK, Threshold: float32(cfg.Threshold), Order: memstore.OrderByScore,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("%w: retrieval: %w", ErrDemo, err)
+		}
+		tips := rollout.FormatTips(res.Entries)
+		if tips == "" {
+			continue
+		}
+		msgs := append(rollout.Messages(pc, d.Desc, d.FirstObs, turns[:i], tips), llama.Message{Role: sft.RoleAssistant, Content: turns[i].Action})
+		out = append(out, sft.ChatRecord{Messages: msgs, Meta: meta(map[string]any{
+			"score": d.Score, "done": d.Done, "step": i + 1, "tips": len(res.Entries), "memory": space})})
+	}
+	return out, nil
+}
+
+// actionTurns are the demo's turns with actions in the prompt's action format.
+func actionTurns(pc rollout.PromptConfig, d Demo) []rollout.Turn {
+	turns := d.Turns()
+	if pc.ActionFormat == rollout.FormatCoT {
+		for i := range turns {
+			turns[i].Action = rollout.ActionOpen + turns[i].Action + rollout.ActionClose
+		}
+	}
+	return turns
+}

@@ -1,0 +1,431 @@
+package evaluate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/empo2/empo2/environments"
+	"github.com/empo2/empo2/memstore"
+	"github.com/empo2/empo2/trainer/rollout"
+)
+
+// Offline evaluation: the same rollout engine as training (batched,
+// per-episode KV reuse), at the validation temperature, with memory off,
+// on, or both on exactly the same jobs and seeds, so that the two settings
+// differ only in the tip blocks of their prompts; and OOD adaptation
+// trials (EvaluateOOD): consecutive attempts at held-out tasks with a fresh
+// memory and no weight updates.
+
+// ErrEval: an invalid evaluation request.
+var ErrEval = errors.New("trainer: eval")
+
+// MemorySetting says whether evaluation episodes retrieve tips.
+type MemorySetting string
+
+// Memory settings of an evaluation.
+const (
+	MemoryOff  MemorySetting = "off"  // no tips
+	MemoryOn   MemorySetting = "on"   // tips retrieved from the memory
+	MemoryBoth MemorySetting = "both" // off and on, same jobs and seeds
+)
+
+// Valid reports whether m is a known setting.
+func (m MemorySetting) Valid() bool { return m == MemoryOff || m == MemoryOn || m == MemoryBoth }
+
+// Config configures Evaluate. Its YAML keys are the `eval` section of a
+// run configuration (the periodic evaluation of training, Periodic); the
+// untagged fields are set by the caller. Zero Split, Episodes and Memory
+// take test, 1 and off in Evaluate.
+type Config struct {
+	Every         int                `yaml:"every" doc:"evaluate every N steps; 0 = never"`
+	Episodes      int                `yaml:"episodes" doc:"episodes per task variation"`
+	MaxVariations int                `yaml:"max_variations" doc:"the first N variations of the split per task; 0 = all"`
+	Split         environments.Split `yaml:"split" doc:"split evaluated: dev | test | train"`
+	Temperature   float64            `yaml:"temperature" doc:"sampling temperature of evaluation"` // used as given (≤ 0: greedy)
+	Memory        MemorySetting      `yaml:"memory" doc:"off | on | both"`
+
+	Tasks        []string `yaml:"-"` // task names; empty = every task not held out
+	SuccessScore float64  `yaml:"-"` // success when score ≥ it (0 = the roller's)
+	Seed         int64    `yaml:"-"`
+	// WriteTips makes memory-on episodes write tips (stamped TrainStep)
+	// into the roller's memory; otherwise eval never changes the memory.
+	WriteTips bool  `yaml:"-"`
+	TrainStep int64 `yaml:"-"`
+	// Progress, when set, is called after every finished episode.
+	Progress func(done, total int) `yaml:"-"`
+}
+
+// DefaultConfig is the periodic evaluation of a training run: never (every
+// 0), 1 episode of each of the first 2 dev variations per task, at the
+// reference's validation temperature 0.4, memory off and on.
+func DefaultConfig() Config {
+	return Config{Every: 0, Episodes: 1, MaxVariations: 2, Split: environments.Dev, Temperature: 0.4, Memory: MemoryBoth}
+}
+
+// TaskResult is one task's (or the overall) result.
+type TaskResult struct {
+	ScoreMean   float64 `json:"score_mean"`
+	SuccessRate float64 `json:"success_rate"`
+	Episodes    int     `json:"episodes"`
+	StepsMean   float64 `json:"steps_mean"`
+}
+
+// Result is one memory setting's result: overall and per task (the JSON
+// object of `empo2 eval --json`, one per memory setting).
+type Result struct {
+	TaskResult
+	Tasks map[string]TaskResult `json:"tasks"`
+	// TipsRetrievedMean: tips counted above threshold per step (memory on).
+	TipsRetrievedMean float64 `json:"tips_retrieved_mean"`
+}
+
+// Report is Evaluate's result; `empo2 eval --json` writes it.
+type Report struct {
+	MemoryOff   *Result `json:"memory_off,omitempty"`
+	MemoryOn    *Result `json:"memory_on,omitempty"`
+	Split       string  `json:"split"`
+	Temperature float64 `json:"temperature"`
+	Seed        int64   `json:"seed"`
+	// Stats: rollout counters over both settings.
+	Stats rollout.Stats `json:"-"`
+	// Episodes per setting (for callers that look at the trajectories).
+	OffEpisodes []rollout.Episode `json:"-"`
+	OnEpisodes  []rollout.Episode `json:"-"`
+}
+
+// evalSeed derives a job's seed from the eval seed and its identity.
+func evalSeed(seed int64, parts ...any) int64 {
+	h := fnv.New64a()
+	fmt.Fprint(h, seed)
+	for _, p := range parts {
+		fmt.Fprint(h, "/", p)
+	}
+	return int64(h.Sum64() >> 1)
+}
+
+// evalTasks resolves task names (empty: the tasks that are not held out).
+func evalTasks(r *rollout.Roller, names []string, heldOut bool) ([]environments.Task, error) {
+	all := r.Tasks()
+	sort.Slice(all, func(i, j int) bool { return all[i].Name < all[j].Name })
+	if len(names) == 0 {
+		var out []environments.Task
+		for _, t := range all {
+			if t.HeldOut == heldOut {
+				out = append(out, t)
+			}
+		}
+		if len(out) == 0 {
+			kind := "not held out"
+			if heldOut {
+				kind = "held out"
+			}
+			return nil, fmt.Errorf("%w: the environment has no tasks that are %s; name them with --tasks", ErrEval, kind)
+		}
+		return out, nil
+	}
+	out := make([]environments.Task, 0, len(names))
+	for _, n := range names {
+		t, err := environments.FindTask(all, strings.TrimSpace(n))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// evalJobs lists the variations of tasks in split (at most maxVars each).
+func evalVariations(tasks []environments.Task, split environments.Split, maxVars int) ([][2]any, error) {
+	var out [][2]any
+	for _, t := range tasks {
+		vars, err := t.VariationsIn(split)
+		if err != nil {
+			return nil, err
+		}
+		if maxVars > 0 && len(vars) > maxVars {
+			vars = vars[:maxVars]
+		}
+		if len(vars) == 0 {
+			return nil, fmt.Errorf("%w: task %s has no %s variations", ErrEval, t.Name, split)
+		}
+		for _, v := range vars {
+			out = append(out, [2]any{t.Name, v})
+		}
+	}
+	return out, nil
+}
+
+// Evaluate plays cfg.Episodes episodes per task variation with memory off
+// and/or on (the same jobs and seeds for both) and summarizes them.
+func Evaluate(ctx context.Context, r *rollout.Roller, cfg Config) (*Report, error) {
+	if r == nil {
+		return nil, fmt.Errorf("%w: nil roller", ErrEval)
+	}
+	if cfg.Split == "" {
+		cfg.Split = environments.Test
+	}
+	if cfg.Episodes == 0 {
+		cfg.Episodes = 1
+	}
+	if cfg.Memory == "" {
+		cfg.Memory = MemoryOff
+	}
+	switch {
+	case cfg.Episodes < 0 || cfg.MaxVariations < 0:
+		return nil, fmt.Errorf("%w: negative episodes or variations", ErrEval)
+	case !cfg.Memory.Valid():
+		return nil, fmt.Errorf("%w: memory %q (want off, on or both)", ErrEval, cfg.Memory)
+	case cfg.Memory != MemoryOff && r.Memory() == nil:
+		return nil, fmt.Errorf("%w: memory %s needs a memory database", rollout.ErrNoMemory, cfg.Memory)
+	case cfg.Temperature < 0 || cfg.Temperature > 100:
+		return nil, fmt.Errorf("%w: temperature %v", ErrEval, cfg.Temperature)
+	}
+	tasks, err := evalTasks(r, cfg.Tasks, false)
+	if err != nil {
+		return nil, err
+	}
+	vars, err := evalVariations(tasks, cfg.Split, cfg.MaxVariations)
+	if err != nil {
+		return nil, err
+	}
+	var jobs []rollout.Job
+	for g, tv := range vars {
+		for e := 0; e < cfg.Episodes; e++ {
+			task, v := tv[0].(string), tv[1].(int)
+			jobs = append(jobs, rollout.Job{Task: task, Variation: v, Group: g, Seed: evalSeed(cfg.Seed, task, v, e)})
+		}
+	}
+	success := cfg.SuccessScore
+	if success == 0 {
+		success = r.SuccessScore()
+	}
+	rep := &Report{Split: string(cfg.Split), Temperature: cfg.Temperature, Seed: cfg.Seed}
+	settings := []bool{false, true}
+	switch cfg.Memory {
+	case MemoryOff:
+		settings = []bool{false}
+	case MemoryOn:
+		settings = []bool{true}
+	}
+	total := len(jobs) * len(settings)
+	done := 0
+	for _, on := range settings {
+		rr := r.WithTemperature(cfg.Temperature).WithMemory(r.Memory(), !cfg.WriteTips).WithProgress(nil)
+		base := done
+		if cfg.Progress != nil {
+			rr = rr.WithProgress(func(d, _ int) { cfg.Progress(base+d, total) })
+		}
+		js := append([]rollout.Job(nil), jobs...)
+		for i := range js {
+			js[i].UseMemory = on
+		}
+		eps, st, err := rr.Run(ctx, js)
+		if err != nil {
+			return nil, err
+		}
+		done += len(js)
+		rep.Stats.Add(st)
+		if on && cfg.WriteTips {
+			if _, err := rr.WriteTips(ctx, eps, cfg.TrainStep); err != nil {
+				return nil, err
+			}
+		}
+		res := summarize(eps, success)
+		if on {
+			rep.MemoryOn, rep.OnEpisodes = res, eps
+		} else {
+			rep.MemoryOff, rep.OffEpisodes = res, eps
+		}
+	}
+	return rep, nil
+}
+
+// summarize computes the mean score, success rate and steps, overall and
+// per task.
+func summarize(eps []rollout.Episode, success float64) *Result {
+	res := &Result{Tasks: map[string]TaskResult{}}
+	var retrieved, steps float64
+	add := func(tr *TaskResult, ep *rollout.Episode) {
+		tr.Episodes++
+		tr.ScoreMean += ep.Score
+		tr.StepsMean += float64(len(ep.Steps))
+		if ep.Score >= success {
+			tr.SuccessRate++
+		}
+	}
+	for i := range eps {
+		ep := &eps[i]
+		add(&res.TaskResult, ep)
+		tr := res.Tasks[ep.Task]
+		add(&tr, ep)
+		res.Tasks[ep.Task] = tr
+		for _, s := range ep.Steps {
+			retrieved += float64(s.Retrieved)
+			steps++
+		}
+	}
+	norm := func(tr *TaskResult) {
+		if tr.Episodes > 0 {
+			n := float64(tr.Episodes)
+			tr.ScoreMean /= n
+			tr.SuccessRate /= n
+			tr.StepsMean /= n
+		}
+	}
+	norm(&res.TaskResult)
+	for k, tr := range res.Tasks {
+		norm(&tr)
+		res.Tasks[k] = tr
+	}
+	if steps > 0 {
+		res.TipsRetrievedMean = retrieved / steps
+	}
+	return res
+}
+
+// OODConfig configures EvaluateOOD.
+type OODConfig struct {
+	Tasks         []string           // empty = the environment's held-out tasks
+	Split         environments.Split // variations from this split ("" = test)
+	MaxVariations int                // per task (0 = all)
+	Trials        int                // K consecutive trials per variation (0 = 3)
+	Temperature   float64            // used as given (the CLI's default: 0.4)
+	SuccessScore  float64            // 0 = the roller's
+	Seed          int64
+	// Embedder of the fresh memory (nil: the hash embedder).
+	Embedder memstore.Embedder
+	// Dir holds the fresh memory database ("" = a temporary directory,
+	// removed afterwards).
+	Dir      string
+	Progress func(done, total int)
+}
+
+// OODSeries is one setting's trial curve.
+type OODSeries struct {
+	ScorePerTrial   []float64 `json:"score_per_trial"`   // mean over variations, trial 1..K
+	SuccessPerTrial []float64 `json:"success_per_trial"` // success rate per trial
+	TipsPerTrial    []int     `json:"tips_per_trial"`    // tips written after each trial (memory on)
+	Improvement     float64   `json:"improvement"`       // score of trial K − score of trial 1
+	ImprovementPct  float64   `json:"improvement_pct"`   // 100·Improvement/|score of trial 1| (0 when that is 0)
+}
+
+// OODReport is EvaluateOOD's result.
+type OODReport struct {
+	Tasks      []string  `json:"tasks"`
+	Variations int       `json:"variations"`
+	Trials     int       `json:"trials"`
+	MemoryOn   OODSeries `json:"memory_on"`
+	MemoryOff  OODSeries `json:"memory_off"` // the control: same trials, no memory, no tips
+}
+
+// EvaluateOOD runs K consecutive trials per held-out variation with memory
+// on and no weight updates: before trial k+1 every variation's trial-k
+// episode writes one tip into a fresh memory (the roller's own memory is
+// never touched), and the same trials without memory serve as the control.
+// Trial k of a variation uses the same seed in both settings.
+func EvaluateOOD(ctx context.Context, r *rollout.Roller, cfg OODConfig) (*OODReport, error) {
+	if r == nil {
+		return nil, fmt.Errorf("%w: nil roller", ErrEval)
+	}
+	if cfg.Split == "" {
+		cfg.Split = environments.Test
+	}
+	if cfg.Trials == 0 {
+		cfg.Trials = 3
+	}
+	if cfg.Trials < 1 || cfg.Trials > 1000 || cfg.MaxVariations < 0 {
+		return nil, fmt.Errorf("%w: trials %d, variations %d", ErrEval, cfg.Trials, cfg.MaxVariations)
+	}
+	tasks, err := evalTasks(r, cfg.Tasks, true)
+	if err != nil {
+		return nil, err
+	}
+	vars, err := evalVariations(tasks, cfg.Split, cfg.MaxVariations)
+	if err != nil {
+		return nil, err
+	}
+	success := cfg.SuccessScore
+	if success == 0 {
+		success = r.SuccessScore()
+	}
+	dir := cfg.Dir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "empo2-ood-"); err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(dir)
+	}
+	emb := cfg.Embedder
+	if emb == nil {
+		emb = memstore.NewHashEmbedder(memstore.DefaultDim)
+	}
+	store, err := memstore.Open(filepath.Join(dir, "ood-memory.db"), emb)
+	if err != nil {
+		return nil, err
+	}
+	defer store.Close()
+	if len(store.Namespaces()) > 0 {
+		return nil, fmt.Errorf("%w: the OOD memory %s is not empty", ErrEval, filepath.Join(dir, "ood-memory.db"))
+	}
+	rep := &OODReport{Variations: len(vars), Trials: cfg.Trials}
+	for _, t := range tasks {
+		rep.Tasks = append(rep.Tasks, t.Name)
+	}
+	// trial k of both settings runs as one batch: the control does not
+	// depend on the tips, so its episodes ride along the memory ones
+	total := 2 * cfg.Trials * len(vars)
+	rr := r.WithTemperature(cfg.Temperature).WithMemory(store, false)
+	for k := 0; k < cfg.Trials; k++ {
+		base := k * 2 * len(vars)
+		rr = rr.WithProgress(nil)
+		if cfg.Progress != nil {
+			rr = rr.WithProgress(func(d, _ int) { cfg.Progress(base+d, total) })
+		}
+		jobs := make([]rollout.Job, 0, 2*len(vars))
+		for _, on := range []bool{true, false} {
+			for g, tv := range vars {
+				task, v := tv[0].(string), tv[1].(int)
+				jobs = append(jobs, rollout.Job{Task: task, Variation: v, Group: g, Seed: evalSeed(cfg.Seed, "ood", task, v, k), UseMemory: on})
+			}
+		}
+		eps, _, err := rr.Run(ctx, jobs)
+		if err != nil {
+			return nil, err
+		}
+		onEps, offEps := eps[:len(vars)], eps[len(vars):]
+		if _, err := rr.WriteTips(ctx, onEps, int64(k+1)); err != nil {
+			return nil, err
+		}
+		tips := 0
+		for _, ep := range onEps {
+			if ep.Tip != "" {
+				tips++
+			}
+		}
+		for i, part := range [][]rollout.Episode{onEps, offEps} {
+			ser := &rep.MemoryOn
+			if i == 1 {
+				ser, tips = &rep.MemoryOff, 0
+			}
+			res := summarize(part, success)
+			ser.ScorePerTrial = append(ser.ScorePerTrial, res.ScoreMean)
+			ser.SuccessPerTrial = append(ser.SuccessPerTrial, res.SuccessRate)
+			ser.TipsPerTrial = append(ser.TipsPerTrial, tips)
+		}
+	}
+	for _, ser := range []*OODSeries{&rep.MemoryOn, &rep.MemoryOff} {
+		first, last := ser.ScorePerTrial[0], ser.ScorePerTrial[cfg.Trials-1]
+		ser.Improvement = last - first
+		if first != 0 {
+			ser.ImprovementPct = 100 * ser.Improvement / math.Abs(first)
+		}
+	}
+	return rep, nil
+}

@@ -1,0 +1,54 @@
+package optim
+
+import (
+	"errors"
+	"math"
+	"testing"
+)
+
+func TestScheduleValues(t *testing.T) {
+	c := Schedule{Kind: ScheduleConstant, BaseLR: 1e-3, Warmup: 3}
+	for s, want := range []float64{0.25e-3, 0.5e-3, 0.75e-3, 1e-3, 1e-3, 1e-3} {
+		if got := c.LR(int64(s)); math.Abs(got-want) > 1e-15 {
+			t.Errorf("constant LR(%d) = %v, want %v", s, got, want)
+		}
+	}
+	cos := Schedule{Kind: ScheduleCosine, BaseLR: 1, MinLR: 0.1, Warmup: 1, Total: 5}
+	// s=0: warmup 1/2; s=1: progress 0 → 1; s=3: progress 1/2 → 0.55;
+	// s=5: progress 1 → 0.1; beyond Total: stays 0.1.
+	cases := map[int64]float64{
+		0: 0.5,
+		1: 1,
+		2: 0.1 + 0.9*0.5*(1+math.Cos(math.Pi/4)),
+		3: 0.55,
+		5: 0.1,
+		9: 0.1,
+	}
+	for s, want := range cases {
+		if got := cos.LR(s); math.Abs(got-want) > 1e-12 {
+			t.Errorf("cosine LR(%d) = %v, want %v", s, got, want)
+		}
+	}
+	noWarm := Schedule{Kind: ScheduleCosine, BaseLR: 2, Total: 4}
+	if got := noWarm.LR(0); got != 2 {
+		t.Errorf("cosine without warmup LR(0) = %v, want 2", got)
+	}
+}
+
+func TestScheduleValidate(t *testing.T) {
+	bad := []Schedule{
+		{Kind: "linear", BaseLR: 1},
+		{Kind: ScheduleConstant, BaseLR: 0},
+		{Kind: ScheduleConstant, BaseLR: 1, Warmup: -1},
+		{Kind: ScheduleCosine, BaseLR: 1, Warmup: 5, Total: 5},
+		{Kind: ScheduleCosine, BaseLR: 1, MinLR: 2, Total: 5},
+	}
+	for _, s := range bad {
+		if err := s.Validate(); !errors.Is(err, ErrConfig) {
+			t.Errorf("%+v accepted: %v", s, err)
+		}
+	}
+	if err := (Schedule{Kind: ScheduleCosine, BaseLR: 1, Total: 10, Warmup: 2}).Validate(); err != nil {
+		t.Errorf("good schedule rejected: %v", err)
+	}
+}

@@ -1,0 +1,663 @@
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/empo2/empo2/environments"
+	"github.com/empo2/empo2/llama"
+	"github.com/empo2/empo2/memstore"
+)
+
+// Rollouts (EMPO² §3). A Roller plays many episodes at
+// once against one llama.Context: every active episode owns a KV sequence
+// (a slot, llama.GenerateSlots) for its whole life, and every turn one
+// batched decode serves all active episodes:
+//
+//	for each turn:
+//	  [memory episodes] key_i = task + latest observation → embed, retrieve
+//	                    (namespace task/variation, cosine > threshold, top-k
+//	                    by stored score) → tip block at the end of the prompt
+//	  prompt_i = Renderer(Messages(history_i, tips_i))      (full history)
+//	  GenerateSlots(all i): decode only what slot_i's KV lacks, then sample
+//	                    all responses together (raw log-probs = π_old)
+//	  env_i.Step(ParseAction(response_i))                   (in parallel)
+//
+// When an episode ends its slot goes to the next job (continuous batching).
+// After training episodes, WriteTips asks the policy for a one-sentence tip
+// in each episode's chat (batched the same way) and stores one memory entry
+// per step (EMPO² §3.2).
+
+// Errors of the rollout engine.
+var (
+	ErrRollout = errors.New("trainer: rollout")
+	// ErrNoMemory: a memory job or WriteTips without a memory store, or
+	// WriteTips on a read-only one.
+	ErrNoMemory = errors.New("trainer: no writable memory store")
+)
+
+// Config is the `rollout` section of a run configuration: how episodes
+// are sampled and played, and the prompt (PromptConfig, inline: the one
+// prompt format of rollouts, eval and SFT).
+type Config struct {
+	Temperature    float64      `yaml:"temperature" doc:"sampling temperature of training rollouts"`
+	StepLimit      int          `yaml:"step_limit" doc:"episode step limit; 0 = the environment's per-task limit"`
+	Prompt         PromptConfig `yaml:",inline"`
+	CorrectInvalid bool         `yaml:"correct_invalid" doc:"map an invalid action to the most similar valid one (Jaccard, as the reference for ScienceWorld)"`
+	TipMaxTokens   int          `yaml:"tip_max_tokens" doc:"max tokens of a written tip"`
+	TipTemperature float64      `yaml:"tip_temperature" doc:"sampling temperature of tip writing; < 0 = rollout.temperature (the reference), 0 = greedy"`
+}
+
+// DefaultConfig is temperature 1, the default prompt, tips of at most 64
+// tokens sampled at the rollout temperature.
+func DefaultConfig() Config {
+	return Config{Temperature: 1, Prompt: DefaultPromptConfig(), TipMaxTokens: 64, TipTemperature: -1}
+}
+
+// MemoryConfig is the `memory` section of a run configuration: the tips
+// memory's retrieval, the intrinsic reward of memory rollouts, and tip
+// writing.
+type MemoryConfig struct {
+	Embedder      string  `yaml:"embedder" doc:"hash (built-in) | policy (the policy's mean-pooled states) | path of a BERT-type embedding GGUF"`
+	Threshold     float64 `yaml:"threshold" doc:"cosine similarity a tip must exceed to be retrieved (calibrate per embedder; 0.5 was for MiniLM)"`
+	TopK          int     `yaml:"top_k" doc:"tips put in the prompt (highest stored score first)"`
+	IntrinsicCoef float64 `yaml:"intrinsic_coef" doc:"coefficient of the intrinsic reward 1/(count+1) in memory rollouts; 0 = off"`
+	Cap           int     `yaml:"cap" doc:"entries kept per task variation, oldest dropped first"`
+	WriteTips     bool    `yaml:"write_tips" doc:"write one tip per training episode (entries stamped with the step)"`
+}
+
+// DefaultMemoryConfig is the hash embedder, the top 10 tips above cosine
+// 0.5 (memstore's defaults), intrinsic coefficient 1, 1000 entries per
+// task variation, tips written.
+func DefaultMemoryConfig() MemoryConfig {
+	return MemoryConfig{Embedder: EmbedderHash, Threshold: memstore.DefaultThreshold, TopK: memstore.DefaultK, IntrinsicCoef: 1,
+		Cap: 1000, WriteTips: true}
+}
+
+// Built-in embedders of MemoryConfig.Embedder (anything else is a GGUF path;
+// see OpenEmbedder).
+const (
+	EmbedderHash   = "hash"
+	EmbedderPolicy = "policy"
+)
+
+// Job is one episode to play.
+type Job struct {
+	Task      string
+	Variation int
+	Group     int   // GRPO group (the caller's numbering)
+	Seed      int64 // sampling seed of the episode (with Options.Seed); also the env reset seed
+	UseMemory bool  // retrieve tips before every action
+}
+
+// Namespace is the memory namespace of a job: "task/variation".
+func (j Job) Namespace() string { return j.Task + "/" + strconv.Itoa(j.Variation) }
+
+// StepRecord is one action of an episode.
+type StepRecord struct {
+	Prompt      []int32   // tokens the policy saw (tip block included when retrieved)
+	TipSpan     [2]int    // [start,end) of the tip block in Prompt; {0,0} = none
+	Response    []int32   // sampled tokens, incl. a final end-of-generation token unless cut by max_action_tokens
+	OldLogp     []float32 // raw log-probs of Response at temperature 1 (π_old)
+	Text        string    // the response's text (without the end-of-generation token)
+	Action      string    // the action sent to the environment (after parsing / correction)
+	Observation string
+	Reward      float64 // environment reward of this step (score change)
+	Retrieved   int     // tips counted above threshold (intrinsic reward coef/(Retrieved+1))
+	Key         string  // memory key text of this step's context
+	Parsed      bool    // the response contained a well-formed action
+	Corrected   bool    // the action was mapped to a valid one
+}
+
+// PromptWithoutTips is Prompt with the tip block cut out: exactly the
+// tokens of the same chat rendered with no tips.
+func (s StepRecord) PromptWithoutTips() []int32 {
+	if s.TipSpan[1] <= s.TipSpan[0] {
+		return s.Prompt
+	}
+	return cutSpans(s.Prompt, [][2]int{s.TipSpan})
+}
+
+// Episode is a finished episode.
+type Episode struct {
+	Job
+	Steps     []StepRecord
+	Score     float64 // final environment score
+	Success   bool    // Score ≥ Options.SuccessScore
+	Done      bool    // the environment ended the episode (not the step limit or the context)
+	Intrinsic float64 // memory episodes: mean over steps of coef/(Retrieved+1); else 0
+	Tip       string  // set by WriteTips
+	End       End     // why the episode ended
+
+	taskDesc, firstObs string
+	slot               int
+}
+
+// End is why an episode ended.
+type End string
+
+// Episode ends.
+const (
+	EndDone      End = "done"       // the environment ended it
+	EndStepLimit End = "step-limit" // it reached its step limit
+	EndContext   End = "context"    // the next prompt and action would not fit the context
+)
+
+// Stats describes a Run (or, for TTips, a WriteTips).
+// PromptTokensSeen sums every prompt's length (what the policy read);
+// PromptTokensDecoded is what llama.cpp decoded (the rest came from the
+// episodes' KV); PromptTokensUnique counts each episode's distinct prompt
+// tokens: per turn, the prompt's tokens that the previous prompt and
+// response did not already hold at the same positions (after a tip block,
+// the rest of the history). Decoded/Unique ≈ 1 is perfect reuse (below 1
+// when a slot's next episode shares the system prompt); without reuse it
+// is ≈ T/2 for T turns.
+type Stats struct {
+	Episodes, EnvSteps, GenTokens, PromptTokensSeen, PromptTokensDecoded int
+	PromptTokensUnique                                                   int
+	TRollout, TEmbedRetrieve, TTips                                      time.Duration
+}
+
+// Add accumulates o into s.
+func (s *Stats) Add(o Stats) {
+	s.Episodes += o.Episodes
+	s.EnvSteps += o.EnvSteps
+	s.GenTokens += o.GenTokens
+	s.PromptTokensSeen += o.PromptTokensSeen
+	s.PromptTokensDecoded += o.PromptTokensDecoded
+	s.PromptTokensUnique += o.PromptTokensUnique
+	s.TRollout += o.TRollout
+	s.TEmbedRetrieve += o.TEmbedRetrieve
+	s.TTips += o.TTips
+}
+
+// Options are the Roller's resources and run-level settings.
+type Options struct {
+	// Env is the environment's registry name (tasks, step limits, and new
+	// instances when Pool is nil); EnvOptions are passed to it.
+	Env        string
+	EnvOptions environments.Options
+	// Pool, when set, lends the instances (one per active episode);
+	// otherwise each episode makes its own and closes it at its end.
+	Pool *environments.Pool
+	// Memory is the tips store (retrieval embeds with its embedder). nil:
+	// memory jobs and WriteTips fail with ErrNoMemory.
+	Memory *memstore.Store
+	// MemoryConfig is the memory section: retrieval (threshold, top_k),
+	// the intrinsic reward (intrinsic_coef) and the embedder's name. Zero
+	// Threshold, TopK and Embedder take DefaultMemoryConfig's.
+	MemoryConfig MemoryConfig
+	// ReadOnlyMemory makes WriteTips fail (eval without --write-tips).
+	ReadOnlyMemory bool
+	// Seed is the run seed; an episode samples with MixSeed(Seed, Job.Seed).
+	Seed int64
+	// SuccessScore: an episode succeeds when its score reaches it (0 =
+	// DefaultSuccessScore).
+	SuccessScore float64
+	// Progress, when set, is called after every finished episode.
+	Progress func(done, total int)
+}
+
+// Roller plays episodes; see the file comment. Not safe for concurrent
+// Runs (they share the context's slots).
+type Roller struct {
+	lctx  *llama.Context
+	rend  *Renderer
+	cfg   Config
+	opts  Options
+	spec  environments.Spec
+	tasks map[string]environments.Task
+
+	tipsDur time.Duration // of the last WriteTips
+}
+
+// DefaultSuccessScore is the score at which an episode succeeds unless
+// Options.SuccessScore says otherwise (the environments' full score).
+const DefaultSuccessScore = 100
+
+// NewRoller makes a Roller over lctx (the policy's inference context with
+// its adapter attached; at most lctx.NSeqMax() episodes are active at a
+// time). A zero TipMaxTokens takes DefaultConfig's value, zero memory
+// settings DefaultMemoryConfig's; Temperature is used as given (0 =
+// greedy).
+func NewRoller(lctx *llama.Context, cfg Config, o Options) (*Roller, error) {
+	if lctx == nil {
+		return nil, fmt.Errorf("%w: nil llama context", ErrRollout)
+	}
+	def, mdef := DefaultConfig(), DefaultMemoryConfig()
+	mc := &o.MemoryConfig
+	if mc.Threshold == 0 {
+		mc.Threshold = mdef.Threshold
+	}
+	if mc.TopK == 0 {
+		mc.TopK = mdef.TopK
+	}
+	if mc.Embedder == "" {
+		mc.Embedder = mdef.Embedder
+	}
+	if cfg.TipMaxTokens == 0 {
+		cfg.TipMaxTokens = def.TipMaxTokens
+	}
+	if o.SuccessScore == 0 {
+		o.SuccessScore = DefaultSuccessScore
+	}
+	switch {
+	case mc.TopK < 0 || cfg.TipMaxTokens < 0 || cfg.StepLimit < 0:
+		return nil, fmt.Errorf("%w: negative top_k, tip_max_tokens or step_limit", ErrRollout)
+	case mc.Threshold < -1 || mc.Threshold >= 1:
+		return nil, fmt.Errorf("%w: memory threshold %v not in [-1, 1)", ErrRollout, mc.Threshold)
+	case cfg.Temperature < 0 || cfg.Temperature > 100:
+		return nil, fmt.Errorf("%w: temperature %v", ErrRollout, cfg.Temperature)
+	case cfg.TipTemperature > 100 || math.IsNaN(cfg.TipTemperature):
+		return nil, fmt.Errorf("%w: tip temperature %v", ErrRollout, cfg.TipTemperature)
+	}
+	rend, err := NewRenderer(lctx.Model(), cfg.Prompt)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Prompt = rend.Config()
+	spec, err := environments.Lookup(o.Env)
+	if err != nil {
+		return nil, err
+	}
+	list, err := spec.Tasks(o.EnvOptions)
+	if err != nil {
+		return nil, fmt.Errorf("%w: listing %s tasks: %w", ErrRollout, o.Env, err)
+	}
+	tasks := make(map[string]environments.Task, len(list))
+	for _, t := range list {
+		tasks[t.Name] = t
+	}
+	return &Roller{lctx: lctx, rend: rend, cfg: cfg, opts: o, spec: spec, tasks: tasks}, nil
+}
+
+// Config is the roller's (completed) configuration.
+func (r *Roller) Config() Config { return r.cfg }
+
+// MemoryConfig is the roller's (completed) memory configuration.
+func (r *Roller) MemoryConfig() MemoryConfig { return r.opts.MemoryConfig }
+
+// SuccessScore is the score at which an episode succeeds.
+func (r *Roller) SuccessScore() float64 { return r.opts.SuccessScore }
+
+// Renderer is the roller's prompt renderer.
+func (r *Roller) Renderer() *Renderer { return r.rend }
+
+// Tasks lists the environment's tasks.
+func (r *Roller) Tasks() []environments.Task {
+	out := make([]environments.Task, 0, len(r.tasks))
+	for _, t := range r.tasks {
+		out = append(out, t)
+	}
+	return out
+}
+
+// WithMemory returns a copy of r that retrieves from (and, unless
+// readOnly, writes tips to) s instead; nil s turns memory off.
+func (r *Roller) WithMemory(s *memstore.Store, readOnly bool) *Roller {
+	c := *r
+	c.opts.Memory, c.opts.ReadOnlyMemory = s, readOnly
+	return &c
+}
+
+// WithTemperature returns a copy of r sampling at t (eval: 0.4).
+func (r *Roller) WithTemperature(t float64) *Roller {
+	c := *r
+	c.cfg.Temperature = t
+	return &c
+}
+
+// WithProgress returns a copy of r that calls f after every finished
+// episode (nil: none).
+func (r *Roller) WithProgress(f func(done, total int)) *Roller {
+	c := *r
+	c.opts.Progress = f
+	return &c
+}
+
+// Memory is the roller's tips store (nil when none).
+func (r *Roller) Memory() *memstore.Store { return r.opts.Memory }
+
+// live is an episode in play.
+type live struct {
+	ep        *Episode
+	env       environments.Env
+	pooled    bool
+	turns     []Turn
+	responses [][]int32 // sampled tokens of each turn, without a final EOG token
+	limit     int
+	intr      float64
+	prev      []int32 // the previous turn's prompt and response
+	// this turn
+	prompt ChatTokens
+	key    string
+	count  int
+	tips   string
+}
+
+// MixSeed derives a sampler seed from the run seed and a job seed (FNV-1a
+// over their little-endian bytes).
+func MixSeed(a, b int64) uint64 {
+	h := fnv.New64a()
+	var buf [16]byte
+	for i := 0; i < 8; i++ {
+		buf[i] = byte(a >> (8 * i))
+		buf[8+i] = byte(b >> (8 * i))
+	}
+	h.Write(buf[:])
+	return h.Sum64()
+}
+
+// Run plays jobs (see the file comment) and returns their episodes in job
+// order. Sampling is deterministic for fixed seeds: each episode samples
+// turn t from its own generator (Options.Seed, Job.Seed; stream t),
+// whatever else runs beside it.
+func (r *Roller) Run(ctx context.Context, jobs []Job) ([]Episode, Stats, error) {
+	t0 := time.Now()
+	var st Stats
+	for i, j := range jobs {
+		if _, ok := r.tasks[j.Task]; !ok {
+			return nil, st, fmt.Errorf("%w: job %d: %w: %q", ErrRollout, i, environments.ErrUnknownTask, j.Task)
+		}
+		if err := environments.CheckVariation(r.tasks[j.Task], j.Variation); err != nil {
+			return nil, st, fmt.Errorf("%w: job %d: %w", ErrRollout, i, err)
+		}
+		if j.UseMemory && r.opts.Memory == nil {
+			return nil, st, fmt.Errorf("%w: job %d uses memory", ErrNoMemory, i)
+		}
+	}
+	eps := make([]Episode, len(jobs))
+	nSlots := r.lctx.NSeqMax()
+	if r.opts.Pool != nil {
+		// one instance per active episode: never wait on the pool
+		nSlots = min(nSlots, r.opts.Pool.Size())
+	}
+	free := make([]int, 0, nSlots)
+	for s := nSlots - 1; s >= 0; s-- {
+		free = append(free, s)
+	}
+	var active []*live
+	next, finished := 0, 0
+	release := func(l *live) error {
+		free = append(free, l.ep.slot)
+		if l.env == nil {
+			return nil
+		}
+		if l.pooled {
+			return r.opts.Pool.Release(l.env)
+		}
+		return l.env.Close()
+	}
+	defer func() {
+		for _, l := range active {
+			_ = release(l)
+		}
+	}()
+	for next < len(jobs) || len(active) > 0 {
+		if err := ctx.Err(); err != nil {
+			return nil, st, err
+		}
+		// start jobs while slots are free
+		var starting []*live
+		for next < len(jobs) && len(free) > 0 {
+			l := &live{ep: &eps[next]}
+			eps[next].Job = jobs[next]
+			eps[next].slot = free[len(free)-1]
+			free = free[:len(free)-1]
+			next++
+			starting = append(starting, l)
+			active = append(active, l)
+		}
+		if err := r.startAll(ctx, starting); err != nil {
+			return nil, st, err
+		}
+		// prompts (with retrieval for memory episodes)
+		if err := r.retrieve(ctx, active, &st); err != nil {
+			return nil, st, err
+		}
+		var turn []*live
+		var reqs []llama.SlotRequest
+		for _, l := range active {
+			if err := r.render(l); err != nil {
+				return nil, st, err
+			}
+			if len(l.prompt.Tokens)+r.cfg.Prompt.MaxActionTokens > r.lctx.NCtxSeq() {
+				l.ep.End = EndContext
+				continue
+			}
+			st.PromptTokensUnique += len(l.prompt.Tokens) - commonPrefix(l.prev, l.prompt.Tokens)
+			turn = append(turn, l)
+			reqs = append(reqs, llama.SlotRequest{
+				Slot: l.ep.slot, Prompt: l.prompt.Tokens,
+				Seed: MixSeed(r.opts.Seed, l.ep.Seed), Stream: len(l.ep.Steps),
+			})
+		}
+		if len(reqs) > 0 {
+			seqs, err := r.lctx.GenerateSlots(ctx, reqs, llama.SampleParams{
+				Temperature: float32(r.cfg.Temperature), MaxTokens: r.cfg.Prompt.MaxActionTokens,
+			})
+			if err != nil {
+				return nil, st, fmt.Errorf("%w: %w", ErrRollout, err)
+			}
+			ss := r.lctx.LastSlotStats()
+			st.PromptTokensSeen += ss.PromptSeen
+			st.PromptTokensDecoded += ss.PromptDecoded
+			st.GenTokens += ss.Generated
+			if err := r.stepAll(ctx, turn, seqs); err != nil {
+				return nil, st, err
+			}
+			st.EnvSteps += len(turn)
+		}
+		// retire finished episodes
+		kept := active[:0]
+		for _, l := range active {
+			if l.ep.End == "" {
+				kept = append(kept, l)
+				continue
+			}
+			r.finish(l)
+			if err := release(l); err != nil {
+				return nil, st, fmt.Errorf("%w: releasing an environment: %w", ErrRollout, err)
+			}
+			finished++
+			if r.opts.Progress != nil {
+				r.opts.Progress(finished, len(jobs))
+			}
+		}
+		active = kept
+	}
+	st.Episodes = len(eps)
+	st.TRollout = time.Since(t0)
+	return eps, st, nil
+}
+
+// commonPrefix is the length of the longest common prefix of a and b.
+func commonPrefix(a, b []int32) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
+}
+
+// startAll acquires an environment for each new episode and resets it.
+func (r *Roller) startAll(ctx context.Context, ls []*live) error {
+	errs := make([]error, len(ls))
+	var wg sync.WaitGroup
+	for i, l := range ls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = r.start(ctx, l)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (r *Roller) start(ctx context.Context, l *live) error {
+	j := l.ep.Job
+	var err error
+	if r.opts.Pool != nil {
+		l.env, err = r.opts.Pool.Acquire(ctx)
+		l.pooled = err == nil
+	} else {
+		l.env, err = r.spec.New(r.opts.EnvOptions)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: environment for %s/%d: %w", ErrRollout, j.Task, j.Variation, err)
+	}
+	res, err := l.env.Reset(ctx, j.Task, j.Variation, j.Seed)
+	if err != nil {
+		return fmt.Errorf("%w: reset %s/%d: %w", ErrRollout, j.Task, j.Variation, err)
+	}
+	l.ep.taskDesc, l.ep.firstObs = res.TaskDescription, res.Observation
+	l.limit = environments.StepLimit(r.tasks[j.Task], r.opts.EnvOptions)
+	if r.cfg.StepLimit > 0 {
+		l.limit = r.cfg.StepLimit
+	}
+	return nil
+}
+
+// MemoryKey is the retrieval key of a context: the task and the latest
+// observation (the state the agent is in), tips excluded.
+func MemoryKey(taskDesc, obs string) string {
+	return "Task: " + strings.TrimSpace(taskDesc) + "\n" + strings.TrimSpace(obs)
+}
+
+// retrieve computes every active episode's key and, for memory episodes,
+// its tips (one batched embedding call).
+func (r *Roller) retrieve(ctx context.Context, active []*live, st *Stats) error {
+	var qs []memstore.TextQuery
+	var who []*live
+	for _, l := range active {
+		obs := l.ep.firstObs
+		if n := len(l.turns); n > 0 {
+			obs = l.turns[n-1].Observation
+		}
+		l.key = MemoryKey(l.ep.taskDesc, obs)
+		l.count = 0
+		if l.ep.UseMemory {
+			qs = append(qs, memstore.TextQuery{Namespace: l.ep.Namespace(), Text: l.key})
+			who = append(who, l)
+		}
+	}
+	if len(qs) == 0 {
+		return nil
+	}
+	t0 := time.Now()
+	res, err := r.opts.Memory.RetrieveTexts(ctx, qs, memstore.Query{
+		K: r.opts.MemoryConfig.TopK, Threshold: float32(r.opts.MemoryConfig.Threshold), Order: memstore.OrderByScore,
+	})
+	st.TEmbedRetrieve += time.Since(t0)
+	if err != nil {
+		return fmt.Errorf("%w: retrieval: %w", ErrRollout, err)
+	}
+	for i, l := range who {
+		l.count = res[i].Count
+		l.tips = FormatTips(res[i].Entries)
+	}
+	return nil
+}
+
+// render tokenizes an episode's next prompt.
+func (r *Roller) render(l *live) error {
+	turns, resps := l.turns, l.responses
+	pc := r.cfg.Prompt
+	if pc.History == HistoryLast && len(turns) > pc.HistoryK {
+		resps = resps[len(turns)-pc.HistoryK:]
+	}
+	tips := ""
+	if l.ep.UseMemory {
+		tips = l.tips
+	}
+	msgs := Messages(pc, l.ep.taskDesc, l.ep.firstObs, turns, tips)
+	ct, err := r.rend.TokensWithResponses(msgs, resps, true)
+	if err != nil {
+		return fmt.Errorf("%w: rendering %s/%d: %w", ErrRollout, l.ep.Task, l.ep.Variation, err)
+	}
+	l.prompt = ct
+	return nil
+}
+
+// stepAll records each response and plays its action (in parallel).
+func (r *Roller) stepAll(ctx context.Context, ls []*live, seqs []llama.Sequence) error {
+	errs := make([]error, len(ls))
+	var wg sync.WaitGroup
+	for i, l := range ls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = r.step(ctx, l, seqs[i])
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (r *Roller) step(ctx context.Context, l *live, seq llama.Sequence) error {
+	rec := StepRecord{
+		Prompt: l.prompt.Tokens, Response: seq.Tokens, OldLogp: seq.LogProbs,
+		Text: seq.Text, Key: l.key, Retrieved: l.count,
+	}
+	if len(l.prompt.Tips) > 0 {
+		rec.TipSpan = l.prompt.Tips[len(l.prompt.Tips)-1]
+	}
+	action, ok := ParseAction(r.cfg.Prompt, seq.Text)
+	rec.Parsed = ok
+	if !ok {
+		// the environment's rule for what is not an action: send the
+		// response's first line as it is
+		action = strings.TrimSpace(strings.SplitN(seq.Text, "\n", 2)[0])
+	}
+	if r.cfg.CorrectInvalid {
+		valid, err := l.env.ValidActions(ctx)
+		if err != nil && !errors.Is(err, environments.ErrNotSupported) {
+			return fmt.Errorf("%w: valid actions: %w", ErrRollout, err)
+		}
+		if fixed, changed := environments.CorrectAction(action, valid); changed {
+			action, rec.Corrected = fixed, true
+		}
+	}
+	rec.Action = action
+	res, err := l.env.Step(ctx, action)
+	if err != nil {
+		return fmt.Errorf("%w: step %s/%d: %w", ErrRollout, l.ep.Task, l.ep.Variation, err)
+	}
+	rec.Observation, rec.Reward = res.Observation, res.Reward
+	if l.ep.UseMemory {
+		l.intr += IntrinsicReward(rec.Retrieved, r.opts.MemoryConfig.IntrinsicCoef)
+	}
+	resp := seq.Tokens
+	if seq.Finish == llama.FinishEOG && len(resp) > 0 {
+		resp = resp[:len(resp)-1]
+	}
+	l.responses = append(l.responses, resp)
+	l.prev = append(append(make([]int32, 0, len(rec.Prompt)+len(seq.Tokens)), rec.Prompt...), seq.Tokens...)
+	l.turns = append(l.turns, Turn{Action: seq.Text, Observation: res.Observation})
+	l.ep.Steps = append(l.ep.Steps, rec)
+	switch {
+	case res.Done:
+		l.ep.Done, l.ep.End = true, EndDone
+	case len(l.ep.Steps) >= l.limit:
+		l.ep.End = EndStepLimit
+	}
+	return nil
+}
+
+// finish fills an ended episode's score and rewards.
+func (r *Roller) finish(l *live) {
+	ep := l.ep
+	ep.Score = l.env.Score()
+	ep.Success = ep.Score >= r.opts.SuccessScore
+	if ep.UseMemory && len(ep.Steps) > 0 {
+		ep.Intrinsic = l.intr / float64(len(ep.Steps))
+	}
+}

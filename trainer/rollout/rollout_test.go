@@ -1,0 +1,283 @@
+package rollout_test
+
+import (
+	"context"
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/empo2/empo2/environments"
+	_ "github.com/empo2/empo2/environments/textlab"
+	"github.com/empo2/empo2/llama"
+	"github.com/empo2/empo2/memstore"
+	"github.com/empo2/empo2/trainer/internal/testutil"
+	"github.com/empo2/empo2/trainer/rollout"
+)
+
+func TestRolloutRuns(t *testing.T) {
+	m := testutil.Model(t)
+	r := testutil.Roller(t, m, 4, nil)
+	jobs := testutil.Jobs(6, false) // more jobs than slots: slots are handed on
+	eps, st, err := r.Run(context.Background(), jobs)
+	require.NoError(t, err)
+	require.Len(t, eps, 6)
+	steps := 0
+	for i, ep := range eps {
+		assert.Equal(t, jobs[i], ep.Job)
+		require.NotEmpty(t, ep.Steps)
+		assert.LessOrEqual(t, len(ep.Steps), 3)
+		assert.Contains(t, []rollout.End{rollout.EndDone, rollout.EndStepLimit}, ep.End)
+		for k, s := range ep.Steps {
+			require.NotEmpty(t, s.Response)
+			assert.Len(t, s.OldLogp, len(s.Response))
+			assert.LessOrEqual(t, len(s.Response), 8)
+			for _, lp := range s.OldLogp {
+				assert.True(t, lp <= 0 && !math.IsInf(float64(lp), 0))
+			}
+			assert.Equal(t, [2]int{}, s.TipSpan)
+			assert.Equal(t, s.Prompt, s.PromptWithoutTips())
+			assert.NotEmpty(t, s.Observation)
+			assert.Contains(t, s.Key, "Task: ")
+			if k > 0 {
+				// full history: this prompt extends the previous prompt and its response
+				prev := ep.Steps[k-1]
+				// (a sampled end-of-generation token becomes the template's end of turn)
+				resp := prev.Response
+				if m.IsEOG(resp[len(resp)-1]) {
+					resp = resp[:len(resp)-1]
+				}
+				base := append(append([]int32(nil), prev.Prompt...), resp...)
+				base = append(base, r.Renderer().EndOfTurn())
+				assert.Equal(t, base, s.Prompt[:len(base)], "episode %d step %d", i, k)
+			}
+		}
+		steps += len(ep.Steps)
+		assert.Equal(t, 0.0, ep.Intrinsic)
+	}
+	assert.Equal(t, 6, st.Episodes)
+	assert.Equal(t, steps, st.EnvSteps)
+	assert.Greater(t, st.PromptTokensSeen, st.PromptTokensDecoded)
+	assert.Positive(t, st.GenTokens)
+	assert.Positive(t, st.TRollout)
+	// KV reuse: only the new tokens of each turn are decoded (plus the
+	// last prompt token of a turn whose prompt the slot already held)
+	assert.LessOrEqual(t, float64(st.PromptTokensDecoded), 1.1*float64(st.PromptTokensUnique))
+	t.Logf("prompt tokens decoded/seen %d/%d = %.3f, decoded/unique %d/%d = %.3f", st.PromptTokensDecoded, st.PromptTokensSeen,
+		float64(st.PromptTokensDecoded)/float64(st.PromptTokensSeen), st.PromptTokensDecoded, st.PromptTokensUnique,
+		float64(st.PromptTokensDecoded)/float64(st.PromptTokensUnique))
+
+	_, _, err = r.Run(context.Background(), []rollout.Job{{Task: "nope"}})
+	assert.ErrorIs(t, err, environments.ErrUnknownTask)
+	_, _, err = r.Run(context.Background(), []rollout.Job{{Task: "melt", Variation: 10000}})
+	assert.ErrorIs(t, err, environments.ErrBadVariation)
+	_, _, err = r.Run(context.Background(), []rollout.Job{{Task: "melt", UseMemory: true}})
+	assert.ErrorIs(t, err, rollout.ErrNoMemory)
+}
+
+// TestRolloutKVReuseEqualsFresh: every step's tokens and log-probs, sampled
+// with the episode's KV reused across turns and batched with other
+// episodes, equal sampling that step's prompt alone in a fresh context.
+func TestRolloutKVReuseEqualsFresh(t *testing.T) {
+	m := testutil.Model(t)
+	r := testutil.Roller(t, m, 3, nil)
+	eps, st, err := r.Run(context.Background(), testutil.Jobs(5, false))
+	require.NoError(t, err)
+	require.Greater(t, st.PromptTokensSeen, 2*st.PromptTokensDecoded/2)
+	fresh, err := llama.NewContext(m, llama.ContextParams{NSeqMax: 1, NCtx: 2048, Threads: 1})
+	require.NoError(t, err)
+	defer fresh.Close()
+	n := 0
+	for _, ep := range eps {
+		for k, s := range ep.Steps {
+			require.NoError(t, fresh.ClearSlots())
+			one, err := fresh.GenerateSlots(context.Background(), []llama.SlotRequest{{
+				Slot: 0, Prompt: s.Prompt, Seed: rollout.MixSeed(7, ep.Seed), Stream: k,
+			}}, llama.SampleParams{Temperature: 1, MaxTokens: 8})
+			require.NoError(t, err)
+			require.Equal(t, s.Response, one[0].Tokens)
+			for i := range s.OldLogp {
+				require.InDelta(t, one[0].LogProbs[i], s.OldLogp[i], 1e-4)
+			}
+			n++
+		}
+	}
+	assert.Greater(t, n, 5)
+}
+
+func TestRolloutMemoryOnlyChangesTipBlock(t *testing.T) {
+	ctx := context.Background()
+	m := testutil.Model(t)
+	mem := testutil.Store(t)
+	r := testutil.Roller(t, m, 4, mem)
+	jobs := testutil.Jobs(2, false)
+	// a tip for the first job's start state
+	off, _, err := r.Run(ctx, jobs)
+	require.NoError(t, err)
+	_, err = mem.Add(ctx, jobs[0].Namespace(), []memstore.Entry{{Key: off[0].Steps[0].Key, Content: "look in the greenhouse first", Score: 50}})
+	require.NoError(t, err)
+
+	on := append([]rollout.Job(nil), jobs...)
+	for i := range on {
+		on[i].UseMemory = true
+	}
+	eps, st, err := r.Run(ctx, on)
+	require.NoError(t, err)
+	s0 := eps[0].Steps[0]
+	require.NotEqual(t, [2]int{}, s0.TipSpan, "the tip was retrieved")
+	assert.Equal(t, 1, s0.Retrieved)
+	assert.Equal(t, off[0].Steps[0].Prompt, s0.PromptWithoutTips(), "memory on = memory off + tip block")
+	block, err := m.Detokenize(s0.Prompt[s0.TipSpan[0]:s0.TipSpan[1]])
+	require.NoError(t, err)
+	assert.Contains(t, block, "look in the greenhouse first")
+	assert.Positive(t, eps[0].Intrinsic)
+	assert.LessOrEqual(t, eps[0].Intrinsic, 1.0)
+	assert.Positive(t, st.TEmbedRetrieve)
+	// the other namespace has no tips: everything is identical to memory off
+	testutil.SameSteps(t, off[1].Steps, eps[1].Steps)
+	assert.Equal(t, 1.0, eps[1].Intrinsic, "no tips: coef/(0+1)")
+}
+
+func TestRolloutTipsWrittenThenRetrieved(t *testing.T) {
+	ctx := context.Background()
+	m := testutil.Model(t)
+	mem := testutil.Store(t)
+	r := testutil.Roller(t, m, 4, mem)
+	jobs := testutil.Jobs(3, true)
+	eps, _, err := r.Run(ctx, jobs)
+	require.NoError(t, err)
+	for _, ep := range eps {
+		for _, s := range ep.Steps {
+			assert.Equal(t, 0, s.Retrieved)
+			assert.Equal(t, [2]int{}, s.TipSpan)
+		}
+	}
+	written, err := r.WriteTips(ctx, eps, 7)
+	require.NoError(t, err)
+	assert.Positive(t, written)
+	assert.Positive(t, r.LastTipsDuration())
+	for _, ep := range eps {
+		assert.NotEmpty(t, ep.Tip)
+		assert.Equal(t, rollout.CleanTip(ep.Tip), ep.Tip)
+		res, err := mem.RetrieveText(ctx, ep.Namespace(), ep.Steps[0].Key, memstore.Query{})
+		require.NoError(t, err)
+		require.NotEmpty(t, res.Entries)
+		assert.Equal(t, int64(7), res.Entries[0].Step)
+		assert.Equal(t, ep.Score, res.Entries[0].Score)
+		assert.Contains(t, res.Entries[0].Content, ep.Tip)
+	}
+	again, st, err := r.Run(ctx, jobs)
+	require.NoError(t, err)
+	t.Logf("with tips: prompt tokens decoded/unique %d/%d = %.3f, decoded/seen %.3f", st.PromptTokensDecoded, st.PromptTokensUnique,
+		float64(st.PromptTokensDecoded)/float64(st.PromptTokensUnique), float64(st.PromptTokensDecoded)/float64(st.PromptTokensSeen))
+	for _, ep := range again {
+		s0 := ep.Steps[0]
+		assert.Positive(t, s0.Retrieved)
+		require.NotEqual(t, [2]int{}, s0.TipSpan)
+		assert.Less(t, ep.Intrinsic, 1.0)
+	}
+	_, err = r.WithMemory(mem, true).WriteTips(ctx, eps, 8)
+	assert.ErrorIs(t, err, rollout.ErrNoMemory)
+	_, err = r.WithMemory(nil, false).WriteTips(ctx, eps, 8)
+	assert.ErrorIs(t, err, rollout.ErrNoMemory)
+}
+
+func TestRolloutDeterministic(t *testing.T) {
+	ctx := context.Background()
+	m := testutil.Model(t)
+	a, _, err := testutil.Roller(t, m, 4, nil).Run(ctx, testutil.Jobs(4, false))
+	require.NoError(t, err)
+	// another context with fewer slots (other batching): same episodes
+	b, _, err := testutil.Roller(t, m, 2, nil).Run(ctx, testutil.Jobs(4, false))
+	require.NoError(t, err)
+	require.Len(t, b, len(a))
+	for i := range a {
+		require.Len(t, b[i].Steps, len(a[i].Steps))
+		for k := range a[i].Steps {
+			assert.Equal(t, a[i].Steps[k].Response, b[i].Steps[k].Response)
+			assert.Equal(t, a[i].Steps[k].Action, b[i].Steps[k].Action)
+			assert.InDeltaSlice(t, a[i].Steps[k].OldLogp, b[i].Steps[k].OldLogp, 1e-4)
+		}
+		assert.Equal(t, a[i].Score, b[i].Score)
+	}
+	// another seed: different samples
+	r := testutil.Roller(t, m, 4, nil, func(_ *rollout.Config, o *rollout.Options) { o.Seed = 8 })
+	c, _, err := r.Run(ctx, testutil.Jobs(4, false))
+	require.NoError(t, err)
+	assert.NotEqual(t, a[0].Steps[0].Response, c[0].Steps[0].Response)
+}
+
+func TestRolloutCorrectInvalid(t *testing.T) {
+	m := testutil.Model(t)
+	r := testutil.Roller(t, m, 2, nil, func(c *rollout.Config, _ *rollout.Options) { c.CorrectInvalid = true })
+	eps, _, err := r.Run(context.Background(), testutil.Jobs(2, false))
+	require.NoError(t, err)
+	n := 0
+	for _, ep := range eps {
+		for _, s := range ep.Steps {
+			if s.Corrected {
+				n++
+				assert.NotEqual(t, "No known action matches that input.", s.Observation)
+			}
+		}
+	}
+	assert.Positive(t, n, "a random tiny model's actions need correcting")
+}
+
+// TestRolloutPool: instances come from a pool smaller than the slot count
+// (active episodes are capped by it, never waiting on it), and the
+// episodes equal those with private instances.
+func TestRolloutPool(t *testing.T) {
+	ctx := context.Background()
+	m := testutil.Model(t)
+	pool, err := environments.NewPool("textlab", environments.Options{}, 2)
+	require.NoError(t, err)
+	defer pool.Close()
+	r := testutil.Roller(t, m, 4, nil, func(_ *rollout.Config, o *rollout.Options) { o.Pool = pool })
+	a, _, err := r.Run(ctx, testutil.Jobs(5, false))
+	require.NoError(t, err)
+	b, _, err := testutil.Roller(t, m, 4, nil).Run(ctx, testutil.Jobs(5, false))
+	require.NoError(t, err)
+	for i := range a {
+		testutil.SameSteps(t, b[i].Steps, a[i].Steps)
+	}
+	e, err := pool.Acquire(ctx) // every instance was given back
+	require.NoError(t, err)
+	require.NoError(t, pool.Release(e))
+}
+
+// rollout.tip_temperature: 0 writes tips greedily (the same tips whatever
+// the sampling seed); the default (< 0) samples them at the rollout
+// temperature (1.0 here), so other seeds give other tips.
+func TestWriteTipsTemperature(t *testing.T) {
+	ctx := context.Background()
+	m := testutil.Model(t)
+	eps, _, err := testutil.Roller(t, m, 4, testutil.Store(t)).Run(ctx, testutil.Jobs(4, false))
+	require.NoError(t, err)
+	tips := func(tipTemp float64, seed int64) []string {
+		r := testutil.Roller(t, m, 4, testutil.Store(t), func(c *rollout.Config, o *rollout.Options) {
+			c.TipTemperature, o.Seed = tipTemp, seed
+		})
+		cp := append([]rollout.Episode(nil), eps...)
+		_, err = r.WriteTips(ctx, cp, 1)
+		require.NoError(t, err)
+		out := make([]string, len(cp))
+		for i := range cp {
+			out[i] = cp[i].Tip
+		}
+		return out
+	}
+	assert.Equal(t, tips(0, 1), tips(0, 2), "greedy tips depend on the seed")
+	assert.NotEqual(t, tips(-1, 1), tips(-1, 2), "tips at temperature 1 do not depend on the seed")
+	assert.Equal(t, tips(-1, 1), tips(-1, 1))
+	assert.Equal(t, tips(1, 3), tips(-1, 3), "tip_temperature < 0 is the rollout temperature (1)")
+
+	c, err := llama.NewContext(m, llama.ContextParams{NSeqMax: 1, NCtx: 512, Threads: 1})
+	require.NoError(t, err)
+	defer c.Close()
+	cfg := rollout.DefaultConfig()
+	cfg.TipTemperature = 101
+	_, err = rollout.NewRoller(c, cfg, rollout.Options{Env: "textlab"})
+	assert.ErrorIs(t, err, rollout.ErrRollout)
+}

@@ -1,0 +1,603 @@
+package sft
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/empo2/empo2/cgo"
+	"github.com/empo2/empo2/llama"
+	"github.com/empo2/empo2/trainer/optim"
+	"github.com/empo2/empo2/trainer/rollout"
+)
+
+// Supervised fine-tuning (`empo2 sft`): cross-entropy on the assistant
+// tokens of chat records, through the same LoRA engine as the RL updates
+// (cgo.Objective.NLL: ℓ = −log π(token | prefix) per trained token,
+// token-mean over the mini-batch), AdamW, global-norm clipping and the
+// Updater's checkpoints (package optim). With Config.Full every weight of
+// the model is trained instead (optim.FullUpdater: a cgo.LoadFull model,
+// its own checkpoint format).
+//
+// Data: JSON Lines, one chat per line, {"messages":[{"role","content"},…]}
+// (roles system, user, assistant), as written by `empo2 env demos` or by
+// hand. A chat is tokenized by the rollouts' rollout.Renderer, exactly as the
+// rollouts render prompts; the loss covers the content and the end-of-turn
+// token of every assistant message (rollout.ChatTokens.Assistant), nothing else.
+
+// ErrData wraps every problem with SFT data (syntax, roles, lengths).
+var ErrData = errors.New("trainer: bad SFT data")
+
+// Chat roles accepted in SFT data.
+const (
+	RoleSystem    = "system"
+	RoleUser      = "user"
+	RoleAssistant = "assistant"
+)
+
+// ChatRecord is one line of SFT data. Meta is free-form (demos record the
+// environment, task, variation and score there) and ignored by training.
+type ChatRecord struct {
+	Messages []llama.Message `json:"messages"`
+	Meta     map[string]any  `json:"meta,omitempty"`
+}
+
+// Check validates the record: known roles, no NUL bytes, at least one
+// non-empty assistant message.
+func (r ChatRecord) Check() error {
+	if len(r.Messages) == 0 {
+		return fmt.Errorf("%w: no messages", ErrData)
+	}
+	assistant := false
+	for i, m := range r.Messages {
+		switch m.Role {
+		case RoleSystem, RoleUser:
+		case RoleAssistant:
+			if strings.TrimSpace(m.Content) != "" {
+				assistant = true
+			}
+		default:
+			return fmt.Errorf("%w: message %d: role %q (want system, user or assistant)", ErrData, i, m.Role)
+		}
+		if strings.IndexByte(m.Content, 0) >= 0 {
+			return fmt.Errorf("%w: message %d contains a NUL byte", ErrData, i)
+		}
+	}
+	if !assistant {
+		return fmt.Errorf("%w: no assistant message with content (nothing to learn)", ErrData)
+	}
+	return nil
+}
+
+// maxLine bounds one JSONL line (a packed episode is a few tens of KB).
+const maxLine = 64 << 20
+
+// ReadChatJSONL reads chat records, one JSON object per line; blank lines
+// are skipped. Errors name the line.
+func ReadChatJSONL(r io.Reader) ([]ChatRecord, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 1<<20), maxLine)
+	var out []ChatRecord
+	for line := 1; sc.Scan(); line++ {
+		b := sc.Bytes()
+		if len(strings.TrimSpace(string(b))) == 0 {
+			continue
+		}
+		var rec ChatRecord
+		dec := json.NewDecoder(strings.NewReader(string(b)))
+		if err := dec.Decode(&rec); err != nil {
+			return nil, fmt.Errorf("%w: line %d: %v", ErrData, line, err)
+		}
+		if err := rec.Check(); err != nil {
+			return nil, fmt.Errorf("line %d: %w", line, err)
+		}
+		out = append(out, rec)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrData, err)
+	}
+	return out, nil
+}
+
+// ReadChatFile reads a JSONL file of chat records.
+func ReadChatFile(path string) ([]ChatRecord, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrData, err)
+	}
+	defer f.Close()
+	recs, err := ReadChatJSONL(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(recs) == 0 {
+		return nil, fmt.Errorf("%w: %s holds no records", ErrData, path)
+	}
+	return recs, nil
+}
+
+// WriteChatJSONL writes records as JSON Lines.
+func WriteChatJSONL(w io.Writer, recs []ChatRecord) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	for _, r := range recs {
+		if err := enc.Encode(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ChatTokenizer renders a chat to tokens with its assistant spans marked;
+// *rollout.Renderer implements it (the one prompt format of rollouts and SFT).
+type ChatTokenizer interface {
+	Tokens(msgs []llama.Message, addGenerationPrompt bool) (rollout.ChatTokens, error)
+}
+
+// Sample is one tokenized chat: Trained[t] marks the tokens whose
+// prediction is in the loss (assistant contents and their end-of-turn
+// tokens).
+type Sample struct {
+	Tokens  []int32
+	Trained []bool
+}
+
+// TrainedCount is the number of trained tokens.
+func (s Sample) TrainedCount() int {
+	n := 0
+	for _, t := range s.Trained {
+		if t {
+			n++
+		}
+	}
+	return n
+}
+
+// TokenizeChat renders one record and marks its assistant spans.
+func TokenizeChat(tk ChatTokenizer, rec ChatRecord) (Sample, error) {
+	ct, err := tk.Tokens(rec.Messages, false)
+	if err != nil {
+		return Sample{}, fmt.Errorf("%w: rendering: %w", ErrData, err)
+	}
+	s := Sample{Tokens: ct.Tokens, Trained: make([]bool, len(ct.Tokens))}
+	for _, sp := range ct.Assistant {
+		if sp[0] < 0 || sp[1] > len(ct.Tokens) || sp[0] > sp[1] {
+			return Sample{}, fmt.Errorf("%w: assistant span %v outside %d tokens", ErrData, sp, len(ct.Tokens))
+		}
+		for t := max(sp[0], 1); t < sp[1]; t++ { // token 0 has no prefix to predict it from
+			s.Trained[t] = true
+		}
+	}
+	return s, nil
+}
+
+// TokenizeStats counts what TokenizeChats did.
+type TokenizeStats struct {
+	Records, Tokens, Trained int
+	Truncated                int // records cut to maxLen (their tail dropped)
+	Dropped                  int // records with no trained token left after cutting
+}
+
+// TokenizeChats tokenizes every record; a record longer than maxLen is cut
+// to its first maxLen tokens (counted in Truncated; dropped when no trained
+// token is left).
+func TokenizeChats(tk ChatTokenizer, recs []ChatRecord, maxLen int) ([]Sample, TokenizeStats, error) {
+	var st TokenizeStats
+	out := make([]Sample, 0, len(recs))
+	for i, r := range recs {
+		s, err := TokenizeChat(tk, r)
+		if err != nil {
+			return nil, st, fmt.Errorf("record %d: %w", i+1, err)
+		}
+		if maxLen > 0 && len(s.Tokens) > maxLen {
+			s.Tokens, s.Trained = s.Tokens[:maxLen], s.Trained[:maxLen]
+			st.Truncated++
+		}
+		n := s.TrainedCount()
+		if n == 0 {
+			st.Dropped++
+			continue
+		}
+		st.Records++
+		st.Tokens += len(s.Tokens)
+		st.Trained += n
+		out = append(out, s)
+	}
+	return out, st, nil
+}
+
+// PackSamples concatenates samples, in the given order, into sequences of
+// at most maxLen tokens (greedy: a sample that does not fit starts a new
+// sequence). Packing is the usual SFT practice (as TRL's): causal attention
+// lets a later sample see an earlier one, which costs little and saves the
+// padding of a batch of short samples. With maxLen ≤ 0 every sample is its
+// own sequence.
+func PackSamples(samples []Sample, maxLen int) []Sample {
+	var out []Sample
+	var cur Sample
+	for _, s := range samples {
+		if maxLen <= 0 {
+			out = append(out, s)
+			continue
+		}
+		if len(cur.Tokens) > 0 && len(cur.Tokens)+len(s.Tokens) > maxLen {
+			out = append(out, cur)
+			cur = Sample{}
+		}
+		cur.Tokens = append(cur.Tokens, s.Tokens...)
+		cur.Trained = append(cur.Trained, s.Trained...)
+	}
+	if len(cur.Tokens) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
+
+// Sequence converts a sample to a cgo sequence for the NLL objective
+// (old log-probs and advantages are unused: zeros).
+func (s Sample) Sequence() cgo.Sequence {
+	tr := append([]bool(nil), s.Trained...)
+	if len(tr) > 0 {
+		tr[0] = false
+	}
+	return cgo.Sequence{
+		Tokens:    s.Tokens,
+		Trained:   tr,
+		OldLogp:   make([]float32, len(s.Tokens)),
+		Advantage: make([]float32, len(s.Tokens)),
+	}
+}
+
+// Objective is the NLL objective with token-mean aggregation.
+func Objective() cgo.Objective {
+	o := cgo.DefaultObjective()
+	o.NLL = true
+	return o
+}
+
+// Config configures Train.
+type Config struct {
+	Epochs      int     // passes over the data (≥ 1)
+	LR          float64 // peak learning rate
+	MinLR       float64 // cosine floor
+	Warmup      int     // warmup steps
+	WeightDecay float64
+	MaxGradNorm float64 // global clip; ≤ 0 disables
+	// BatchTokens: tokens (packed, incl. untrained context) per optimizer
+	// step; a step takes whole sequences until it reaches this.
+	BatchTokens int
+	// MaxLen: packing length and per-record cut (≤ the model context).
+	MaxLen int
+	// MicroTokens bounds the padded tokens of one ForwardBackward call
+	// (memory); ≤ 0: MaxLen.
+	MicroTokens int
+	NoPack      bool  // one record per sequence
+	Seed        int64 // shuffling (epoch e uses PCG(Seed, e))
+	// Full: train every weight (optim.FullUpdater over a cgo.LoadFull model)
+	// instead of a LoRA adapter (optim.Updater); Train checks that its updater
+	// is of this kind. Checkpoints are then optim.FullState files.
+	Full bool
+	// Checkpoint: state file written every SaveEvery steps and at the end of
+	// every epoch ("" = none); resume with Resume.
+	Checkpoint string
+	SaveEvery  int
+	Resume     bool
+	// Progress, when set, is called after every step.
+	Progress func(Progress)
+	// EpochDone, when set, is called after every epoch with its summary.
+	EpochDone func(Epoch)
+}
+
+// DefaultConfig: 3 epochs, lr 1e-3 cosine to 1e-4 with 10 warmup steps,
+// clip 1, 4096 tokens per step, seed 1.
+func DefaultConfig() Config {
+	return Config{Epochs: 3, LR: 1e-3, MinLR: 1e-4, Warmup: 10, MaxGradNorm: 1, BatchTokens: 4096, Seed: 1, SaveEvery: 50}
+}
+
+// Progress reports one optimizer step.
+type Progress struct {
+	Epoch, Epochs int
+	Step, Steps   int64 // global step done (1-based) and total
+	Loss          float64
+	LR            float64
+	GradNorm      float64
+	Tokens        int // trained tokens of the step
+	Elapsed       time.Duration
+}
+
+// Epoch summarises one epoch.
+type Epoch struct {
+	Epoch     int     // 1-based
+	TrainLoss float64 // token-mean NLL over the epoch's trained tokens (before each step)
+	ValLoss   float64 // NaN without validation data
+	Tokens    int     // trained tokens
+	Elapsed   time.Duration
+}
+
+// Result is what Train returns.
+type Result struct {
+	Epochs []Epoch
+	Steps  int64
+}
+
+// Evaluator computes forward-only statistics (*cgo.Model implements it).
+type Evaluator interface {
+	Evaluate(batch []cgo.Sequence, obj cgo.Objective, lossScale float32) (cgo.Stats, error)
+}
+
+// SFT meta keys saved in checkpoints.
+const (
+	metaSFTEpoch = "sft.epoch" // epoch in progress (0-based)
+	metaSFTBatch = "sft.batch" // mini-batches of that epoch done
+	metaSFTSeed  = "sft.seed"
+)
+
+// epochBatches shuffles samples with PCG(seed, epoch), packs them and cuts the
+// packed sequences into mini-batches of ≥ batchTokens tokens.
+func epochBatches(samples []Sample, cfg Config, epoch int) [][]cgo.Sequence {
+	order := slices.Clone(samples)
+	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(epoch)))
+	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	maxLen := cfg.MaxLen
+	if cfg.NoPack {
+		maxLen = 0
+	}
+	packed := PackSamples(order, maxLen)
+	var out [][]cgo.Sequence
+	var cur []cgo.Sequence
+	n := 0
+	for _, p := range packed {
+		cur = append(cur, p.Sequence())
+		n += len(p.Tokens)
+		if n >= cfg.BatchTokens {
+			out = append(out, cur)
+			cur, n = nil, 0
+		}
+	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
+
+// Steps is the number of optimizer steps Train takes.
+func Steps(samples []Sample, cfg Config) int64 {
+	var n int64
+	for e := 0; e < cfg.Epochs; e++ {
+		n += int64(len(epochBatches(samples, cfg, e)))
+	}
+	return n
+}
+
+func (cfg *Config) validate() error {
+	switch {
+	case cfg.Epochs < 1:
+		return fmt.Errorf("%w: epochs %d < 1", optim.ErrConfig, cfg.Epochs)
+	case !(cfg.LR > 0) || math.IsInf(cfg.LR, 0):
+		return fmt.Errorf("%w: learning rate %v", optim.ErrConfig, cfg.LR)
+	case cfg.BatchTokens < 1:
+		return fmt.Errorf("%w: batch tokens %d < 1", optim.ErrConfig, cfg.BatchTokens)
+	case cfg.MaxLen < 2:
+		return fmt.Errorf("%w: max length %d < 2", optim.ErrConfig, cfg.MaxLen)
+	case cfg.MinLR < 0 || cfg.MinLR > cfg.LR:
+		return fmt.Errorf("%w: min lr %v not in [0, lr]", optim.ErrConfig, cfg.MinLR)
+	}
+	return nil
+}
+
+// NewUpdater makes the optim.Updater Train uses: AdamW (β 0.9/0.999),
+// cosine schedule over total steps, NLL objective.
+func NewUpdater(p optim.Policy, cfg Config, total int64) (*optim.Updater, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Full {
+		return nil, fmt.Errorf("%w: Config.Full trains every weight: use NewFullUpdater", optim.ErrConfig)
+	}
+	uc := updateConfig(cfg, total)
+	return optim.NewUpdater(p, uc)
+}
+
+// NewFullUpdater makes the optim.FullUpdater Train uses when cfg.Full: the
+// schedule, AdamW settings, objective and micro-batching of NewUpdater,
+// fresh (zero) moments.
+func NewFullUpdater(p optim.FullPolicy, cfg Config, total int64) (*optim.FullUpdater, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if !cfg.Full {
+		return nil, fmt.Errorf("%w: NewFullUpdater needs Config.Full", optim.ErrConfig)
+	}
+	return optim.NewFullUpdater(p, updateConfig(cfg, total))
+}
+
+// updateConfig: AdamW (β 0.9/0.999, cfg's decay), cosine schedule over
+// total steps (constant when total ≤ warmup), NLL objective, micro-batches
+// of MicroTokens/MaxLen sequences.
+func updateConfig(cfg Config, total int64) optim.Config {
+	sched := optim.Schedule{Kind: optim.ScheduleCosine, BaseLR: cfg.LR, MinLR: cfg.MinLR, Warmup: cfg.Warmup, Total: int(total)}
+	if sched.Total <= sched.Warmup {
+		sched = optim.Schedule{Kind: optim.ScheduleConstant, BaseLR: cfg.LR, Warmup: 0}
+	}
+	ad := optim.DefaultAdamW()
+	ad.WeightDecay = cfg.WeightDecay
+	micro := 0
+	if mt := cfg.MicroTokens; mt > 0 {
+		micro = max(1, mt/cfg.MaxLen)
+	} else {
+		micro = 1
+	}
+	return optim.Config{AdamW: ad, Schedule: sched, MaxGradNorm: cfg.MaxGradNorm, Objective: Objective(), MicroBatch: micro}
+}
+
+// Loss is the token-mean NLL of samples under ev (forward only), in
+// micro-batches of at most microTokens padded tokens.
+func Loss(ev Evaluator, samples []Sample, microTokens int) (loss float64, tokens int, err error) {
+	obj := Objective()
+	var sum float64
+	var batch []cgo.Sequence
+	longest := 0
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		st, err := ev.Evaluate(batch, obj, 1)
+		if err != nil {
+			return err
+		}
+		sum += st.Loss // lossScale 1: Σ ℓ over the batch's trained tokens
+		tokens += st.Tokens
+		batch, longest = nil, 0
+		return nil
+	}
+	for _, s := range samples {
+		if s.TrainedCount() == 0 {
+			continue
+		}
+		l := max(longest, len(s.Tokens))
+		if len(batch) > 0 && l*(len(batch)+1) > microTokens {
+			if err := flush(); err != nil {
+				return 0, 0, err
+			}
+			l = len(s.Tokens)
+		}
+		batch = append(batch, s.Sequence())
+		longest = l
+	}
+	if err := flush(); err != nil {
+		return 0, 0, err
+	}
+	if tokens == 0 {
+		return math.NaN(), 0, nil
+	}
+	return sum / float64(tokens), tokens, nil
+}
+
+// Updater is what Train trains with: *optim.Updater (a LoRA adapter) or
+// *optim.FullUpdater (every weight). Both take one optimizer step per
+// Update and write and read their own checkpoint format.
+type Updater interface {
+	Update(batch []cgo.Sequence) (optim.Metrics, error)
+	Updates() int64 // optimizer steps taken
+	// SaveWithMeta copies meta into the updater's Meta and writes its state to path.
+	SaveWithMeta(path string, meta map[string]string) error
+	// RestoreChecked loads the state at path, calls check with its Meta
+	// (nothing is changed when check fails) and applies it.
+	RestoreChecked(path string, check func(meta map[string]string) error) (map[string]string, error)
+}
+
+// isFull reports whether u trains every weight (*optim.FullUpdater).
+func isFull(u Updater) bool {
+	_, full := u.(*optim.FullUpdater)
+	return full
+}
+
+// Train trains u's policy on train for cfg.Epochs epochs (validation loss
+// on val after each epoch when val is non-empty and ev is not nil). With
+// cfg.Resume and an existing cfg.Checkpoint, it continues from the saved
+// step: same epoch, same shuffled order, next mini-batch.
+func Train(u Updater, ev Evaluator, train, val []Sample, cfg Config) (Result, error) {
+	var res Result
+	if err := cfg.validate(); err != nil {
+		return res, err
+	}
+	if u == nil || isFull(u) != cfg.Full {
+		return res, fmt.Errorf("%w: Config.Full is %v but the updater is not of that kind (NewUpdater: LoRA, NewFullUpdater: full)", optim.ErrConfig, cfg.Full)
+	}
+	if len(train) == 0 {
+		return res, fmt.Errorf("%w: no training samples", ErrData)
+	}
+	micro := cfg.MicroTokens
+	if micro <= 0 {
+		micro = cfg.MaxLen
+	}
+	startEpoch, startBatch := 0, 0
+	if cfg.Resume && cfg.Checkpoint != "" {
+		if _, err := os.Stat(cfg.Checkpoint); err == nil {
+			meta, err := u.RestoreChecked(cfg.Checkpoint, func(meta map[string]string) error {
+				if s := meta[metaSFTSeed]; s != "" && s != strconv.FormatInt(cfg.Seed, 10) {
+					return fmt.Errorf("%w: checkpoint %s was made with seed %s, not %d", optim.ErrConfig, cfg.Checkpoint, s, cfg.Seed)
+				}
+				return nil
+			})
+			if err != nil {
+				return res, err
+			}
+			startEpoch, _ = strconv.Atoi(meta[metaSFTEpoch])
+			startBatch, _ = strconv.Atoi(meta[metaSFTBatch])
+		}
+	}
+	steps := Steps(train, cfg)
+	save := func(epoch, batch int) error {
+		if cfg.Checkpoint == "" {
+			return nil
+		}
+		return u.SaveWithMeta(cfg.Checkpoint, map[string]string{
+			metaSFTEpoch: strconv.Itoa(epoch),
+			metaSFTBatch: strconv.Itoa(batch),
+			metaSFTSeed:  strconv.FormatInt(cfg.Seed, 10),
+		})
+	}
+	t0 := time.Now()
+	for e := startEpoch; e < cfg.Epochs; e++ {
+		te := time.Now()
+		batches := epochBatches(train, cfg, e)
+		ep := Epoch{Epoch: e + 1, ValLoss: math.NaN()}
+		var lossSum float64
+		b0 := 0
+		if e == startEpoch {
+			b0 = startBatch
+		}
+		for b := b0; b < len(batches); b++ {
+			m, err := u.Update(batches[b])
+			if err != nil {
+				return res, fmt.Errorf("epoch %d, step %d: %w", e+1, u.Updates()+1, err)
+			}
+			if m.Skipped {
+				continue
+			}
+			lossSum += m.Loss * float64(m.Tokens)
+			ep.Tokens += m.Tokens
+			if cfg.Progress != nil {
+				cfg.Progress(Progress{Epoch: e + 1, Epochs: cfg.Epochs, Step: u.Updates(), Steps: steps, Loss: m.Loss,
+					LR: m.LR, GradNorm: m.GradNorm, Tokens: m.Tokens, Elapsed: time.Since(t0)})
+			}
+			if cfg.SaveEvery > 0 && u.Updates()%int64(cfg.SaveEvery) == 0 && b+1 < len(batches) {
+				if err := save(e, b+1); err != nil {
+					return res, err
+				}
+			}
+		}
+		if ep.Tokens > 0 {
+			ep.TrainLoss = lossSum / float64(ep.Tokens)
+		} else {
+			ep.TrainLoss = math.NaN()
+		}
+		if ev != nil && len(val) > 0 {
+			l, _, err := Loss(ev, val, micro)
+			if err != nil {
+				return res, fmt.Errorf("validation after epoch %d: %w", e+1, err)
+			}
+			ep.ValLoss = l
+		}
+		ep.Elapsed = time.Since(te)
+		res.Epochs = append(res.Epochs, ep)
+		if err := save(e+1, 0); err != nil {
+			return res, err
+		}
+		if cfg.EpochDone != nil {
+			cfg.EpochDone(ep)
+		}
+	}
+	res.Steps = u.Updates()
+	return res, nil
+}
