@@ -14,6 +14,9 @@
 #                      ggml-base sources, src/ggml-cuda), copied from the Go
 #                      module cache now; never committed
 #   models/            tiny generated models of the agreement checks
+#   qwen-tokenizer/    Qwen2.5's tokenizer (../shared/qwen-tokenizer, tokenizer.json
+#                      xz-compressed), when it is there: the 7B-shaped model of the
+#                      benchmark gets Qwen's real vocabulary
 #
 # Usage: scripts/gpu-bundle.sh OUTDIR   (env: EMPO2_BIN = the binary to stage,
 # built by the Makefile with portable kernels; GO; MARCH_FLAGS = its -march)
@@ -47,6 +50,16 @@ cp -r "$ggml/src/ggml-cuda" "$dst/src/"
 chmod -R u+w "$out" # the module cache is read-only
 
 cp scripts/gpu-check.sh scripts/gpu_hf_check.py CMakeLists.txt "$out/"
+
+tok=$repo/../shared/qwen-tokenizer
+if [[ -f $tok/tokenizer.json && -f $tok/tokenizer_config.json ]]; then
+	mkdir -p "$out/qwen-tokenizer"
+	xz -9 -T0 -c "$tok/tokenizer.json" >"$out/qwen-tokenizer/tokenizer.json.xz"
+	cp "$tok/tokenizer_config.json" "$out/qwen-tokenizer/"
+	[[ -f $tok/README.md ]] && cp "$tok/README.md" "$out/qwen-tokenizer/"
+else
+	echo "gpu-bundle: no Qwen tokenizer at $tok: the benchmark model will have a trained BPE vocabulary" >&2
+fi
 
 "$bin" model init --out "$out/models/tiny-f32.gguf" --dtype f32 --log-level warn
 "$bin" model init --out "$out/models/tiny-f16.gguf" --dtype f16 --log-level warn

@@ -38,7 +38,10 @@
 # GPU_CHECK_NO_GPU=1 (treat the machine as GPU-less), EMPO2 (the binary),
 # GPU_CHECK_THREADS (CPU threads of the checks, default: all cores),
 # GPU_CHECK_JOBS (parallel compile jobs of the build, default: all cores),
-# GPU_CHECK_REBUILD=1 (do not reuse an earlier build on this machine).
+# GPU_CHECK_REBUILD=1 (do not reuse an earlier build on this machine),
+# GPU_CHECK_BIG (the benchmark model's `empo2 model init` flags),
+# GPU_CHECK_TOKENIZER (its Hugging Face tokenizer folder, or none; default:
+# the bundle's Qwen tokenizer, or ../shared/qwen-tokenizer in the repository).
 set -uo pipefail
 
 # ---- a phase body, run by the main script under timeout: gpu-check.sh --phase NAME
@@ -87,18 +90,22 @@ if ((phase_main == 0)); then
 	fi
 	# sizes: the real ones with a GPU, tiny ones for the CPU dry run
 	if [[ -n $GC_GPU ]]; then
-		export GC_BIG="--layers 28 --hidden 3584 --heads 28 --kv-heads 4 --ffn 18944 --vocab 152064 --ctx 4096 --dtype f16"
+		# Qwen2.5-7B's dimensions (28 layers, hidden 3584, 28 heads, 4 KV heads,
+		# FFN 18944, vocab 152064), a 4096-token context, F16
+		export GC_BIG="--preset qwen2.5-7b --ctx 4096 --dtype f16"
 		export GC_BIG_PY="--layers 28 --hidden 3584 --heads 28 --kv-heads 4 --ffn 18944 --vocab 152064"
 		export GC_BENCH="--batches 1,8,64 --gen-tokens 64 --prompt-tokens 64 --train-seqs 16 --train-len 512 --micro-tokens 2048 --steps 2"
 		export GC_PYBENCH="--seqs 16 --len 512 --micro 4 --steps 2"
 		export GC_SMALL="--layers 2 --hidden 512 --heads 4 --kv-heads 2 --ffn 1024 --vocab 2048"
 	else
-		export GC_BIG="--layers 2 --hidden 128 --heads 4 --kv-heads 2 --ffn 256 --vocab 1024 --ctx 1024 --dtype f16"
+		# the preset and vocabulary of the real run, in a tiny shape
+		export GC_BIG="--preset qwen2.5-7b --layers 2 --hidden 128 --heads 4 --kv-heads 2 --ffn 256 --ctx 1024 --dtype f16"
 		export GC_BIG_PY="--layers 2 --hidden 128 --heads 4 --kv-heads 2 --ffn 256 --vocab 1024"
 		export GC_BENCH="--batches 1,2,4 --gen-tokens 8 --prompt-tokens 16 --train-seqs 4 --train-len 64 --micro-tokens 128 --steps 2"
 		export GC_PYBENCH="--seqs 4 --len 64 --micro 2 --steps 2"
 		export GC_SMALL="--layers 2 --hidden 256 --heads 2 --kv-heads 1 --ffn 512 --vocab 1024"
 	fi
+	[[ -n ${GPU_CHECK_BIG:-} ]] && export GC_BIG=$GPU_CHECK_BIG
 fi
 
 LOG() { echo "[gpu-check $(date +%T)] $*"; }
@@ -503,6 +510,22 @@ setup_rec=$GC_WORK/phases/01-setup.json
 			"$GC_BIN" --log-level warn model init --out "$GC_WORK/models/$m.gguf" --dtype "${m#tiny-}"
 		fi
 	done
+	# Qwen's real vocabulary for the 7B-shaped model, when the bundle (or,
+	# in the repository, ../shared) has it
+	if [[ -n ${GPU_CHECK_TOKENIZER:-} ]]; then
+		[[ $GPU_CHECK_TOKENIZER == none ]] || ln -sfn "$(cd "$GPU_CHECK_TOKENIZER" && pwd)" "$GC_WORK/models/qwen-tokenizer"
+	elif [[ $GC_MODE == repo && -f $GC_SRC/../shared/qwen-tokenizer/tokenizer.json ]]; then
+		ln -sfn "$(cd "$GC_SRC/../shared/qwen-tokenizer" && pwd)" "$GC_WORK/models/qwen-tokenizer"
+	elif [[ -f $GC_SRC/qwen-tokenizer/tokenizer.json.xz ]]; then
+		mkdir -p "$GC_WORK/models/qwen-tokenizer"
+		cp "$GC_SRC/qwen-tokenizer/tokenizer_config.json" "$GC_WORK/models/qwen-tokenizer/"
+		if command -v xz >/dev/null 2>&1; then
+			xz -dc "$GC_SRC/qwen-tokenizer/tokenizer.json.xz" >"$GC_WORK/models/qwen-tokenizer/tokenizer.json"
+		else
+			python3 -c 'import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],"wb"))' \
+				"$GC_SRC/qwen-tokenizer/tokenizer.json.xz" "$GC_WORK/models/qwen-tokenizer/tokenizer.json"
+		fi
+	fi
 	# shellcheck disable=SC2086
 	"$GC_BIN" --log-level warn model init --out "$GC_WORK/models/small-f32.gguf" $GC_SMALL --dtype f32 --seed 2
 	# shellcheck disable=SC2086
@@ -522,8 +545,10 @@ rm -f "$GC_WORK/models/big.done" "$GC_WORK/models/big.gguf"
 if wanted bench || wanted train-e2e; then
 	(
 		t0=$(now)
+		tok=()
+		[[ -f $GC_WORK/models/qwen-tokenizer/tokenizer.json ]] && tok=(--tokenizer "$GC_WORK/models/qwen-tokenizer")
 		# shellcheck disable=SC2086
-		"$GC_BIN" --log-level info model init --out "$GC_WORK/models/big.gguf" $GC_BIG --seed 3 --max-size 20GiB \
+		"$GC_BIN" --log-level info model init --out "$GC_WORK/models/big.gguf" $GC_BIG "${tok[@]}" --seed 3 --max-size 20GiB \
 			>"$GC_WORK/logs/model-big.log" 2>&1
 		rc=$?
 		since "$t0" >"$GC_WORK/models/big.seconds"

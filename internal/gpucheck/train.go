@@ -358,9 +358,9 @@ func dumpHF(dir string, ref *cgo.Model, batch []cgo.Sequence, obj cgo.Objective,
 		return out, nil
 	}
 	d := HFDump{Arch: ref.Info().Arch, Rank: ref.LoRA().Rank, Alpha: ref.LoRA().Alpha,
-		Objective: HFObjective{obj.ClipLow, obj.ClipHigh, obj.DualClip, obj.LowProbThreshold, obj.Aggregation}}
+		Objective: HFObjective{obj.ClipLow, obj.ClipHigh, obj.DualClip, obj.LowProbThreshold, string(obj.Aggregation)}}
 	if d.Objective.Aggregation == "" {
-		d.Objective.Aggregation = cgo.AggTokenMean
+		d.Objective.Aggregation = string(cgo.AggTokenMean)
 	}
 	for _, s := range batch {
 		d.Batch = append(d.Batch, HFSeq{s.Tokens, s.Trained, s.OldLogp, s.Advantage, s.LowProbMask})
