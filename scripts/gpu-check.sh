@@ -286,10 +286,10 @@ phase_bench() {
 	local layers=0
 	[[ -n ${be[*]} ]] && layers=-1
 	[[ -n $GC_GPU ]] && mem_start bench
+	result bench.json # written after each part: a run cut short reports what it measured
 	# shellcheck disable=SC2086
 	step E "${be[@]}" check bench -m "$GC_WORK/models/big.gguf" --gpu-layers $layers --threads "$GC_THREADS" $GC_BENCH \
 		--out "$GC_WORK/bench.json"
-	[[ -f $GC_WORK/bench.json ]] && result bench.json
 	[[ -n $GC_GPU ]] && mem_stop bench "empo2 check bench (rollouts + training in one process)"
 	return $fails
 }
@@ -300,9 +300,9 @@ phase_hf_bench() {
 	local spare=$((GC_RUN_LEFT - 90))
 	((spare > GC_PHASE_LIMIT)) && spare=$GC_PHASE_LIMIT
 	# shellcheck disable=SC2086
+	result hf-bench.json # the eager figures are written before torch.compile starts
 	step python3 "$GC_HERE/gpu_hf_check.py" bench $GC_BIG_PY $GC_PYBENCH --time-left "$spare" --compile-need 120 \
 		--empo2 "$GC_WORK/bench.json" --out "$GC_WORK/hf-bench.json"
-	[[ -f $GC_WORK/hf-bench.json ]] && result hf-bench.json
 	return $fails
 }
 
@@ -314,16 +314,17 @@ phase_train_e2e() {
 	rm -rf "$GC_WORK/run"
 	[[ -n $GC_GPU ]] && mem_start train
 	# Random weights score alike, and a GRPO group of equal rewards trains
-	# nothing: one-action episodes whose random text is mapped onto valid
-	# actions (some of them a wrong focus, -100) give groups with different
-	# rewards; two steps, so that at least one updates (no masking: every
-	# random-model log-prob is under the threshold).
+	# nothing: the mode is drawn per episode (half of them memory rollouts,
+	# whose intrinsic reward 1/(retrieved + 1) the others lack), so a group
+	# of 4 has different rewards unless all 4 draw the same (1/8 per group);
+	# no masking (every random-model log-prob is under the threshold); the
+	# second step is the warm one. metrics.jsonl gets a line per step.
+	result run/metrics.jsonl
 	step E "${be[@]}" train --preset empo2 -m "$GC_WORK/models/big.gguf" --env textlab --run-dir "$GC_WORK/run" \
 		--steps 2 --threads "$GC_THREADS" --set device=$dev --set batch.tasks=4 --set batch.rollouts=4 \
-		--set rollout.step_limit=1 --set rollout.correct_invalid=true --set update.micro_batch=1 \
-		--set update.low_prob_mask=never
-	[[ -n $GC_GPU ]] && mem_stop train "empo2 train, one step"
-	[[ -f $GC_WORK/run/metrics.jsonl ]] && result run/metrics.jsonl
+		--set rollout.step_limit=1 --set mode.per=rollout --set mode.memory_prob=0.5 --set mode.offpolicy_prob=0.5 \
+		--set update.micro_batch=1 --set update.low_prob_mask=never
+	[[ -n $GC_GPU ]] && mem_stop train "empo2 train, two steps"
 	return $fails
 }
 
