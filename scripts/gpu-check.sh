@@ -408,19 +408,28 @@ report() {
 	tar -czf "$GC_OUT/gpu-logs.tar.gz.tmp" -C "$GC_WORK" logs 2>/dev/null && mv "$GC_OUT/gpu-logs.tar.gz.tmp" "$GC_OUT/gpu-logs.tar.gz"
 }
 
-stop_big() { # the background model generation, and its empo2 process
+stop_big() { # the background model generation, and its empo2 process, unless it has ended
 	[[ -n ${BIG_PID:-} ]] || return 0
-	pkill -TERM -P "$BIG_PID" 2>/dev/null
-	kill "$BIG_PID" 2>/dev/null
+	if [[ ! -f $GC_WORK/models/big.done ]]; then
+		pkill -TERM -P "$BIG_PID" 2>/dev/null
+		kill "$BIG_PID" 2>/dev/null
+	fi
 	wait "$BIG_PID" 2>/dev/null
 	BIG_PID=""
 }
+
+# end_group PID: a phase's timeout leads its own process group; whatever of
+# that group outlives it (a command that handles TERM slowly, e.g. empo2
+# train checkpointing) is killed, so that it holds no CPU or GPU memory
+# while the next phases run
+end_group() { kill -KILL -- "-$1" 2>/dev/null; }
 
 on_signal() {
 	LOG "interrupted ($1)"
 	if [[ -n $CUR_PID ]]; then
 		kill -TERM "$CUR_PID" 2>/dev/null
 		wait "$CUR_PID" 2>/dev/null
+		end_group "$CUR_PID"
 		write_rec "$CUR_REC" "$CUR_NAME" interrupted "$(since "$CUR_T0")" "$CUR_NEED" "$CUR_BUDGET" "stopped by $1 after $(since "$CUR_T0") s"
 	fi
 	stop_big
@@ -465,6 +474,7 @@ phase() {
 	CUR_PID=$!
 	wait "$CUR_PID"
 	local rc=$?
+	end_group "$CUR_PID"
 	CUR_PID=""
 	local secs status=ok reason=""
 	secs=$(since "$CUR_T0")
@@ -596,7 +606,7 @@ else
 	phase hf 10 120 "$hf_skip"
 	phase bench 5 180
 	phase hf-bench 10 180 "$hf_skip"
-	phase train-e2e 10 180
+	phase train-e2e 10 300
 fi
 stop_big
 report
