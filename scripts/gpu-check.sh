@@ -495,6 +495,15 @@ STARTED=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 LOG "mode $GC_MODE, work $GC_WORK, limit $GC_TOTAL s, GPU: ${GC_GPU:-none}"
 
+# unxz_to SRC DST: xz, or Python's lzma where the xz tool is missing
+unxz_to() {
+	if command -v xz >/dev/null 2>&1; then
+		xz -dc "$1" >"$2"
+	else
+		python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$1" "$2"
+	fi
+}
+
 # ---- setup (always: every report needs the binary)
 PHASE_N=1
 rm -f "$GC_WORK/phases/current.results"
@@ -504,11 +513,7 @@ setup_rec=$GC_WORK/phases/01-setup.json
 	if [[ -n ${EMPO2:-} ]]; then
 		cp "$EMPO2" "$GC_BIN"
 	elif [[ $GC_MODE == bundle ]]; then
-		if command -v xz >/dev/null 2>&1; then
-			xz -dc "$GC_HERE/empo2.xz" >"$GC_BIN"
-		else
-			python3 -c 'import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],"wb"))' "$GC_HERE/empo2.xz" "$GC_BIN"
-		fi
+		unxz_to "$GC_HERE/empo2.xz" "$GC_BIN"
 	else
 		cp "$GC_SRC/bin/empo2" "$GC_BIN"
 	fi
@@ -530,12 +535,7 @@ setup_rec=$GC_WORK/phases/01-setup.json
 	elif [[ -f $GC_SRC/qwen-tokenizer/tokenizer.json.xz ]]; then
 		mkdir -p "$GC_WORK/models/qwen-tokenizer"
 		cp "$GC_SRC/qwen-tokenizer/tokenizer_config.json" "$GC_WORK/models/qwen-tokenizer/"
-		if command -v xz >/dev/null 2>&1; then
-			xz -dc "$GC_SRC/qwen-tokenizer/tokenizer.json.xz" >"$GC_WORK/models/qwen-tokenizer/tokenizer.json"
-		else
-			python3 -c 'import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],"wb"))' \
-				"$GC_SRC/qwen-tokenizer/tokenizer.json.xz" "$GC_WORK/models/qwen-tokenizer/tokenizer.json"
-		fi
+		unxz_to "$GC_SRC/qwen-tokenizer/tokenizer.json.xz" "$GC_WORK/models/qwen-tokenizer/tokenizer.json"
 	fi
 	# shellcheck disable=SC2086
 	"$GC_BIN" --log-level warn model init --out "$GC_WORK/models/small-f32.gguf" $GC_SMALL --dtype f32 --seed 2
