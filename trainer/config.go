@@ -86,18 +86,18 @@ type AdvantageConfig struct {
 type UpdateConfig struct {
 	LR               float64            `yaml:"lr" doc:"learning rate (the reference's 1e-6 was a full fine-tune; LoRA wants more)" range:"[0,1]"`
 	MinLR            float64            `yaml:"min_lr" doc:"final learning rate of the cosine schedule" range:"[0,1]"`
-	Schedule         optim.ScheduleKind `yaml:"schedule" doc:"constant | cosine (over steps × ppo_epochs × mini-batches per step)"`
-	Warmup           int                `yaml:"warmup" doc:"warmup updates" range:"[0,1e9]"`
+	Schedule         optim.ScheduleKind `yaml:"schedule" doc:"constant | cosine (over the run's training steps; within a step over the optimizer steps it really takes, so the last update of the last step is at min_lr)"`
+	Warmup           int                `yaml:"warmup" doc:"warmup: the first N optimizer steps ramp the rate up linearly" range:"[0,1e9]"`
 	WeightDecay      float64            `yaml:"weight_decay" doc:"AdamW weight decay" range:"[0,1]"`
-	Beta1            float64            `yaml:"beta1" doc:"AdamW β1" range:"[0,1)"`
-	Beta2            float64            `yaml:"beta2" doc:"AdamW β2" range:"[0,1)"`
+	Beta1            float64            `yaml:"beta1" doc:"AdamW β1"`
+	Beta2            float64            `yaml:"beta2" doc:"AdamW β2"`
 	AdamEps          float64            `yaml:"adam_eps" doc:"AdamW ε" range:"(0,1]"`
 	MaxGradNorm      float64            `yaml:"max_grad_norm" doc:"global gradient-norm clip; 0 = off" range:"[0,]"`
 	ClipLow          float32            `yaml:"clip_low" doc:"PPO ε_low (ratio ≥ 1 − ε_low)" range:"[0,1)"`
 	ClipHigh         float32            `yaml:"clip_high" doc:"PPO ε_high (ratio ≤ 1 + ε_high)" range:"[0,10]"`
 	DualClip         float32            `yaml:"dual_clip" doc:"dual-clip constant c (bound −c·A for A < 0); 0 = off" range:"[0,100]"`
 	LowProbThreshold float32            `yaml:"low_prob_threshold" doc:"δ of low-probability masking: a response with min old log-prob < δ is dropped" range:"[,0]"`
-	LowProbMask      LowProbMask        `yaml:"low_prob_mask" doc:"where masking applies: off-policy (the reference: when tips were used) | tips (off-policy and on-policy-tips) | always | never"`
+	LowProbMask      LowProbMask        `yaml:"low_prob_mask" doc:"episodes whose responses low-probability masking may drop: off-policy (the paper's text: updates without the tips the rollout saw) | memory-steps (episodes that retrieved tips: off-policy and on-policy-tips) | every-step (an earlier version of the reference code: every episode of an EMPO² run) | never (the reference code's last 7B config)"`
 	Aggregation      cgo.Aggregation    `yaml:"aggregation" doc:"token-mean | seq-mean-token-mean (packing needs token-mean)"`
 	PPOEpochs        int                `yaml:"ppo_epochs" doc:"passes over the step's samples" range:"[1,1000]"`
 	MiniBatch        int                `yaml:"mini_batch" doc:"sequences per optimizer step; 0 = all of the step's in one" range:"[0,1e6]"`
@@ -138,28 +138,48 @@ const (
 func (p Per) Valid() bool { return p == PerStep || p == PerRollout }
 
 // LowProbMask is where low-probability masking applies
-// (update.low_prob_mask), by the episode's mode.
+// (update.low_prob_mask), by the episode's mode. The EMPO² sources differ:
+// the paper's text ties masking to the off-policy updates (MaskOffPolicy,
+// the default); an earlier version of the reference code masked every
+// step of an EMPO² run (MaskEveryStep); its last 7B configuration has
+// masking off (MaskNever).
 type LowProbMask string
 
 // Masking scopes.
 const (
-	MaskOffPolicy LowProbMask = "off-policy" // off-policy episodes (the reference: when tips were used)
-	MaskTips      LowProbMask = "tips"       // off-policy and on-policy-tips episodes
-	MaskAlways    LowProbMask = "always"
-	MaskNever     LowProbMask = "never"
+	MaskOffPolicy   LowProbMask = "off-policy"   // off-policy episodes (the paper's text)
+	MaskMemorySteps LowProbMask = "memory-steps" // episodes that retrieved tips: off-policy and on-policy-tips
+	MaskEveryStep   LowProbMask = "every-step"   // every episode (an earlier version of the reference code)
+	MaskNever       LowProbMask = "never"        // no masking (the reference code's last 7B config)
 )
 
 // Valid reports whether m is a known scope.
 func (m LowProbMask) Valid() bool {
-	return m == MaskOffPolicy || m == MaskTips || m == MaskAlways || m == MaskNever
+	return m == MaskOffPolicy || m == MaskMemorySteps || m == MaskEveryStep || m == MaskNever
+}
+
+// renamedMasks are the scopes' former names, refused with their new ones.
+var renamedMasks = map[LowProbMask]LowProbMask{"tips": MaskMemorySteps, "always": MaskEveryStep}
+
+// check reports ErrRunConfig for an unknown scope, naming the new name of
+// a former one.
+func (m LowProbMask) check() error {
+	if n, ok := renamedMasks[m]; ok {
+		return fmt.Errorf("%w: update.low_prob_mask %q was renamed %q (the scopes are %s, %s, %s, %s)",
+			ErrRunConfig, m, n, MaskOffPolicy, MaskMemorySteps, MaskEveryStep, MaskNever)
+	}
+	if !m.Valid() {
+		return fmt.Errorf("%w: update.low_prob_mask %q (want %s, %s, %s or %s)", ErrRunConfig, m, MaskOffPolicy, MaskMemorySteps, MaskEveryStep, MaskNever)
+	}
+	return nil
 }
 
 // Applies reports whether masking applies to an episode in mode.
 func (m LowProbMask) Applies(mode Mode) bool {
 	switch m {
-	case MaskAlways:
+	case MaskEveryStep:
 		return true
-	case MaskTips:
+	case MaskMemorySteps:
 		return mode == ModeOffPolicy || mode == ModeOnPolicyTips
 	case MaskOffPolicy:
 		return mode == ModeOffPolicy
@@ -308,8 +328,6 @@ func (c *Config) Validate() error {
 		return bad("rollout.history %q (want full or last-k)", c.Rollout.Prompt.History)
 	case !c.Rollout.Prompt.ActionFormat.Valid():
 		return bad("rollout.action_format %q (want naive or cot)", c.Rollout.Prompt.ActionFormat)
-	case !c.Update.LowProbMask.Valid():
-		return bad("update.low_prob_mask %q (want off-policy, tips, always or never)", c.Update.LowProbMask)
 	case !c.Update.Aggregation.Valid():
 		return bad("update.aggregation %q", c.Update.Aggregation)
 	case !c.Update.OldLogp.Valid():
@@ -336,6 +354,12 @@ func (c *Config) Validate() error {
 			return bad("lora.targets: unknown target %q (want some of %s)", tg, strings.Join(lora.DefaultTargets, " "))
 		}
 	}
+	if err := c.Memory.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrRunConfig, err)
+	}
+	if err := c.Update.LowProbMask.check(); err != nil {
+		return err
+	}
 	if _, err := c.Objective(); err != nil {
 		return err
 	}
@@ -356,20 +380,15 @@ func (c *Config) Objective() (cgo.Objective, error) {
 	return o, nil
 }
 
-// updatesPerStep estimates the optimizer steps of one training step (for
-// the cosine schedule's length): ppo_epochs × mini-batches of B·G episodes.
-func (c *Config) updatesPerStep() int {
-	n := 1
-	if mb := c.Update.MiniBatch; mb > 0 {
-		n = (c.Batch.Tasks*c.Batch.Rollouts + mb - 1) / mb
-	}
-	return n * c.Update.PPOEpochs
-}
-
-// Schedule is the learning-rate schedule of the update section.
+// Schedule is the learning-rate schedule of the update section. The loop
+// takes each update's rate at its progress in the run (RunUpdates,
+// Progress; optim.Schedule.LRAt): the number of optimizer steps a training
+// step takes depends on its samples, so it is counted as the updates
+// happen, never estimated. Total (the update count LR would need) is the
+// warmup plus the steps, for validation and the state files only.
 func (c *Config) Schedule() (optim.Schedule, error) {
 	s := optim.Schedule{Kind: c.Update.Schedule, BaseLR: c.Update.LR, MinLR: c.Update.MinLR, Warmup: c.Update.Warmup,
-		Total: max(c.Steps*c.updatesPerStep(), c.Update.Warmup+1)}
+		Total: c.Update.Warmup + max(c.Steps, 1)}
 	if !c.Mode.Update && s.BaseLR == 0 {
 		s.BaseLR = 1 // never used: no updates
 	}

@@ -6,7 +6,7 @@
 // off-policy, u < p on-policy with tips, else on-policy), plays them
 // (rollout.Roller), writes one tip per episode into the memory, turns the
 // episodes into training sequences (BuildSamples: GRPO group advantages,
-// the off-policy tip cut, low-probability masking, packing of an episode's
+// the off-policy input without tips, low-probability masking, packing of an episode's
 // steps into one sequence) and runs the PPO updates (RunUpdates over an
 // optim.Updater); the step's record (StepMetrics, the run-files record
 // runfiles.Metrics) is gathered by its own methods. Train opens a run

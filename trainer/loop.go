@@ -180,7 +180,7 @@ func (m *StepMetrics) addRollouts(rs rollout.Stats) {
 	m.TRollout = rs.TRollout.Seconds()
 	m.TEmbedRetrieve = rs.TEmbedRetrieve.Seconds()
 	m.GenTokens, m.EnvSteps = rs.GenTokens, rs.EnvSteps
-	m.PromptSeen, m.PromptDecoded = rs.PromptTokensSeen, rs.PromptTokensDecoded
+	m.PromptSeen, m.PromptDecoded, m.PromptUnique = rs.PromptTokensSeen, rs.PromptTokensDecoded, rs.PromptTokensUnique
 	if s := rs.TRollout.Seconds(); s > 0 {
 		m.RolloutTokPerS = float64(rs.GenTokens) / s
 		m.EnvStepsPerS = float64(rs.EnvSteps) / s
@@ -189,7 +189,7 @@ func (m *StepMetrics) addRollouts(rs rollout.Stats) {
 
 // addEpisodes records the means over the episodes (score, success,
 // reward R = reward_scale · score + intrinsic, intrinsic) and over their
-// actions (tips retrieved), and the trajectories' distinct prompt tokens.
+// actions (tips retrieved).
 func (m *StepMetrics) addEpisodes(eps []rollout.Episode, success func(*rollout.Episode) bool, rewardScale float64) {
 	var score, succ, reward, intrinsic, retrieved stats.Mean
 	for i := range eps {
@@ -198,13 +198,8 @@ func (m *StepMetrics) addEpisodes(eps []rollout.Episode, success func(*rollout.E
 		succ.Add(b2f(success(ep)), 1)
 		reward.Add(EpisodeReward(ep, rewardScale), 1)
 		intrinsic.Add(ep.Intrinsic, 1)
-		for k, r := range ep.Steps {
+		for _, r := range ep.Steps {
 			retrieved.Add(float64(r.Retrieved), 1)
-			if k == len(ep.Steps)-1 {
-				m.PromptUnique += len(r.Prompt)
-			} else {
-				m.PromptUnique += r.TipSpan[1] - r.TipSpan[0]
-			}
 		}
 	}
 	m.Episodes = len(eps)
@@ -266,9 +261,26 @@ type UpdateSummary struct {
 	TOldLogp float64
 }
 
+// Progress is where a training step lies in its run, for the learning-rate
+// schedule: step Step (1-based) of Steps. The zero value leaves the
+// schedule to the update index (optim.Schedule.LR).
+type Progress struct{ Step, Steps int }
+
+// at is the run's progress at the j-th of n optimizer steps planned in this
+// training step: (Step − 1 + j/n)/Steps, so that the schedule counts the
+// optimizer steps that really happen, however many a step takes, and the
+// last one of the last step is at progress (Steps − 1/n)/Steps.
+func (p Progress) at(j, n int) float64 {
+	if p.Steps <= 0 {
+		return -1
+	}
+	return (float64(p.Step-1) + float64(j)/float64(max(n, 1))) / float64(p.Steps)
+}
+
 // RunUpdates runs epochs passes over the samples in mini-batches of
-// miniBatch sequences (0: all in one), shuffled per epoch with rng.
-func RunUpdates(u *optim.Updater, samples []Sample, epochs, miniBatch int, rng *rand.Rand) (UpdateSummary, error) {
+// miniBatch sequences (0: all in one), shuffled per epoch with rng; each
+// update takes its learning rate at its progress in the run (Progress).
+func RunUpdates(u *optim.Updater, samples []Sample, epochs, miniBatch int, rng *rand.Rand, prog Progress) (UpdateSummary, error) {
 	var s UpdateSummary
 	if len(samples) == 0 {
 		return s, nil
@@ -311,6 +323,8 @@ func RunUpdates(u *optim.Updater, samples []Sample, epochs, miniBatch int, rng *
 		}
 	}
 	var loss, gradNorm, clip, kl, entropy stats.Mean
+	planned, j := epochs*len(first), 0
+	defer u.SetProgress(-1)
 	for e := 0; e < epochs; e++ {
 		batches := first
 		if e > 0 {
@@ -321,6 +335,8 @@ func RunUpdates(u *optim.Updater, samples []Sample, epochs, miniBatch int, rng *
 			for k, i := range idx {
 				batch[k] = samples[i].Seq
 			}
+			u.SetProgress(prog.at(j, planned))
+			j++
 			m, err := u.Update(batch)
 			if err != nil {
 				return s, err
@@ -429,7 +445,8 @@ func (l *Loop) update(ctx context.Context, step int, eps []rollout.Episode, mode
 	m.TOldLogp = time.Since(t).Seconds()
 	m.addSamples(st)
 	t = time.Now()
-	us, err := RunUpdates(l.Updater, samples, cfg.Update.PPOEpochs, cfg.Update.MiniBatch, stepRNG(cfg.Seed, step, streamShuffle))
+	us, err := RunUpdates(l.Updater, samples, cfg.Update.PPOEpochs, cfg.Update.MiniBatch, stepRNG(cfg.Seed, step, streamShuffle),
+		Progress{Step: step, Steps: cfg.Steps})
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrTrain, err)
 	}

@@ -421,7 +421,7 @@ func (r *run) openResources(ctx context.Context, cfg *Config, state *optim.State
 	// The rollout side sees every update at once: the Updater overwrites
 	// the loaded adapter's tensors in place (no reload).
 	u.Sinks = []optim.TensorSink{ad}
-	emb, closeEmb, err := rollout.OpenEmbedder(cfg.Memory.Embedder, lm, threads)
+	emb, closeEmb, err := rollout.OpenEmbedder(cfg.Memory, lm, threads)
 	if err != nil {
 		return fmt.Errorf("%w: memory.embedder: %w", ErrRunConfig, err)
 	}

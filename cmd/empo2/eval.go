@@ -138,7 +138,7 @@ func evalAction(c *cli.Context) error {
 		if c.Int(evalTrialsFlag.Name) < 1 {
 			return fmt.Errorf("eval: --trials %d: want at least 1", c.Int(evalTrialsFlag.Name))
 		}
-		emb, closeEmb, err := rollout.OpenEmbedder(s.roller.MemoryConfig().Embedder, s.model, c.Int(llmThreadsFlag.Name))
+		emb, closeEmb, err := rollout.OpenEmbedder(s.roller.MemoryConfig(), s.model, c.Int(llmThreadsFlag.Name))
 		if err != nil {
 			return fmt.Errorf("eval: %w", err)
 		}
@@ -369,7 +369,7 @@ func openEval(c *cli.Context) (*evalSetup, error) {
 				return nil, fmt.Errorf("--memory-db: %w (eval reads an existing memory; --write-tips creates one)", err)
 			}
 		}
-		emb, closeEmb, err := rollout.OpenEmbedder(mc.Embedder, s.model, threads)
+		emb, closeEmb, err := rollout.OpenEmbedder(mc, s.model, threads)
 		if err != nil {
 			return nil, err
 		}

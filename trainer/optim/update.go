@@ -105,9 +105,10 @@ type Updater struct {
 	RNG  *rand.PCG // the training loop's random source, saved in the state
 	Meta map[string]string
 
-	cfg     Config
-	infos   []cgo.ParamInfo // = adapter.Params() = Policy.Params(), canonical order
-	adapter *lora.Adapter   // current parameters (the one representation)
+	cfg      Config
+	progress float64         // SetProgress; < 0: the schedule by update index
+	infos    []cgo.ParamInfo // = adapter.Params() = Policy.Params(), canonical order
+	adapter  *lora.Adapter   // current parameters (the one representation)
 }
 
 // NewUpdater makes an Updater over policy with fresh AdamW moments; the
@@ -128,7 +129,7 @@ func NewUpdater(p Policy, cfg Config) (*Updater, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: the policy's parameters: %w", ErrUpdate, err)
 	}
-	u := &Updater{Policy: p, cfg: cfg, infos: infos, adapter: a, Meta: map[string]string{}}
+	u := &Updater{Policy: p, cfg: cfg, progress: -1, infos: infos, adapter: a, Meta: map[string]string{}}
 	sizes := make([]int, len(vals))
 	for i, v := range vals {
 		sizes[i] = len(v)
@@ -160,12 +161,25 @@ func (u *Updater) Config() Config { return u.cfg }
 // aliasing the updater's adapter; do not modify.
 func (u *Updater) Params() [][]float32 { return u.adapter.Tensors() }
 
+// SetProgress makes the next updates take their learning rate at progress
+// p ∈ [0,1] of the run (Schedule.LRAt) instead of from their index alone;
+// p < 0 goes back to Schedule.LR(Step).
+func (u *Updater) SetProgress(p float64) { u.progress = p }
+
+// lr is the learning rate of the next update.
+func (u *Updater) lr() float64 {
+	if u.progress >= 0 {
+		return u.cfg.Schedule.LRAt(u.Step, u.progress)
+	}
+	return u.cfg.Schedule.LR(u.Step)
+}
+
 // Update performs one optimizer step on the mini-batch: the gradient of the
 // mini-batch mean loss, accumulated over micro-batches (accumulate), then
 // clipping and AdamW. When no trained token survives, no step is taken
 // (Metrics.Skipped).
 func (u *Updater) Update(batch []cgo.Sequence) (Metrics, error) {
-	m, err := accumulate(u.Policy, u.cfg, u.Step, batch)
+	m, err := accumulate(u.Policy, u.cfg, u.Step, u.lr(), batch)
 	if err != nil || m.Skipped {
 		return m, err
 	}
@@ -240,14 +254,14 @@ type gradAccumulator interface {
 // seq-mean-token-mean, counted after low-probability masking by
 // cgo.CountTrained), so the accumulated gradient is the gradient of the
 // mini-batch mean however it is split; a micro-batch without trained
-// tokens is not run. The returned Metrics carry step, its learning rate
-// (cfg.Schedule) and the statistics of the pass (Loss: the sum of the
+// tokens is not run. The returned Metrics carry step, its learning rate lr
+// and the statistics of the pass (Loss: the sum of the
 // micro-batches' scaled losses, i.e. the mini-batch loss; policy
 // statistics: token-weighted means); GradNorm and GradClipped are left to
 // the caller's optimizer step. When no trained token survives, nothing is
 // run, not even ZeroGrads, and Metrics.Skipped is set.
-func accumulate(p gradAccumulator, cfg Config, step int64, batch []cgo.Sequence) (Metrics, error) {
-	m := Metrics{Step: step, LR: cfg.Schedule.LR(step)}
+func accumulate(p gradAccumulator, cfg Config, step int64, lr float64, batch []cgo.Sequence) (Metrics, error) {
+	m := Metrics{Step: step, LR: lr}
 	obj := cfg.Objective
 	tokens, seqs := cgo.CountTrained(batch, obj)
 	if tokens == 0 {
