@@ -101,6 +101,7 @@ type UpdateConfig struct {
 	Aggregation      cgo.Aggregation    `yaml:"aggregation" doc:"token-mean | seq-mean-token-mean (packing needs token-mean)"`
 	PPOEpochs        int                `yaml:"ppo_epochs" doc:"passes over the step's samples" range:"[1,1000]"`
 	MiniBatch        int                `yaml:"mini_batch" doc:"sequences per optimizer step; 0 = all of the step's in one" range:"[0,1e6]"`
+	MiniBatches      int                `yaml:"mini_batches" doc:"optimizer steps per PPO epoch: the step's samples split into this many near-equal mini-batches (fewer when there are fewer samples), so that every step makes the same number of updates whatever its mode; 0 = by mini_batch" range:"[0,1e6]"`
 	MicroBatch       int                `yaml:"micro_batch" doc:"sequences per forward/backward call (gradient accumulation); 0 = the whole mini-batch" range:"[0,1e6]"`
 	Pack             bool               `yaml:"pack" doc:"train an episode as one sequence where later prompts extend earlier ones"`
 	OldLogp          OldLogp            `yaml:"old_logp" doc:"π_old: recompute (training graph, behaviour prompt; the reference) | rollout (llama.cpp's sampled log-probs)"`
@@ -322,6 +323,8 @@ func (c *Config) Validate() error {
 	switch {
 	case c.Env == "":
 		return bad("env is empty")
+	case c.Update.MiniBatch > 0 && c.Update.MiniBatches > 0:
+		return bad("update.mini_batch %d and update.mini_batches %d: set one (size or count of the mini-batches)", c.Update.MiniBatch, c.Update.MiniBatches)
 	case !c.Mode.Per.Valid():
 		return bad("mode.per %q (want step or rollout)", c.Mode.Per)
 	case !c.Rollout.Prompt.History.Valid():

@@ -277,18 +277,43 @@ func (p Progress) at(j, n int) float64 {
 	return (float64(p.Step-1) + float64(j)/float64(max(n, 1))) / float64(p.Steps)
 }
 
-// RunUpdates runs epochs passes over the samples in mini-batches of
-// miniBatch sequences (0: all in one), shuffled per epoch with rng; each
-// update takes its learning rate at its progress in the run (Progress).
-func RunUpdates(u *optim.Updater, samples []Sample, epochs, miniBatch int, rng *rand.Rand, prog Progress) (UpdateSummary, error) {
+// MiniBatching says how an epoch's samples are cut into mini-batches:
+// Count > 0 cuts them into min(Count, samples) near-equal parts (sizes
+// differ by at most one), else into parts of Size sequences (0: all in
+// one).
+type MiniBatching struct{ Size, Count int }
+
+// cuts returns the end index of each mini-batch of an epoch of n samples.
+func (b MiniBatching) cuts(n int) []int {
+	var out []int
+	if b.Count > 0 {
+		k := min(b.Count, n)
+		for i := 1; i <= k; i++ {
+			out = append(out, i*n/k)
+		}
+		return out
+	}
+	mb := b.Size
+	if mb <= 0 || mb > n {
+		mb = n
+	}
+	for hi := mb; ; hi += mb {
+		if hi >= n {
+			return append(out, n)
+		}
+		out = append(out, hi)
+	}
+}
+
+// RunUpdates runs epochs passes over the samples in mini-batches (mb),
+// shuffled per epoch with rng; each update takes its learning rate at its
+// progress in the run (Progress).
+func RunUpdates(u *optim.Updater, samples []Sample, epochs int, mb MiniBatching, rng *rand.Rand, prog Progress) (UpdateSummary, error) {
 	var s UpdateSummary
 	if len(samples) == 0 {
 		return s, nil
 	}
-	mb := miniBatch
-	if mb <= 0 || mb > len(samples) {
-		mb = len(samples)
-	}
+	cuts := mb.cuts(len(samples))
 	// miniBatches cuts an epoch's order into mini-batches, each sorted by
 	// length: similar lengths in each micro-batch (padding to the longest
 	// costs B·T² in attention); the mini-batch's loss is a mean over all
@@ -296,8 +321,10 @@ func RunUpdates(u *optim.Updater, samples []Sample, epochs, miniBatch int, rng *
 	// order.
 	miniBatches := func(order []int) [][]int {
 		var out [][]int
-		for lo := 0; lo < len(order); lo += mb {
-			idx := slices.Clone(order[lo:min(lo+mb, len(order))])
+		lo := 0
+		for _, hi := range cuts {
+			idx := slices.Clone(order[lo:hi])
+			lo = hi
 			sort.SliceStable(idx, func(a, b int) bool { return len(samples[idx[a]].Seq.Tokens) < len(samples[idx[b]].Seq.Tokens) })
 			out = append(out, idx)
 		}
@@ -445,7 +472,8 @@ func (l *Loop) update(ctx context.Context, step int, eps []rollout.Episode, mode
 	m.TOldLogp = time.Since(t).Seconds()
 	m.addSamples(st)
 	t = time.Now()
-	us, err := RunUpdates(l.Updater, samples, cfg.Update.PPOEpochs, cfg.Update.MiniBatch, stepRNG(cfg.Seed, step, streamShuffle),
+	us, err := RunUpdates(l.Updater, samples, cfg.Update.PPOEpochs,
+		MiniBatching{Size: cfg.Update.MiniBatch, Count: cfg.Update.MiniBatches}, stepRNG(cfg.Seed, step, streamShuffle),
 		Progress{Step: step, Steps: cfg.Steps})
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrTrain, err)

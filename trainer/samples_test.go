@@ -395,7 +395,7 @@ func TestPackingSameGradients(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	us, err := RunUpdates(u, packed, 2, 2, rand.New(rand.NewPCG(1, 1)), Progress{})
+	us, err := RunUpdates(u, packed, 2, MiniBatching{Size: 2}, rand.New(rand.NewPCG(1, 1)), Progress{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -423,7 +423,7 @@ func TestPackingSameGradients(t *testing.T) {
 			packed[i].Seq.OldLogp[t] -= 0.3
 		}
 	}
-	us, err = RunUpdates(u, packed, 1, 0, rand.New(rand.NewPCG(1, 1)), Progress{})
+	us, err = RunUpdates(u, packed, 1, MiniBatching{}, rand.New(rand.NewPCG(1, 1)), Progress{})
 	if err != nil || us.First.ApproxKL < 1e-3 {
 		t.Fatalf("shifted π_old: KL %v, %v", us.First.ApproxKL, err)
 	}

@@ -2,6 +2,7 @@ package trainer
 
 import (
 	"context"
+	"errors"
 	"math"
 	"path/filepath"
 	"testing"
@@ -53,5 +54,71 @@ func TestCosineFollowsUpdates(t *testing.T) {
 	}
 	if last := ms[steps-1]["lr"].(float64); !(last > minLR) || oldLast != minLR {
 		t.Fatalf("last lr %v (the former estimate %v): the schedule must end at its last update, not before", last, oldLast)
+	}
+}
+
+// TestMiniBatchCuts: mini-batches by size and by count cover an epoch's
+// samples once, in order; by count there are min(count, n) of them whose
+// sizes differ by at most one.
+func TestMiniBatchCuts(t *testing.T) {
+	for _, c := range []struct {
+		b    MiniBatching
+		n    int
+		want []int
+	}{
+		{MiniBatching{}, 5, []int{5}},
+		{MiniBatching{Size: 2}, 5, []int{2, 4, 5}},
+		{MiniBatching{Size: 9}, 5, []int{5}},
+		{MiniBatching{Count: 2}, 5, []int{2, 5}},
+		{MiniBatching{Count: 4}, 16, []int{4, 8, 12, 16}},
+		{MiniBatching{Count: 4}, 6, []int{1, 3, 4, 6}},
+		{MiniBatching{Count: 4}, 3, []int{1, 2, 3}},
+		{MiniBatching{Count: 1}, 7, []int{7}},
+	} {
+		got := c.b.cuts(c.n)
+		if len(got) != len(c.want) {
+			t.Fatalf("%+v of %d: cuts %v, want %v", c.b, c.n, got, c.want)
+		}
+		for i := range got {
+			if got[i] != c.want[i] {
+				t.Fatalf("%+v of %d: cuts %v, want %v", c.b, c.n, got, c.want)
+			}
+		}
+	}
+}
+
+// TestMiniBatchesCount: a real short run with update.mini_batches 2 and
+// two PPO epochs makes 2·2 = 4 updates in every step with at least two
+// samples, whatever their number (metrics.jsonl: updates, sequences).
+func TestMiniBatchesCount(t *testing.T) {
+	model := testutil.ModelFile(t)
+	cfg := tinyRunConfig(t, model, "grpo", 2, "update.mini_batches=2", "update.ppo_epochs=2", "update.pack=false")
+	dir := filepath.Join(t.TempDir(), "run")
+	if _, err := Train(context.Background(), RunOptions{Dir: dir, Config: cfg}); err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for k, m := range readMetrics(t, dir) {
+		n, seqs := int(m["updates"].(float64)), int(m["sequences"].(float64))
+		want := 2 * min(2, seqs)
+		if seqs == 0 {
+			want = 0
+		}
+		if n != want {
+			t.Fatalf("step %d: %d updates for %d sequences, want %d", k+1, n, seqs, want)
+		}
+		if seqs >= 2 {
+			seen++
+		}
+	}
+	if seen == 0 {
+		t.Skip("no step had two samples with a signal")
+	}
+	bad, err := LoadConfig("", "grpo", []string{"env=textlab", "update.mini_batches=2", "update.mini_batch=3"})
+	if err == nil {
+		err = bad.Validate()
+	}
+	if !errors.Is(err, ErrRunConfig) {
+		t.Fatal("mini_batch and mini_batches both set: accepted")
 	}
 }

@@ -36,6 +36,7 @@ var (
 	demosTipFailFlag = &cli.IntFlag{Name: "tip-failures", Usage: "failed attempts played per episode for --tip-records", Value: demos.DefaultTipFailures}
 	demosFailTipFlag = &cli.BoolFlag{Name: "failure-tips", Usage: "with --tip-records, also write each failed attempt's tip-writing turn (so the model learns to write tips after failures too)"}
 	demosThreshFlag  = &cli.Float64Flag{Name: "threshold", Usage: "retrieval cosine threshold of --tip-records (memory.threshold)", Value: rollout.DefaultMemoryConfig().Threshold}
+	demosTipsInFlag  = &cli.StringFlag{Name: "tips-in", Usage: "where --tip-records prompts keep their tips (memory.tips_in): every-turn or last-turn", Value: string(rollout.DefaultMemoryConfig().TipsIn)}
 	demosTopKFlag    = &cli.IntFlag{Name: "top-k", Usage: "tips per prompt of --tip-records (memory.top_k)", Value: rollout.DefaultMemoryConfig().TopK}
 
 	promptHistoryFlag = &cli.StringFlag{Name: "history", Usage: "prompt history: full or last-k", Value: string(rollout.HistoryFull)}
@@ -54,7 +55,7 @@ func envDemosCommand() *cli.Command {
 			"the rollouts (system text, task, history, action format), followed by a tip-writing turn.\n" +
 			"Only episodes that end done with a positive score are written. See docs/sft.md.",
 		Flags: append([]cli.Flag{demosTasksFlag, demosSplitFlag, demosVarsFlag, demosSkipFlag, demosOutFlag, demosPerStepFlag, demosKindFlag,
-			demosNoTipsFlag, demosHeldFlag, demosSeedFlag, demosTextFlag, demosTipRecFlag, demosTipFailFlag, demosFailTipFlag, demosThreshFlag, demosTopKFlag,
+			demosNoTipsFlag, demosHeldFlag, demosSeedFlag, demosTextFlag, demosTipRecFlag, demosTipFailFlag, demosFailTipFlag, demosThreshFlag, demosTopKFlag, demosTipsInFlag,
 			promptHistoryFlag, promptKFlag, promptFormatFlag, promptSystemFlag}, envOptionFlags()...),
 		Action: envDemos,
 	}
@@ -95,7 +96,7 @@ func envDemos(c *cli.Context) error {
 	}
 	tcfg := demos.TipRecordConfig{Prompt: pc, Records: c.Int(demosTipRecFlag.Name), Failures: c.Int(demosTipFailFlag.Name),
 		TopK: c.Int(demosTopKFlag.Name), Threshold: c.Float64(demosThreshFlag.Name), Seed: c.Int64(demosSeedFlag.Name),
-		FailureTips: c.Bool(demosFailTipFlag.Name)}
+		FailureTips: c.Bool(demosFailTipFlag.Name), TipsIn: rollout.TipsIn(c.String(demosTipsInFlag.Name))}
 	switch {
 	case tcfg.Records < 0:
 		return fmt.Errorf("--tip-records %d is negative", tcfg.Records)
@@ -105,6 +106,8 @@ func envDemos(c *cli.Context) error {
 		return fmt.Errorf("--top-k %d: want at least 1", tcfg.TopK)
 	case tcfg.Threshold < -1 || tcfg.Threshold > 1:
 		return fmt.Errorf("--threshold %g: want a cosine in [-1, 1]", tcfg.Threshold)
+	case !tcfg.TipsIn.Valid():
+		return fmt.Errorf("--tips-in %q: want %s or %s", tcfg.TipsIn, rollout.TipsEveryTurn, rollout.TipsLastTurn)
 	case tcfg.FailureTips && tcfg.Records == 0:
 		return fmt.Errorf("--failure-tips needs --tip-records")
 	case tcfg.Records > 0 && pc.History != rollout.HistoryFull:

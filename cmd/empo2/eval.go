@@ -56,6 +56,7 @@ var (
 	evalFormatFlag     = &cli.StringFlag{Name: "action-format", Usage: "naive or cot (default: the run's, else naive)"}
 	evalEmbedderFlag   = &cli.StringFlag{Name: "embedder", Usage: "retrieval embedder: hash, policy or a GGUF `FILE` (default: the run's, else hash)"}
 	evalThresholdFlag  = &cli.Float64Flag{Name: "threshold", Usage: "retrieval cosine threshold (0: the run's, else 0.5)"}
+	evalTipsInFlag     = &cli.StringFlag{Name: "tips-in", Usage: "where retrieved tips stay: every-turn or last-turn (default: the run's, else every-turn)"}
 	evalTopKFlag       = &cli.IntFlag{Name: "top-k", Usage: "tips per prompt (0: the run's, else 10)"}
 	evalTipTempFlag    = &cli.Float64Flag{Name: "tip-temperature", Usage: "sampling temperature of written tips (--ood, --write-tips); < 0: --temperature", DefaultText: "the run's rollout.tip_temperature, else --temperature"}
 	evalSuccessFlag    = &cli.Float64Flag{Name: "success-score", Usage: "an episode succeeds when its score reaches this (ScienceWorld's reference used 70)", Value: 100}
@@ -79,7 +80,7 @@ func init() {
 		Flags: append([]cli.Flag{evalModelFlag, evalLoraFlag, evalRunFlag, evalCkptFlag, evalEnvFlag, evalTasksFlag, evalSplitFlag,
 			evalMemoryFlag, evalMemoryDBFlag, evalWriteTipsFlag, evalEpisodesFlag, evalVarsFlag, evalTempFlag, evalSeedFlag,
 			evalJSONFlag, evalOutFlag, evalOODFlag, evalTrialsFlag, evalParallelFlag, llmThreadsFlag, evalCtxFlag, evalGPULayersFlag,
-			evalActionTokFlag, evalHistoryFlag, evalHistoryKFlag, evalFormatFlag, evalEmbedderFlag, evalThresholdFlag, evalTopKFlag, evalTipTempFlag,
+			evalActionTokFlag, evalHistoryFlag, evalHistoryKFlag, evalFormatFlag, evalEmbedderFlag, evalThresholdFlag, evalTopKFlag, evalTipsInFlag, evalTipTempFlag,
 			evalSuccessFlag}, envOptionFlags()...),
 		Action: evalAction,
 	})
@@ -321,6 +322,11 @@ func openEval(c *cli.Context) (*evalSetup, error) {
 	}
 	if v := c.Int(evalTopKFlag.Name); v != 0 {
 		mc.TopK = v
+	}
+	if v := c.String(evalTipsInFlag.Name); v != "" {
+		if mc.TipsIn = rollout.TipsIn(v); !mc.TipsIn.Valid() {
+			return nil, fmt.Errorf("--tips-in %q: want %s or %s", v, rollout.TipsEveryTurn, rollout.TipsLastTurn)
+		}
 	}
 	if c.IsSet(evalTipTempFlag.Name) {
 		v := c.Float64(evalTipTempFlag.Name)
