@@ -1,6 +1,8 @@
 // Command exptable turns the output directory of scripts/experiment.sh into
-// the results table of docs/results.md (mean ± sample std over seeds) and a
-// diagnosis page (mode mix, masking rate, clip fraction, KL, retrieval,
+// the results table of docs/results.md (mean ± sample std over seeds), the
+// pre-registered decision (docs/experiment.md, Study 2: EMPO² − GRPO on the
+// held-out score without memory against 2 × the pooled standard error),
+// computed here from the same per-seed figures, and a diagnosis page (mode mix, masking rate, clip fraction, KL, retrieval,
 // quoted tips) read from each run's metrics.jsonl and exported memory.
 //
 //	go build -o exptable ./scripts/exptable
@@ -89,6 +91,10 @@ type stepLine struct {
 	EnvSteps          int            `json:"env_steps"`
 	TStep             float64        `json:"t_step"`
 	Updates           int            `json:"updates"`
+	// present only in builds that record them (nil / empty otherwise)
+	TipsTrueFrac       *float64       `json:"tips_true_frac"`
+	TipsWellFormedFrac *float64       `json:"tips_wellformed_frac"`
+	EndReasons         map[string]int `json:"end_reasons"`
 }
 
 type memLine struct {
@@ -394,6 +400,8 @@ func writeTable(w io.Writer, runs []*run) {
 	oodHO := func(r *run) *oodFile { return r.oodHO }
 	K := trials(runs)
 
+	writeDecision(w, runs)
+	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Mean ± sample standard deviation over seeds (n = seeds); success in %, score 0–100 (−100 on a wrong focus).")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "**Held-out variations and the training pool** (temperature 0.4; pool memory on = the run's own memory)")
@@ -484,6 +492,8 @@ func writeTable(w io.Writer, runs []*run) {
 			cell(rs, last(func(s stepLine) float64 { return s.SuccessRate }), 100),
 			cell(rs, last(func(s stepLine) float64 { return s.ScoreMean }), 1))
 	}
+	fmt.Fprintln(w)
+	writeTraining(w, runs)
 }
 
 // writeDiagnosis: what the issue asks to look at when EMPO² does not win.
@@ -602,5 +612,189 @@ func quoteTips(w io.Writer, rs []*run) {
 			fmt.Fprintf(w, "- `%s` step %d, score %g: %q\n", t.ns, t.step, t.score, t.text)
 		}
 		return
+	}
+}
+
+// Verdicts of the pre-registered decision rule.
+const (
+	VerdictBetter    = "EMPO² better"
+	VerdictWorse     = "EMPO² worse"
+	VerdictNoDiff    = "no difference detectable"
+	VerdictUndecided = "undecided: fewer than 2 seeds in an arm"
+)
+
+// decision compares the per-seed values of an EMPO² arm (a) with GRPO's
+// (b): D = mean(a) − mean(b), SE = sqrt(s_a²/n_a + s_b²/n_b) with sample
+// standard deviations (Welch's standard error of a difference of means);
+// better iff D > 2·SE, worse iff D < −2·SE, else no difference
+// detectable. With fewer than 2 values in an arm s is undefined and the
+// rule does not decide.
+type decision struct {
+	D, SE   float64
+	NA, NB  int
+	Verdict string
+}
+
+func decide(a, b []float64) decision {
+	d := decision{NA: len(a), NB: len(b)}
+	if len(a) < 2 || len(b) < 2 {
+		d.D, d.SE = math.NaN(), math.NaN()
+		if len(a) > 0 && len(b) > 0 {
+			ma, _ := meanStd(a)
+			mb, _ := meanStd(b)
+			d.D = ma - mb
+		}
+		d.Verdict = VerdictUndecided
+		return d
+	}
+	ma, sa := meanStd(a)
+	mb, sb := meanStd(b)
+	d.D = ma - mb
+	d.SE = math.Sqrt(sa*sa/float64(len(a)) + sb*sb/float64(len(b)))
+	switch {
+	case d.D > 2*d.SE:
+		d.Verdict = VerdictBetter
+	case d.D < -2*d.SE:
+		d.Verdict = VerdictWorse
+	default:
+		d.Verdict = VerdictNoDiff
+	}
+	return d
+}
+
+// values are get's values over the runs that have one.
+func values(runs []*run, get func(*run) (float64, bool), scale float64) []float64 {
+	var xs []float64
+	for _, r := range runs {
+		if v, ok := get(r); ok {
+			xs = append(xs, v*scale)
+		}
+	}
+	return xs
+}
+
+// writeDecision prints the pre-registered rule applied to every EMPO² arm
+// against GRPO: held-out score without memory decides; success is
+// computed the same way and reported beside it.
+func writeDecision(w io.Writer, runs []*run) {
+	arms, by := groups(runs)
+	test := func(r *run) *evalFile { return r.test }
+	grpo := by["grpo"]
+	fmt.Fprintln(w, "**Decision** (pre-registered, docs/experiment.md Study 2; computed by scripts/exptable from the per-seed held-out figures, memory off, temperature 0.4): D = mean(EMPO²) − mean(GRPO), SE = sqrt(s₁²/n₁ + s₂²/n₂); EMPO² better iff D > 2·SE, worse iff D < −2·SE, else no difference detectable. Score decides; success (percentage points) is reported beside it.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| comparison | n | score D | SE | 2·SE | **verdict (score)** | success D (pp) | SE | verdict (success) |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+	f := func(x float64) string {
+		if math.IsNaN(x) {
+			return "—"
+		}
+		return fmt.Sprintf("%.2f", x)
+	}
+	for _, a := range arms {
+		if !strings.HasPrefix(a, "empo2") {
+			continue
+		}
+		sc := decide(values(by[a], evalGet(test, false, false), 1), values(grpo, evalGet(test, false, false), 1))
+		su := decide(values(by[a], evalGet(test, false, true), 100), values(grpo, evalGet(test, false, true), 100))
+		fmt.Fprintf(w, "| %s − grpo | %d vs %d | %s | %s | %s | **%s** | %s | %s | %s |\n", a, sc.NA, sc.NB,
+			f(sc.D), f(sc.SE), f(2*sc.SE), sc.Verdict, f(su.D), f(su.SE), su.Verdict)
+	}
+}
+
+// trainStats are one run's training figures over its steps: the share of
+// steps (or rollouts, per-rollout modes) in memory and off-policy modes,
+// the masking rate (masked responses / responses with a signal), the mean
+// clip fraction and updates of the steps that updated, the mean true-tip
+// fraction of the steps that report one, and the share of episodes that
+// ended on a full context (ok false: not recorded).
+type trainStats struct {
+	memFrac, offFrac, maskRate, clip, updates, tipsTrue, ctxEnd float64
+	maskOK, updOK, tipsOK, ctxOK                                bool
+}
+
+func stats(r *run) (t trainStats, ok bool) {
+	if len(r.steps) == 0 {
+		return t, false
+	}
+	var all, mem, off, masked, resp, upd, nTrue, eps, ctxEnds int
+	var clip, updates, tru float64
+	for _, s := range r.steps {
+		modes := s.Modes
+		if len(modes) == 0 {
+			modes = map[string]int{s.Mode: 1}
+		}
+		for m, n := range modes {
+			all += n
+			if m != "on-policy" {
+				mem += n
+			}
+			if m == "off-policy" {
+				off += n
+			}
+		}
+		masked += s.MaskedSeqs
+		resp += s.SampleSteps
+		if s.Updates > 0 {
+			upd++
+			clip += s.ClipFrac
+			updates += float64(s.Updates)
+		}
+		if s.TipsTrueFrac != nil {
+			nTrue++
+			tru += *s.TipsTrueFrac
+		}
+		if len(s.EndReasons) > 0 {
+			t.ctxOK = true
+			ctxEnds += s.EndReasons["context"]
+			for _, n := range s.EndReasons {
+				eps += n
+			}
+		}
+	}
+	t.memFrac, t.offFrac = float64(mem)/float64(all), float64(off)/float64(all)
+	if resp > 0 {
+		t.maskRate, t.maskOK = float64(masked)/float64(resp), true
+	}
+	if upd > 0 {
+		t.clip, t.updates, t.updOK = clip/float64(upd), updates/float64(upd), true
+	}
+	if nTrue > 0 {
+		t.tipsTrue, t.tipsOK = tru/float64(nTrue), true
+	}
+	if t.ctxOK && eps > 0 {
+		t.ctxEnd = float64(ctxEnds) / float64(eps)
+	}
+	return t, true
+}
+
+// writeTraining prints the training figures per arm (mean ± std over seeds).
+func writeTraining(w io.Writer, runs []*run) {
+	arms, by := groups(runs)
+	get := func(f func(trainStats) (float64, bool)) func(*run) (float64, bool) {
+		return func(r *run) (float64, bool) {
+			t, ok := stats(r)
+			if !ok {
+				return 0, false
+			}
+			return f(t)
+		}
+	}
+	fmt.Fprintln(w, "**Training: mode mix, updates, masking, clipping, tips** (per run over its steps, mean ± std over seeds; memory = steps with tips in the rollouts, off-policy and on-policy-with-tips; masked = masked responses / responses with a signal; clip and updates: mean over the steps that updated; true tips: tips_true_frac; context ends: episodes ended on a full context)")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| arm | memory steps % | off-policy steps % | updates per step | masked % | clip frac % | true tips % | context ends % |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- |")
+	for _, a := range arms {
+		rs := by[a]
+		if len(rs[0].steps) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", a,
+			cell(rs, get(func(t trainStats) (float64, bool) { return t.memFrac, true }), 100),
+			cell(rs, get(func(t trainStats) (float64, bool) { return t.offFrac, true }), 100),
+			cell(rs, get(func(t trainStats) (float64, bool) { return t.updates, t.updOK }), 1),
+			cell(rs, get(func(t trainStats) (float64, bool) { return t.maskRate, t.maskOK }), 100),
+			cell(rs, get(func(t trainStats) (float64, bool) { return t.clip, t.updOK }), 100),
+			cell(rs, get(func(t trainStats) (float64, bool) { return t.tipsTrue, t.tipsOK }), 100),
+			cell(rs, get(func(t trainStats) (float64, bool) { return t.ctxEnd, t.ctxOK }), 100))
 	}
 }

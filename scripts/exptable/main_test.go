@@ -118,3 +118,83 @@ func TestLoadErrors(t *testing.T) {
 		t.Fatalf("broken metrics line: %v, want file:line", err)
 	}
 }
+
+// TestDecide: the pre-registered rule on hand-computed cases. a = {10, 12,
+// 14} and b = {4, 6, 8} have sample std 2 each, so SE = sqrt(4/3 + 4/3) =
+// sqrt(8/3) ≈ 1.63299 and 2·SE ≈ 3.26599.
+func TestDecide(t *testing.T) {
+	se := math.Sqrt(8.0 / 3)
+	for _, c := range []struct {
+		name    string
+		a, b    []float64
+		d, se   float64
+		verdict string
+	}{
+		{"better", []float64{10, 12, 14}, []float64{4, 6, 8}, 6, se, VerdictBetter},
+		{"worse", []float64{4, 6, 8}, []float64{10, 12, 14}, -6, se, VerdictWorse},
+		{"within 2 SE", []float64{10, 12, 14}, []float64{8, 10, 12}, 2, se, VerdictNoDiff},
+		{"within 2 SE below", []float64{8, 10, 12}, []float64{10, 12, 14}, -2, se, VerdictNoDiff},
+		// unequal n: s_a² = 450 (n 2), s_b² = 1 (n 3): SE = sqrt(225 + 1/3)
+		{"unequal n", []float64{0, 30}, []float64{1, 2, 3}, 13, math.Sqrt(225 + 1.0/3), VerdictNoDiff},
+		// equal seeds, no spread: SE 0, any positive difference decides
+		{"no spread", []float64{5, 5}, []float64{3, 3}, 2, 0, VerdictBetter},
+		{"identical", []float64{5, 5}, []float64{5, 5}, 0, 0, VerdictNoDiff},
+	} {
+		got := decide(c.a, c.b)
+		if math.Abs(got.D-c.d) > 1e-12 || math.Abs(got.SE-c.se) > 1e-12 || got.Verdict != c.verdict {
+			t.Errorf("%s: D %v SE %v %q; want D %v SE %v %q", c.name, got.D, got.SE, got.Verdict, c.d, c.se, c.verdict)
+		}
+	}
+	if got := decide([]float64{5}, []float64{1, 2}); got.Verdict != VerdictUndecided || got.D != 3.5 || !math.IsNaN(got.SE) {
+		t.Errorf("one seed: %+v, want undecided with D 3.5 and no SE", got)
+	}
+}
+
+// TestDecisionAndTraining: the table's decision row is computed from the
+// runs' held-out scores (the "better" case of TestDecide), and its
+// training section from their metrics: mode mix, updates, masking, clip,
+// true tips and context ends.
+func TestDecisionAndTraining(t *testing.T) {
+	out := t.TempDir()
+	scores := map[string][]string{"grpo": {"4", "6", "8"}, "empo2": {"10", "12", "14"}, "empo2-paper": {"8", "10", "12"}}
+	for arm, sc := range scores {
+		for i, v := range sc {
+			dir := filepath.Join(out, "runs", arm+"-s"+string(rune('1'+i)))
+			write(t, filepath.Join(dir, "eval/test-off.json"), `{"memory_off":{"score_mean":`+v+`,"success_rate":0,"episodes":36}}`)
+			metrics := `{"step":0,"mode":"on-policy","episodes":16,"sample_steps":100,"masked_seqs":0,"updates":4,"clip_frac":0.02,"end_reasons":{"done":10,"step-limit":6,"context":0}}
+{"step":1,"mode":"on-policy","episodes":16,"sample_steps":0,"updates":0,"end_reasons":{"done":10,"step-limit":6,"context":0}}
+`
+			if arm != "grpo" {
+				metrics = `{"step":0,"mode":"off-policy","episodes":16,"sample_steps":100,"masked_seqs":10,"updates":4,"clip_frac":0.04,"tips_true_frac":0.25,"end_reasons":{"done":8,"step-limit":4,"context":4}}
+{"step":1,"mode":"on-policy-tips","episodes":16,"sample_steps":60,"masked_seqs":0,"updates":4,"clip_frac":0.02,"tips_true_frac":0.75,"end_reasons":{"done":16,"context":0}}
+{"step":2,"mode":"on-policy","episodes":16,"sample_steps":40,"masked_seqs":0,"updates":4,"clip_frac":0,"end_reasons":{"done":16}}
+{"step":3,"mode":"on-policy","episodes":16,"sample_steps":0,"updates":0,"end_reasons":{"done":16}}
+`
+			}
+			write(t, filepath.Join(dir, "metrics.jsonl"), metrics)
+		}
+	}
+	runs, err := load(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tab bytes.Buffer
+	writeTable(&tab, runs)
+	got := tab.String()
+	for _, want := range []string{
+		"| empo2 − grpo | 3 vs 3 | 6.00 | 1.63 | 3.27 | **EMPO² better** | 0.00 | 0.00 | no difference detectable |",
+		"| empo2-paper − grpo | 3 vs 3 | 4.00 | 1.63 | 3.27 | **EMPO² better** |",
+		// memory 2/4 steps, off-policy 1/4; updates 4 over the 3 updating
+		// steps; masked 10/200; clip (4+2+0)/3 %; true tips (25+75)/2 %;
+		// context ends 4/64
+		"| empo2 | 50.0 ± 0.0 | 25.0 ± 0.0 | 4.0 ± 0.0 | 5.0 ± 0.0 | 2.0 ± 0.0 | 50.0 ± 0.0 | 6.2 ± 0.0 |",
+		"| grpo | 0.0 ± 0.0 | 0.0 ± 0.0 | 4.0 ± 0.0 | 0.0 ± 0.0 | 2.0 ± 0.0 | — | 0.0 ± 0.0 |",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("table lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Index(got, "**Decision**") > strings.Index(got, "**Held-out variations") {
+		t.Error("the decision comes first in the table")
+	}
+}
