@@ -195,6 +195,11 @@ type StepMetrics struct {
 	TOldLogp          float64      `json:"t_old_logp"`
 	TUpdate           float64      `json:"t_update"`
 	TStep             float64      `json:"t_step"`
+
+	// the step's tips checked against their episodes by the environment's
+	// TipChecker (tiptruth.go); absent without tips or checker
+	TipsTrueFrac       *float64 `json:"tips_true_frac,omitempty"`
+	TipsWellFormedFrac *float64 `json:"tips_wellformed_frac,omitempty"`
 }
 
 // UpdateSummary aggregates the optimizer steps of one training step.
@@ -395,6 +400,7 @@ func (l *Loop) Step(ctx context.Context, step int) (StepMetrics, error) {
 		}
 		m.TipsWritten = w
 		m.TTips = time.Since(t).Seconds()
+		m.TipsTrueFrac, m.TipsWellFormedFrac = tipTruth(cfg.Env, eps)
 	}
 	if cfg.Mode.Update {
 		if err := ctx.Err(); err != nil {

@@ -98,6 +98,17 @@ func (d Demo) Turns() []rollout.Turn {
 	return out
 }
 
+// Trajectory is the demo as its environment produced it (for an
+// environments.TipChecker).
+func (d Demo) Trajectory() environments.Trajectory {
+	tr := environments.Trajectory{Task: d.Task, Variation: d.Variation, FirstObs: d.FirstObs, Score: d.Score,
+		Steps: make([]environments.TrajectoryStep, len(d.Steps))}
+	for i, s := range d.Steps {
+		tr.Steps[i] = environments.TrajectoryStep{Action: s.Action, Observation: s.Observation, Reward: s.Reward}
+	}
+	return tr
+}
+
 var (
 	roomRe     = regexp.MustCompile(`This room is called the ([^.\n]+)\.`)
 	doorRe     = regexp.MustCompile(`A door to the ([^(\n]+?) \(`)
