@@ -3,12 +3,15 @@ package demos
 import (
 	"context"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/empo2/empo2/environments"
 	"github.com/empo2/empo2/environments/textlab"
+	"github.com/empo2/empo2/trainer/rollout"
+	"github.com/empo2/empo2/trainer/sft"
 )
 
 // Every tip Tip writes for textlab is true, checked by textlab's
@@ -52,4 +55,64 @@ func TestTipsAreTrue(t *testing.T) {
 		}
 	}
 	t.Logf("%d tips checked", n)
+}
+
+// AttemptTipRecords: each record is the tip request after an attempt
+// (FailedAttempt: the demo's prefix, then random actions), answered with
+// that attempt's true tip; replaying the record's actions on a fresh environment gives its
+// observations and the same tip; the records are deterministic, cover
+// failures and unfinished attempts, and respect the step limit.
+func TestAttemptTipRecords(t *testing.T) {
+	ctx := context.Background()
+	opts := environments.Options{Simplifications: "easy"}
+	env, err := textlab.New(opts)
+	require.NoError(t, err)
+	replay, err := textlab.New(opts)
+	require.NoError(t, err)
+	pc := rollout.DefaultPromptConfig()
+	chk := environments.TipCheckerOf(textlab.Name)
+	var failed, unfinished int
+	for v := 8; v < 12; v++ {
+		d, err := Explore(ctx, env, "textlab", "find-living-thing", v, 0)
+		require.NoError(t, err)
+		recs, err := AttemptTipRecords(ctx, env, d, 6, 30, pc, 5)
+		require.NoError(t, err)
+		again, err := AttemptTipRecords(ctx, env, d, 6, 30, pc, 5)
+		require.NoError(t, err)
+		require.Equal(t, recs, again, "not deterministic")
+		require.Len(t, recs, 6)
+		for _, r := range recs {
+			msgs := r.Messages
+			require.Equal(t, true, r.Meta["attempt"])
+			require.True(t, strings.HasSuffix(msgs[len(msgs)-2].Content, rollout.TipRequest))
+			// the turns: user (task + first observation), then assistant action / user observation pairs
+			var acts []string
+			for i := 2; i+1 < len(msgs)-1; i += 2 {
+				require.Equal(t, sft.RoleAssistant, msgs[i].Role)
+				acts = append(acts, msgs[i].Content)
+			}
+			require.LessOrEqual(t, len(acts), 30)
+			p, err := Play(ctx, replay, "textlab", d.Task, v, 0, acts)
+			require.NoError(t, err)
+			p.Kind = d.Kind
+			require.Len(t, p.Steps, len(acts))
+			require.Equal(t, rollout.TipMessages(pc, p.Desc, p.FirstObs, p.Turns()), msgs[:len(msgs)-1])
+			tip := msgs[len(msgs)-1].Content
+			require.Equal(t, Tip(p), tip)
+			require.True(t, chk.CheckTip(tip, p.Trajectory()).True(), tip)
+			switch {
+			case p.Score < 0:
+				failed++
+			case p.Score < 100:
+				unfinished++
+			}
+		}
+	}
+	require.Positive(t, failed)
+	require.Positive(t, unfinished)
+	recs, err := AttemptTipRecords(ctx, env, Demo{}, 3, 30, pc, 0)
+	require.NoError(t, err)
+	require.Empty(t, recs)
+	_, err = AttemptTipRecords(ctx, env, Demo{}, 3, 0, pc, 0)
+	require.Error(t, err)
 }
