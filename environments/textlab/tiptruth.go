@@ -20,8 +20,9 @@ import (
 //	I went to the R1 and the R2.                 the agent arrived in each Ri ("You move/teleport to the Ri.")
 //	I tried A1, A2, ….                            each action Ai was taken ("…" stands for more and claims nothing)
 //	Score came from A1 (+g1) in the R1 and A2 (+g2).
-//	                                              a step took action Ai, earned exactly gi, and (when named) left the agent in Ri
-//	Score was lost at A (-g) in the R.            the same for a step that lost g
+//	                                              a step took action Ai, earned exactly gi, and (when named) left the agent in Ri;
+//	                                              without "(+gi)": earned score (a positive reward)
+//	Score was lost at A (-g) in the R.            the same for a step that lost g (without "(-g)": lost score)
 //	No action earned score.                       no step had a positive reward
 //	The task is complete with score S/100.        the final score is S and the task was completed (100)
 //	The episode failed with score S/100.          the final score is S and it is negative (a failure)
@@ -29,7 +30,11 @@ import (
 //	                                              the final score is S, below 100
 //	The task is not complete: score S/100 after N steps.
 //	                                              the final score is S, below 100, after exactly N steps
+//	The task is complete. / The episode failed. / The task is not complete.
+//	                                              the final score is 100 / negative / below 100
 //
+// Rooms after "in the" are the house's rooms (roomNames), so an action
+// that itself says "in the red box" stays one action.
 // Each room, action item and ending sentence is one claim. Any other
 // sentence (including one cut off before its period) is unparsed. The
 // facts come from the observations only, in the formats world.go writes:
@@ -126,19 +131,24 @@ func splitSentences(tip string) (sentences []string, rest string) {
 const num = `(-?[0-9]+(?:\.[0-9]+)?)`
 
 var (
-	lookedRe      = regexp.MustCompile(`^I looked around (.+)$`)
-	wentRe        = regexp.MustCompile(`^I went to (.+)$`)
-	triedRe       = regexp.MustCompile(`^I tried (.+)$`)
-	gainsRe       = regexp.MustCompile(`^Score came from (.+)$`)
-	lossesRe      = regexp.MustCompile(`^Score was lost at (.+)$`)
+	lookedRe = regexp.MustCompile(`^I looked around (.+)$`)
+	wentRe   = regexp.MustCompile(`^I went to (.+)$`)
+	triedRe  = regexp.MustCompile(`^I tried (.+)$`)
+	gainsRe  = regexp.MustCompile(`^Score came from (.+)$`)
+	lossesRe = regexp.MustCompile(`^Score was lost at (.+)$`)
+	endings  = map[string]func(score float64) bool{
+		"The task is complete":     func(s float64) bool { return s >= 100 },
+		"The episode failed":       func(s float64) bool { return s < 0 },
+		"The task is not complete": func(s float64) bool { return s < 100 },
+	}
 	completeRe    = regexp.MustCompile(`^The task is complete with score ` + num + `/100$`)
 	failedRe      = regexp.MustCompile(`^The episode failed with score ` + num + `/100$`)
 	endedRe       = regexp.MustCompile(`^The episode ended with score ` + num + `/100, short of the full score$`)
 	notCompleteRe = regexp.MustCompile(`^The task is not complete: score ` + num + `/100 after ([0-9]+) steps$`)
 	theRoomRe     = regexp.MustCompile(`^the ([a-z][a-z ]*)$`)
 	listSepRe     = regexp.MustCompile(`, and |, | and `)
-	// one "A (+g) in the R" item and the separator after it
-	itemRe = regexp.MustCompile(`^(.+?) \(([+-])([0-9]+(?:\.[0-9]+)?)\)(?: in the ([a-z][a-z ]*?))?(, and |, | and |$)`)
+	// one "A (+g) in the R" item ("(+g)" and "in the R" optional) and the separator after it
+	itemRe = regexp.MustCompile(`^(.+?)(?: \(([+-])([0-9]+(?:\.[0-9]+)?)\))?(?: in the (` + strings.Join(roomNames, "|") + `))?(, and |, | and |$)`)
 )
 
 const noGain = "No action earned score"
@@ -153,6 +163,12 @@ func (f facts) check(s string) (n int, bad []string, ok bool) {
 			}
 		}
 		return 1, nil, true
+	}
+	if holds, ok := endings[s]; ok {
+		if !holds(f.score) {
+			bad = append(bad, fmt.Sprintf("%q; the episode ended at %s", s, fmtNum(f.score)))
+		}
+		return 1, bad, true
 	}
 	if m := lookedRe.FindStringSubmatch(s); m != nil {
 		return f.rooms(m[1], f.looked, "never saw the listing of the %s")
@@ -244,7 +260,7 @@ func (f facts) rooms(list string, set map[string]bool, falseMsg string) (n int, 
 func (f facts) items(list, sign string) (n int, bad []string, ok bool) {
 	for list != "" {
 		m := itemRe.FindStringSubmatch(list)
-		if m == nil || m[2] != sign {
+		if m == nil || (m[2] != "" && m[2] != sign) {
 			return 0, nil, false
 		}
 		list = list[len(m[0]):]
@@ -252,33 +268,42 @@ func (f facts) items(list, sign string) (n int, bad []string, ok bool) {
 			return 0, nil, false // a dangling separator
 		}
 		n++
-		act, g, room := normalize(m[1]), parseNum(m[3]), m[4]
+		act, room := normalize(m[1]), m[4]
+		g := math.NaN() // no amount: any reward of the sign
+		if m[3] != "" {
+			g = parseNum(m[3])
+		}
 		if sign == "-" {
 			g = -g
 		}
-		if msg := f.item(act, g, room); msg != "" {
+		if msg := f.item(act, sign, g, room); msg != "" {
 			bad = append(bad, msg)
 		}
 	}
 	return n, bad, n > 0
 }
 
-// item checks one "A (±g) in the R": some step took A, earned g and (when
-// room is named) left the agent in room; the message says why not.
-func (f facts) item(act string, g float64, room string) string {
+// item checks one "A (±g) in the R": some step took A, earned g (NaN: any
+// reward of the sign) and (when room is named) left the agent in room; the
+// message says why not.
+func (f facts) item(act, sign string, g float64, room string) string {
 	var rewards []string
 	var rooms []string
 	for _, st := range f.steps {
 		if st.action != act {
 			continue
 		}
-		if same(st.reward, g) && (room == "" || st.room == room) {
+		amount := same(st.reward, g) || (math.IsNaN(g) && (sign == "+") == (st.reward > 0) && st.reward != 0)
+		if amount && (room == "" || st.room == room) {
 			return ""
 		}
 		rewards = append(rewards, fmtNum(st.reward))
 		rooms = append(rooms, st.room)
 	}
 	claim := fmt.Sprintf("%s (%+g)", act, g)
+	if math.IsNaN(g) {
+		claim = fmt.Sprintf("%s (%s)", act, sign)
+	}
 	if room != "" {
 		claim += " in the " + room
 	}

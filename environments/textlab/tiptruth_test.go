@@ -72,6 +72,20 @@ func TestCheckTip(t *testing.T) {
 		{"unfinished", partial, "I looked around the bedroom. The task is not complete: score 10/100 after 4 steps.", 2, 0, true, true},
 		{"ended short", partial, "The episode ended with score 10/100, short of the full score.", 1, 0, true, true},
 		{"no score", playTrajectory(t, "find-living-thing", 0, "teleport to bedroom"), "No action earned score.", 1, 0, true, true},
+		// the same without point values
+		{"no amounts", win, "I looked around the greenhouse. Score came from teleport to greenhouse in the greenhouse, focus on frog in the greenhouse " +
+			"and move frog to red box in the kitchen. The task is complete.", 1 + 3 + 1, 0, true, true},
+		{"no amounts, failure", fail, "Score came from teleport to greenhouse in the greenhouse. Score was lost at focus on shovel in the greenhouse. " +
+			"The episode failed.", 3, 0, true, true},
+		{"no amounts, unfinished", partial, "I looked around the bedroom. The task is not complete.", 2, 0, true, true},
+		{"a failure is not complete either", fail, "The task is not complete.", 1, 0, true, true},
+		{"an action naming a container", win, "Score came from put frog in the red box in the kitchen.", 1, 1, true, false},
+		{"no amount, wrong sign", fail, "Score came from focus on shovel in the greenhouse.", 1, 1, true, false},
+		{"no amount, loss that was a gain", win, "Score was lost at focus on frog.", 1, 1, true, false},
+		{"no amount, action without reward", partial, "Score came from look around in the bedroom.", 1, 1, true, false},
+		{"complete on partial", partial, "The task is complete.", 1, 1, true, false},
+		{"failed on partial", partial, "The episode failed.", 1, 1, true, false},
+		{"not complete on success", win, "The task is not complete.", 1, 1, true, false},
 		// a wrong room
 		{"room never looked at", win, "I looked around the kitchen and the bedroom.", 2, 1, true, false},
 		{"room never entered", partial, "I went to the kitchen.", 1, 1, true, false},
