@@ -34,7 +34,9 @@ import (
 //	                                              the final score is 100 / negative / below 100
 //
 // Rooms after "in the" are the house's rooms (roomNames), so an action
-// that itself says "in the red box" stays one action.
+// that itself says "in the red box" stays one action; a room list may name
+// any room (one the house lacks is a false claim).
+//
 // Each room, action item and ending sentence is one claim. Any other
 // sentence (including one cut off before its period) is unparsed. The
 // facts come from the observations only, in the formats world.go writes:
