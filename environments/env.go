@@ -101,6 +101,8 @@ type Spec struct {
 	Description string
 	New         func(Options) (Env, error)
 	Tasks       func(Options) ([]Task, error)
+	// TipChecker, when set, checks tips written after its episodes (tips.go).
+	TipChecker TipChecker
 }
 
 var (

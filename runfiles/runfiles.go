@@ -77,6 +77,11 @@ type Metrics struct {
 	TOldLogp          float64        `json:"t_old_logp"`
 	TUpdate           float64        `json:"t_update"`
 	TStep             float64        `json:"t_step"`
+
+	// the step's tips checked against their episodes by the environment's
+	// TipChecker (environments.TipChecker); absent without tips or checker
+	TipsTrueFrac       *float64 `json:"tips_true_frac,omitempty"`
+	TipsWellFormedFrac *float64 `json:"tips_wellformed_frac,omitempty"`
 }
 
 // TaskResult is one task's (or the overall) result of an evaluation.

@@ -408,6 +408,7 @@ func (l *Loop) Step(ctx context.Context, step int) (StepMetrics, error) {
 			return m, fmt.Errorf("%w: writing tips: %w", ErrTrain, err)
 		}
 		m.TTips = time.Since(t).Seconds()
+		m.TipsTrueFrac, m.TipsWellFormedFrac = tipTruth(cfg.Env, eps)
 	}
 	if cfg.Mode.Update {
 		if err := l.update(ctx, step, eps, modes, &m); err != nil {

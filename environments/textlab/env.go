@@ -17,6 +17,7 @@ func init() {
 		Description: "native ScienceWorld-style text world (pure Go, no JVM), for tests and CPU experiments",
 		New:         func(o environments.Options) (environments.Env, error) { return New(o) },
 		Tasks:       Tasks,
+		TipChecker:  tipChecker{},
 	})
 }
 
