@@ -195,6 +195,11 @@ type StepMetrics struct {
 	TOldLogp          float64      `json:"t_old_logp"`
 	TUpdate           float64      `json:"t_update"`
 	TStep             float64      `json:"t_step"`
+
+	// Why the step's episodes ended (done, step-limit, context, error;
+	// rollout.EndCounts) and the per-episode context they had, in tokens.
+	EndReasons rollout.EndCounts `json:"end_reasons"`
+	Context    int               `json:"context"`
 }
 
 // UpdateSummary aggregates the optimizer steps of one training step.
@@ -356,6 +361,7 @@ func (l *Loop) Step(ctx context.Context, step int) (StepMetrics, error) {
 		m.EnvStepsPerS = float64(rs.EnvSteps) / s
 	}
 	m.Episodes = len(eps)
+	m.EndReasons, m.Context = rollout.CountEnds(eps), cfg.Context
 	var retrieved, nsteps float64
 	for i := range eps {
 		ep := &eps[i]

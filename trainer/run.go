@@ -142,11 +142,7 @@ func Train(ctx context.Context, opts RunOptions) (res RunResult, err error) {
 		return res, err
 	}
 	defer policy.Close()
-	// Training sequences (a packed episode is its last prompt and
-	// response) must fit the model's context.
-	if mc := policy.Info().NCtxTrain; mc > 0 && cfg.Context > mc {
-		cfg.Context = mc
-	}
+	cfg.Context = cfg.EpisodeContext(policy.Info().NCtxTrain)
 	ucfg, err := cfg.UpdaterConfig()
 	if err != nil {
 		return res, err

@@ -78,12 +78,18 @@ func EpisodeReward(ep *rollout.Episode, scale float64) float64 {
 // with the unbiased std (torch.std, as verl's GRPO estimator). A group of
 // one episode, or whose rewards are all equal, carries no signal: its
 // advantages are 0 and skip[i] is true so that its samples are not built.
+// An episode whose environment failed (rollout.EndError) is no member of
+// its group: it is skipped, and the others are compared among themselves.
 func GroupAdvantages(eps []rollout.Episode, rewards []float64, stdNorm bool, eps0 float64) (adv []float64, skip []bool, zeroVarGroups int) {
 	adv = make([]float64, len(eps))
 	skip = make([]bool, len(eps))
 	groups := map[int][]int{}
 	var keys []int
 	for i := range eps {
+		if eps[i].End == rollout.EndError {
+			skip[i] = true
+			continue
+		}
 		g := eps[i].Group
 		if _, ok := groups[g]; !ok {
 			keys = append(keys, g)

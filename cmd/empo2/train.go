@@ -150,7 +150,12 @@ func trainAction(c *cli.Context) error {
 				progressbar.OptionClearOnFinish())
 		}
 	}
+	contextWarned := false
 	opts.OnStep = func(m trainer.StepMetrics) {
+		if w := m.EndReasons.ContextWarning(m.Context); w != "" && !contextWarned {
+			contextWarned = true // once a run: metrics.jsonl's end_reasons has every step's counts
+			log.Warn().Int("step", m.Step).Msg(w)
+		}
 		if bar != nil {
 			bar.Describe(fmt.Sprintf("step %d/%d %s score %.1f succ %.2f loss %.4f", m.Step, cfg.Steps, m.Mode, m.ScoreMean, m.SuccessRate, m.Loss))
 			_ = bar.Add(1)
@@ -158,7 +163,7 @@ func trainAction(c *cli.Context) error {
 		}
 		log.Info().Int("step", m.Step).Int("steps", cfg.Steps).Str("mode", string(m.Mode)).Float64("score", m.ScoreMean).
 			Float64("success", m.SuccessRate).Float64("reward", m.RewardMean).Float64("loss", m.Loss).Float64("kl", m.ApproxKL).
-			Float64("clip", m.ClipFrac).Int("tips_written", m.TipsWritten).Float64("t_step", m.TStep).Msg("step")
+			Float64("clip", m.ClipFrac).Int("tips_written", m.TipsWritten).Float64("t_step", m.TStep).Any("end_reasons", m.EndReasons).Msg("step")
 	}
 	opts.OnEval = func(l evaluate.Line) {
 		log.Info().Int("step", l.Step).RawJSON("memory_off", orNull(l.MemoryOff)).RawJSON("memory_on", orNull(l.MemoryOn)).Msg("eval")

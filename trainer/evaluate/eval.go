@@ -84,6 +84,8 @@ type Result struct {
 	Tasks map[string]TaskResult `json:"tasks"`
 	// TipsRetrievedMean: tips counted above threshold per step (memory on).
 	TipsRetrievedMean float64 `json:"tips_retrieved_mean"`
+	// EndReasons: episodes per end reason (done, step-limit, context, error).
+	EndReasons rollout.EndCounts `json:"end_reasons"`
 }
 
 // Report is Evaluate's result; `empo2 eval --json` writes it.
@@ -250,7 +252,7 @@ func Evaluate(ctx context.Context, r *rollout.Roller, cfg Config) (*Report, erro
 // summarize computes the mean score, success rate and steps, overall and
 // per task.
 func summarize(eps []rollout.Episode, success float64) *Result {
-	res := &Result{Tasks: map[string]TaskResult{}}
+	res := &Result{Tasks: map[string]TaskResult{}, EndReasons: rollout.CountEnds(eps)}
 	var retrieved, steps float64
 	add := func(tr *TaskResult, ep *rollout.Episode) {
 		tr.Episodes++
