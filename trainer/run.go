@@ -134,15 +134,17 @@ func Train(ctx context.Context, opts RunOptions) (res RunResult, err error) {
 		return res, err
 	}
 	defer lm.Close()
+	cfg.Context = cfg.EpisodeContext(lm.Info().NCtxTrain)
 	// The training engine reads llama.cpp's loaded weights (one copy of the
-	// base model in memory; only Wᵀ copies, LoRA state and buffers are added).
+	// base model in memory; only Wᵀ copies, LoRA state and buffers are
+	// added). A packed episode (its last prompt and response) is up to
+	// cfg.Context tokens long: the engine's compute cap must fit one.
 	policy, err := cgo.LoadShared(lm, cgo.LoRAConfig{Rank: cfg.LoRA.Rank, Alpha: cfg.LoRA.Alpha, Targets: cfg.LoRA.Targets, Seed: cfg.Seed},
-		cgo.Options{Threads: threads, Device: cfg.Device})
+		cgo.Options{Threads: threads, Device: cfg.Device, ComputeRefTokens: cfg.Context})
 	if err != nil {
 		return res, err
 	}
 	defer policy.Close()
-	cfg.Context = cfg.EpisodeContext(policy.Info().NCtxTrain)
 	ucfg, err := cfg.UpdaterConfig()
 	if err != nil {
 		return res, err
