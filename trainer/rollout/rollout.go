@@ -246,8 +246,8 @@ func (c EndCounts) ContextWarning(context int) string {
 		return ""
 	}
 	return fmt.Sprintf("%d of %d episodes ended on a full context (%d tokens) before the environment or the step limit ended them: "+
-		"raise context (up to the model's training context), keep fewer turns (rollout.history: last-k), or turn on rollout.correct_invalid "+
-		"so that invalid actions advance the episode", n, all, context)
+		"raise context (up to the model's training context) or keep fewer turns (rollout.history: last-k); with rollout.correct_invalid off, "+
+		"an invalid action does not advance the episode", n, all, context)
 }
 
 // Stats describes a Run (or, for TTips, a WriteTips).
