@@ -402,6 +402,7 @@ func (l *Loop) Step(ctx context.Context, step int) (StepMetrics, error) {
 	}
 	m.addRollouts(rs)
 	m.addEpisodes(eps, l.success, cfg.Advantage.RewardScale)
+	m.EndReasons, m.Context = rollout.CountEnds(eps), cfg.Context
 	if cfg.Memory.WriteTips {
 		t := time.Now()
 		if m.TipsWritten, err = l.Runner.WriteTips(ctx, eps, int64(step)); err != nil {

@@ -155,6 +155,9 @@ func (e *Env) Step(ctx context.Context, action string) (environments.StepResult,
 	}
 	e.moves++
 	e.done = e.ep.done || e.moves >= e.limit
+	if e.done && !e.ep.done {
+		info[environments.InfoTruncated] = true
+	}
 	info["moves"] = e.moves
 	info["score"] = e.ep.score
 	info["won"] = e.ep.won
