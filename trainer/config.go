@@ -31,7 +31,7 @@ var ErrRunConfig = errors.New("trainer: bad run configuration")
 // --print-config`, the run directory's config.yaml and the table in
 // docs/train.md (TestConfigDocsMatch keeps them in step).
 type Config struct {
-	Preset     string               `yaml:"preset" doc:"preset applied under this file: empo2 | grpo | memory-only (see trainer/presets)"`
+	Preset     string               `yaml:"preset" doc:"preset applied under this file: empo2 | grpo | memory-only | scienceworld (see trainer/presets)"`
 	Model      string               "yaml:\"model\" doc:\"base model GGUF (a Qwen2-family model; `empo2 model gen` makes tiny ones)\""
 	Env        string               `yaml:"env" doc:"environment: textlab | webshop | scienceworld"`
 	Tasks      []string             `yaml:"tasks,flow" doc:"tasks to train on (their train-split variations; task/N = variation N only); empty = every task that is not held out"`
@@ -40,7 +40,7 @@ type Config struct {
 	Steps      int                  `yaml:"steps" doc:"training steps (each: rollouts, tips, update)" range:"[0,1e9]"`
 	Threads    int                  `yaml:"threads" doc:"CPU threads for llama.cpp and the training graph; 0 = all cores" range:"[0,1024]"`
 	Device     string               `yaml:"device" doc:"cpu | gpu | auto (training graph and rollouts)"`
-	Context    int                  `yaml:"context" doc:"rollout context per episode in tokens (KV cache of one sequence)" range:"[64,1048576]"`
+	Context    int                  `yaml:"context" doc:"rollout context per episode in tokens (KV cache of one sequence), at most the model's training context; 0 = the model's training context, at most 8192 (the reference's prompt limit)" range:"[0,1048576]"`
 	LoRA       LoRAConfig           `yaml:"lora" doc:"the trained LoRA adapter"`
 	Batch      BatchConfig          `yaml:"batch" doc:"rollouts per step: batch.tasks × batch.rollouts episodes (reference full scale: 8 × 8)"`
 	Mode       ModeConfig           `yaml:"mode" doc:"EMPO² modes: u ~ U(0,1); u < p·q off-policy, u < p on-policy with tips, else on-policy"`
@@ -89,8 +89,8 @@ type UpdateConfig struct {
 	Schedule         optim.ScheduleKind `yaml:"schedule" doc:"constant | cosine (over the run's training steps; within a step over the optimizer steps it really takes, so the last update of the last step is at min_lr)"`
 	Warmup           int                `yaml:"warmup" doc:"warmup: the first N optimizer steps ramp the rate up linearly" range:"[0,1e9]"`
 	WeightDecay      float64            `yaml:"weight_decay" doc:"AdamW weight decay" range:"[0,1]"`
-	Beta1            float64            `yaml:"beta1" doc:"AdamW β1"`
-	Beta2            float64            `yaml:"beta2" doc:"AdamW β2"`
+	Beta1            float64            `yaml:"beta1" doc:"AdamW β1" range:"[0,1)"`
+	Beta2            float64            `yaml:"beta2" doc:"AdamW β2" range:"[0,1)"`
 	AdamEps          float64            `yaml:"adam_eps" doc:"AdamW ε" range:"(0,1]"`
 	MaxGradNorm      float64            `yaml:"max_grad_norm" doc:"global gradient-norm clip; 0 = off" range:"[0,]"`
 	ClipLow          float32            `yaml:"clip_low" doc:"PPO ε_low (ratio ≥ 1 − ε_low)" range:"[0,1)"`
@@ -213,7 +213,7 @@ func DefaultConfig() Config {
 		Env:       "textlab",
 		Steps:     10,
 		Device:    "cpu",
-		Context:   2048,
+		Context:   0,
 		LoRA:      LoRAConfig{Rank: 8, Alpha: 16, Targets: []string{"q", "k", "v", "o", "gate", "up", "down"}},
 		Batch:     BatchConfig{Tasks: 2, Rollouts: 4},
 		Mode:      ModeConfig{MemoryProb: 0.25, OffPolicyProb: 0.68, Per: PerStep, Update: true},
@@ -327,6 +327,8 @@ func (c *Config) Validate() error {
 		return bad("update.mini_batch %d and update.mini_batches %d: set one (size or count of the mini-batches)", c.Update.MiniBatch, c.Update.MiniBatches)
 	case !c.Mode.Per.Valid():
 		return bad("mode.per %q (want step or rollout)", c.Mode.Per)
+	case c.Context != 0 && c.Context < 64:
+		return bad("context %d < 64 (0: the model's training context)", c.Context)
 	case !c.Rollout.Prompt.History.Valid():
 		return bad("rollout.history %q (want full or last-k)", c.Rollout.Prompt.History)
 	case !c.Rollout.Prompt.ActionFormat.Valid():
@@ -370,6 +372,30 @@ func (c *Config) Validate() error {
 		return err
 	}
 	return nil
+}
+
+// MaxAutoContext caps the automatic per-episode context (context: 0): the
+// EMPO² recipe's prompt limit (max_prompt_length 8192), which bounds the
+// KV cache of models trained on long contexts (32k for Qwen2.5-7B).
+const MaxAutoContext = 8192
+
+// EpisodeContext is the per-episode context a run uses with a model whose
+// training context is nCtxTrain (0 = unknown): context when set, else the
+// training context up to MaxAutoContext (2048 when unknown); never more
+// than the training context, which the training sequences (a packed
+// episode is its last prompt and response) must fit.
+func (c *Config) EpisodeContext(nCtxTrain int) int {
+	n := c.Context
+	if n == 0 {
+		n = MaxAutoContext
+		if nCtxTrain <= 0 {
+			n = 2048
+		}
+	}
+	if nCtxTrain > 0 {
+		n = min(n, nCtxTrain)
+	}
+	return n
 }
 
 // Objective is the PPO/dual-clip objective of the update section.

@@ -38,6 +38,7 @@ var (
 	demosThreshFlag  = &cli.Float64Flag{Name: "threshold", Usage: "retrieval cosine threshold of --tip-records (memory.threshold)", Value: rollout.DefaultMemoryConfig().Threshold}
 	demosTipsInFlag  = &cli.StringFlag{Name: "tips-in", Usage: "where --tip-records prompts keep their tips (memory.tips_in): every-turn or last-turn", Value: string(rollout.DefaultMemoryConfig().TipsIn)}
 	demosTopKFlag    = &cli.IntFlag{Name: "top-k", Usage: "tips per prompt of --tip-records (memory.top_k)", Value: rollout.DefaultMemoryConfig().TopK}
+	demosAttemptFlag = &cli.IntFlag{Name: "attempt-tips", Usage: "per episode, also write `N` tip-writing records after attempts that go astray (the demo's first actions, then random ones to the step limit), each answered with its true tip (docs/memory.md)"}
 
 	promptHistoryFlag = &cli.StringFlag{Name: "history", Usage: "prompt history: full or last-k", Value: string(rollout.HistoryFull)}
 	promptKFlag       = &cli.IntFlag{Name: "history-k", Usage: "turns kept with --history last-k", Value: rollout.DefaultPromptConfig().HistoryK}
@@ -55,7 +56,7 @@ func envDemosCommand() *cli.Command {
 			"the rollouts (system text, task, history, action format), followed by a tip-writing turn.\n" +
 			"Only episodes that end done with a positive score are written. See docs/sft.md.",
 		Flags: append([]cli.Flag{demosTasksFlag, demosSplitFlag, demosVarsFlag, demosSkipFlag, demosOutFlag, demosPerStepFlag, demosKindFlag,
-			demosNoTipsFlag, demosHeldFlag, demosSeedFlag, demosTextFlag, demosTipRecFlag, demosTipFailFlag, demosFailTipFlag, demosThreshFlag, demosTopKFlag, demosTipsInFlag,
+			demosNoTipsFlag, demosHeldFlag, demosSeedFlag, demosTextFlag, demosTipRecFlag, demosTipFailFlag, demosFailTipFlag, demosThreshFlag, demosTopKFlag, demosTipsInFlag, demosAttemptFlag,
 			promptHistoryFlag, promptKFlag, promptFormatFlag, promptSystemFlag}, envOptionFlags()...),
 		Action: envDemos,
 	}
@@ -112,6 +113,8 @@ func envDemos(c *cli.Context) error {
 		return fmt.Errorf("--failure-tips needs --tip-records")
 	case tcfg.Records > 0 && pc.History != rollout.HistoryFull:
 		return fmt.Errorf("--tip-records needs --history %s", rollout.HistoryFull)
+	case c.Int(demosAttemptFlag.Name) < 0:
+		return fmt.Errorf("--attempt-tips %d is negative", c.Int(demosAttemptFlag.Name))
 	}
 	out, textPath := c.String(demosOutFlag.Name), c.String(demosTextFlag.Name)
 	if err := safefile.CheckOutputs([]safefile.Path{{Flag: "--out", Path: out}, {Flag: "--text", Path: textPath}},
@@ -151,7 +154,7 @@ func envDemos(c *cli.Context) error {
 		}
 		defer mem.Close()
 	}
-	var tipRecords, failTips int
+	var tipRecords, failTips, attemptTips int
 	var episodes, steps, records, skipped int
 	for _, t := range tasks {
 		vars, err := t.VariationsIn(split)
@@ -195,6 +198,12 @@ func envDemos(c *cli.Context) error {
 					}
 				}
 			}
+			arecs, err := demos.AttemptTipRecords(c.Context, env, d, c.Int(demosAttemptFlag.Name), environments.StepLimit(t, opts), pc, c.Int64(demosSeedFlag.Name))
+			if err != nil {
+				return err
+			}
+			recs = append(recs, arecs...)
+			attemptTips += len(arecs)
 			if err := sft.WriteChatJSONL(w, recs); err != nil {
 				return err
 			}
@@ -224,6 +233,9 @@ func envDemos(c *cli.Context) error {
 	}
 	fmt.Fprintf(c.App.Writer, "wrote %s: %d episodes, %d steps, %d records (%d with retrieved tips, %d failed-attempt tip turns; %s demos, %s split, history %s); %d skipped\n",
 		out, episodes, steps, records, tipRecords, failTips, kind, split, pc.History, skipped)
+	if attemptTips > 0 {
+		fmt.Fprintf(c.App.Writer, "  %d of the records are tip turns after astray attempts (--attempt-tips)\n", attemptTips)
+	}
 	return nil
 }
 

@@ -59,7 +59,7 @@ var (
 	evalTipsInFlag     = &cli.StringFlag{Name: "tips-in", Usage: "where retrieved tips stay: every-turn or last-turn (default: the run's, else every-turn)"}
 	evalTopKFlag       = &cli.IntFlag{Name: "top-k", Usage: "tips per prompt (0: the run's, else 10)"}
 	evalTipTempFlag    = &cli.Float64Flag{Name: "tip-temperature", Usage: "sampling temperature of written tips (--ood, --write-tips); < 0: --temperature", DefaultText: "the run's rollout.tip_temperature, else --temperature"}
-	evalSuccessFlag    = &cli.Float64Flag{Name: "success-score", Usage: "an episode succeeds when its score reaches this (ScienceWorld's reference used 70)", Value: 100}
+	evalSuccessFlag    = &cli.Float64Flag{Name: "success-score", Usage: "an episode succeeds when its score reaches this (0: the environment's: 71 on scienceworld, the EMPO² recipe's score above 70; 100 elsewhere)"}
 	evalMemorySettings = map[evaluate.MemorySetting]bool{evaluate.MemoryOff: true, evaluate.MemoryOn: true, evaluate.MemoryBoth: true}
 )
 
@@ -176,6 +176,15 @@ func evalAction(c *cli.Context) error {
 			Dur("took", time.Since(start).Round(time.Millisecond)).Msg("eval")
 		if !c.Bool(evalJSONFlag.Name) {
 			printEval(c, rep)
+		}
+		for _, r := range []*evaluate.Result{rep.MemoryOff, rep.MemoryOn} {
+			if r == nil {
+				continue
+			}
+			if w := rollout.ContextWarning(r.EndReasons, s.lctx.NCtxSeq()); w != "" {
+				log.Warn().Msg(w)
+				break
+			}
 		}
 	}
 	b, err := json.MarshalIndent(out, "", "  ")
@@ -471,6 +480,13 @@ func printEval(c *cli.Context, rep *evaluate.Report) {
 	}
 	row("overall", func(r *evaluate.Result) evaluate.TaskResult { return r.TaskResult })
 	w.Flush()
+	for i, r := range res {
+		ends := make([]string, len(rollout.Ends))
+		for k, e := range rollout.Ends {
+			ends[k] = fmt.Sprintf("%s %d", e, r.EndReasons[string(e)])
+		}
+		fmt.Fprintf(c.App.Writer, "episodes ended (%s): %s\n", cols[i], strings.Join(ends, ", "))
+	}
 	fmt.Fprintf(c.App.Writer, "split %s, temperature %g, seed %d\n", rep.Split, rep.Temperature, rep.Seed)
 }
 
