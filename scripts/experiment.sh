@@ -5,9 +5,10 @@
 #   (arms × seeds, JOBS at a time) → evaluation of every run (held-out
 #   variations memory off, training pool memory off/on, adaptation trials on
 #   held-out variations, OOD trials on boil/freeze) → empo2 report over all
-#   runs → results table (scripts/exptable) and diagnosis.
+#   runs → results table with the pre-registered decision (scripts/exptable)
+#   and diagnosis.
 #
-#   scripts/experiment.sh            # or: make experiment        (≤ 60 min, 2 cores)
+#   scripts/experiment.sh            # or: make experiment        (≤ 70 min, 2 cores, idle)
 #   scripts/experiment.sh quick      # or: make experiment-quick  (≤ 10 min smoke test)
 #   OUT=dir SEEDS="1 2" ARMS="grpo empo2" STEPS=20 scripts/experiment.sh
 #   RESUME=1 scripts/experiment.sh   # continue in an existing OUT, skipping finished stages
@@ -23,7 +24,7 @@ MODE=${1:-full}
 case "$MODE" in
 full | quick) ;;
 -h | --help | help)
-	sed -n '2,19p' "$0"
+	sed -n '2,20p' "$0"
 	exit 0
 	;;
 *)
@@ -65,21 +66,22 @@ else
 	TRIALS=${TRIALS:-3}
 	SKILL_VARS=${SKILL_VARS:-4}
 fi
-ARMS=${ARMS:-grpo empo2 memory-only}  # also: empo2-paper (p = 1/2, q = 1/3)
+ARMS=${ARMS:-grpo empo2 empo2-paper memory-only} # the pre-registered arms (docs/experiment.md, Study 2)
 JOBS=${JOBS:-2}                       # trained runs at a time (one thread each)
 THREADS=${THREADS:-2}                 # threads of the single-process phases
 RL_TASK=${RL_TASK:-find-living-thing}
 SFT_TASKS=${SFT_TASKS:-light-bulb,melt,use-thermometer}
 RL_SFT_FROM=${RL_SFT_FROM:-8}         # first RL-family variation in SFT (the pool 0..POOL-1 stays unseen)
 RL_LR=${RL_LR:-3e-3}                 # LoRA lr of the RL updates (constant; KL ≤ 0.02, clip ≤ 6 % per step measured)
-MINI_BATCH=${MINI_BATCH:-0}  # 0: one optimizer step per PPO epoch, whatever the mode (equal updates per arm)
+MINI_BATCHES=${MINI_BATCHES:-2} # mini-batches per PPO epoch (update.mini_batches): PPO_EPOCHS × this updates per step in every arm
 PPO_EPOCHS=${PPO_EPOCHS:-2}
 OLD_LOGP=${OLD_LOGP:-rollout} # π_old from the rollout's own log-probs (no recompute pass; docs/experiment.md)
-THRESHOLD=${THRESHOLD:-0.9} # hash-embedder retrieval threshold (calibration: docs/experiment.md)
+THRESHOLD=${THRESHOLD:-0.5} # retrieval threshold (the empo2 preset's, conversation keys; docs/memory.md)
+TIPS_IN=${TIPS_IN:-last-turn} # memory.tips_in: every-turn packs tip blocks into >2.8k-token training sequences (docs/experiment.md)
 CTX=${CTX:-4096}
 EVAL_TEMP=${EVAL_TEMP:-0.4}
 RANK=${RANK:-8}          # rank of the fresh RL LoRA on the SFT base (alpha 2·rank)
-TOP_K=${TOP_K:-3}        # tips per prompt (memory.top_k; eval --top-k); 10 costs 2.5× per memory step
+TOP_K=${TOP_K:-3}        # tips per prompt (memory.top_k; eval --top-k); the preset's 10 costs ≈ 3× per memory step
 SFT_LR=${SFT_LR:-3e-3}   # full SFT: peak lr (cosine to SFT_MIN_LR)
 SFT_MIN_LR=${SFT_MIN_LR:-3e-4}
 SFT_MAXLEN=${SFT_MAXLEN:-2048} # tokens per SFT record (these demos + tip turn fit; a cut one is refused); 2 per forward
@@ -87,6 +89,7 @@ HIDDEN=${HIDDEN:-64}
 TIP_RECORDS=${TIP_RECORDS:-4}         # per RL-family SFT episode: records with retrieved tips in the prompt (0: none)
 SFT_TIP_RECORDS=${SFT_TIP_RECORDS:-1} # the same for the other SFT families (each record costs a prefix forward)
 TIP_TEMP=${TIP_TEMP:-0}               # tip-writing temperature (rollout.tip_temperature; <0: the rollout's 1.0)
+ATTEMPT_TIPS=${ATTEMPT_TIPS:-0}       # per RL-family SFT demo: tip turns after attempts gone astray, with their true tips (env demos --attempt-tips; unmeasured here, 0: none)
 RESUME=${RESUME:-0}
 UNTIL=${UNTIL:-} # stop after this stage (then RESUME=1 continues)
 SIMP=(--simplifications easy) # explore demos need "teleport to"; every phase uses the same world
@@ -146,7 +149,7 @@ demos() {
 	# memory of the demo and of failed attempts at its variation, with the
 	# RL runs' threshold and top-k, so that the warm start has seen tip
 	# blocks before EMPO²'s memory steps show it one (docs/experiment.md)
-	local tips=(--threshold "$THRESHOLD" --top-k "$TOP_K" --tip-records)
+	local tips=(--threshold "$THRESHOLD" --top-k "$TOP_K" --tips-in "$TIPS_IN" --tip-records)
 	# the corpus covers all six families and the tip blocks (the vocabulary only; docs/experiment.md)
 	"$EMPO2" env demos textlab --split train --kind explore --held-out "${SIMP[@]}" --tip-records 1 \
 		-o "$OUT/corpus-demos.jsonl" --text "$OUT/corpus.txt"
@@ -159,7 +162,8 @@ demos() {
 		# pool (RL_SFT_FROM…): without them the warm start never focuses on a
 		# creature and RL has nothing beyond the +10 to learn (docs/experiment.md)
 		"$EMPO2" env demos textlab --tasks "$RL_TASK" --split train --skip-variations "$RL_SFT_FROM" \
-			--variations "$RL_SFT_VARS" --kind explore "${SIMP[@]}" --failure-tips "${tips[@]}" "$TIP_RECORDS" -o "$OUT/rl-sft.jsonl"
+			--variations "$RL_SFT_VARS" --kind explore "${SIMP[@]}" --failure-tips "${tips[@]}" "$TIP_RECORDS" \
+			--attempt-tips "$ATTEMPT_TIPS" -o "$OUT/rl-sft.jsonl"
 		# every episode of the pool stays unseen
 		local low
 		low=$(grep -o '"variation":[0-9]*' "$OUT/rl-sft.jsonl" | cut -d: -f2 | sort -n | head -1)
@@ -200,7 +204,7 @@ evaluate() {
 	local dir=$1 threads=$2
 	shift 2
 	local common=(--env textlab "${SIMP[@]}" --temperature "$EVAL_TEMP" --seed 1 --threads "$threads"
-		--ctx "$CTX" --threshold "$THRESHOLD" --top-k "$TOP_K" --tip-temperature "$TIP_TEMP" "$@")
+		--ctx "$CTX" --threshold "$THRESHOLD" --top-k "$TOP_K" --tips-in "$TIPS_IN" --tip-temperature "$TIP_TEMP" "$@")
 	local memboth=(--memory off)
 	[[ "$*" == *--run* ]] && memboth=(--memory both)
 	mkdir -p "$dir/eval"
@@ -262,8 +266,8 @@ run_one() {
 				--set "lora.rank=$RANK" --set "lora.alpha=$((2 * RANK))" --set "memory.top_k=$TOP_K" \
 				--set "batch.tasks=$BATCH_TASKS" --set "batch.rollouts=$BATCH_ROLLOUTS" \
 				--set "context=$CTX" --set env_options.simplifications=easy \
-				--set "memory.threshold=$THRESHOLD" --set "update.lr=$RL_LR" \
-				--set "update.mini_batch=$MINI_BATCH" --set "update.ppo_epochs=$PPO_EPOCHS" \
+				--set "memory.threshold=$THRESHOLD" --set "memory.tips_in=$TIPS_IN" --set "update.lr=$RL_LR" \
+				--set "update.mini_batches=$MINI_BATCHES" --set "update.ppo_epochs=$PPO_EPOCHS" \
 				--set "update.old_logp=$OLD_LOGP" --set "rollout.tip_temperature=$TIP_TEMP" >>"$dir.train.log" 2>&1 || return 1
 			cat "$dir.train.log" >>"$dir/train.log" && rm "$dir.train.log"
 		fi

@@ -448,10 +448,8 @@ func writeTable(w io.Writer, runs []*run) {
 			arrow(rs, oodHO, true, true, 100))
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "**Training budget and last steps** (per run, mean ± std over seeds; last = mean of the last 5 steps)")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| arm | steps | episodes | env steps | generated tokens | trained tokens | seconds | train success, last | train score, last |")
-	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+	tableHead(w, "**Training budget and last steps** (per run, mean ± std over seeds; last = mean of the last 5 steps)",
+		"arm", "steps", "episodes", "env steps", "generated tokens", "trained tokens", "seconds", "train success, last", "train score, last")
 	for _, a := range arms {
 		rs := by[a]
 		if len(rs[0].steps) == 0 {
@@ -779,10 +777,8 @@ func writeTraining(w io.Writer, runs []*run) {
 			return f(t)
 		}
 	}
-	fmt.Fprintln(w, "**Training: mode mix, updates, masking, clipping, tips** (per run over its steps, mean ± std over seeds; memory = steps with tips in the rollouts, off-policy and on-policy-with-tips; masked = masked responses / responses with a signal; clip and updates: mean over the steps that updated; true tips: tips_true_frac; context ends: episodes ended on a full context)")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| arm | memory steps % | off-policy steps % | updates per step | masked % | clip frac % | true tips % | context ends % |")
-	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- |")
+	tableHead(w, "**Training: mode mix, updates, masking, clipping, tips** (per run over its steps, mean ± std over seeds; memory = steps with tips in the rollouts, off-policy and on-policy-with-tips; masked = masked responses / responses with a signal; clip and updates: mean over the steps that updated; true tips: tips_true_frac; context ends: episodes ended on a full context)",
+		"arm", "memory steps %", "off-policy steps %", "updates per step", "masked %", "clip frac %", "true tips %", "context ends %")
 	for _, a := range arms {
 		rs := by[a]
 		if len(rs[0].steps) == 0 {
@@ -797,4 +793,12 @@ func writeTraining(w io.Writer, runs []*run) {
 			cell(rs, get(func(t trainStats) (float64, bool) { return t.tipsTrue, t.tipsOK }), 100),
 			cell(rs, get(func(t trainStats) (float64, bool) { return t.ctxEnd, t.ctxOK }), 100))
 	}
+}
+
+// tableHead prints a table's title line and its Markdown header.
+func tableHead(w io.Writer, title string, cols ...string) {
+	fmt.Fprintln(w, title)
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| "+strings.Join(cols, " | ")+" |")
+	fmt.Fprintln(w, strings.Repeat("| --- ", len(cols))+"|")
 }
