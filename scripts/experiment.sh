@@ -56,7 +56,7 @@ else
 	RL_SFT_VARS=${RL_SFT_VARS:-16}
 	SFT_EPOCHS=${SFT_EPOCHS:-16}
 	SEEDS=${SEEDS:-1 2 3}
-	STEPS=${STEPS:-20}
+	STEPS=${STEPS:-12} # ≈ 62 min idle with the five arms (docs/experiment.md, Study 2 calibration)
 	BATCH_TASKS=${BATCH_TASKS:-4}
 	BATCH_ROLLOUTS=${BATCH_ROLLOUTS:-4}
 	POOL=${POOL:-8}
