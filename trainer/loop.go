@@ -320,8 +320,6 @@ type Loop struct {
 	Updater *optim.Updater // always set: it holds the adapter that checkpoints save
 	Prober  LogProber      // the training model (old log-probs); nil with old_logp: rollout
 	Pool    []TaskVar      // train split
-	// Success decides whether an episode succeeded (nil: Episode.Success).
-	Success func(*rollout.Episode) bool
 }
 
 // Step runs training step `step` (1-based): plan, rollouts, tips, samples,
@@ -360,11 +358,7 @@ func (l *Loop) Step(ctx context.Context, step int) (StepMetrics, error) {
 	for i := range eps {
 		ep := &eps[i]
 		m.ScoreMean += ep.Score
-		ok := ep.Success
-		if l.Success != nil {
-			ok = l.Success(ep)
-		}
-		if ok {
+		if ep.Success { // rollout.Succeeded: final score ≥ rollout.success_score
 			m.SuccessRate++
 		}
 		m.RewardMean += EpisodeReward(ep, cfg.Advantage.RewardScale)

@@ -80,7 +80,8 @@ func TestDemoTipRecords(t *testing.T) {
 	env, err := textlab.New(environments.Options{Simplifications: "easy"})
 	require.NoError(t, err)
 	pc := rollout.DefaultPromptConfig()
-	cfg := TipRecordConfig{Prompt: pc, Records: 6, TopK: 3, Threshold: 0.9, Seed: 0, FailureTips: true}
+	cfg := DefaultTipRecordConfig()
+	cfg.Prompt, cfg.Records, cfg.TopK, cfg.Threshold, cfg.Seed, cfg.FailureTips = pc, 6, 3, 0.9, 0, true
 	var seenAll, seenFail int
 	for v := range 4 {
 		d, err := Explore(ctx, env, "textlab", "find-living-thing", v, 0)
@@ -109,7 +110,7 @@ func TestDemoTipRecords(t *testing.T) {
 			assert.Contains(t, last.Content, "/100")
 			assert.Equal(t, 2*n+3, len(r.Messages), "system, task, n actions and observations, the tip")
 		}
-		require.Equal(t, DefaultTipFailures, failTips)
+		require.Equal(t, 2, failTips, "DefaultTipRecordConfig: 2 failed attempts per demo")
 		require.LessOrEqual(t, len(recs), cfg.Records)
 		again, err := TipRecords(ctx, env, d, openTipMem(t), cfg)
 		require.NoError(t, err)
@@ -182,12 +183,17 @@ func TestDemoTipRecords(t *testing.T) {
 	require.NoError(t, err)
 	last := pc
 	last.History = rollout.HistoryLast
-	for _, bad := range []TipRecordConfig{
-		{Prompt: pc, Records: -1},
-		{Prompt: pc, Records: 2, Threshold: 1.5},
-		{Prompt: last, Records: 2},
+	for _, edit := range []func(*TipRecordConfig){
+		func(c *TipRecordConfig) { c.Records = -1 },
+		func(c *TipRecordConfig) { c.Records, c.Threshold = 2, 1.5 },
+		func(c *TipRecordConfig) { c.Records, c.Prompt = 2, last },
+		func(c *TipRecordConfig) { c.Records, c.Failures = 2, 0 },
+		func(c *TipRecordConfig) { c.Records, c.TopK = 2, 0 },
+		func(c *TipRecordConfig) { c.FailureTips = true },
 	} {
+		bad := DefaultTipRecordConfig()
+		edit(&bad)
 		_, err := TipRecords(ctx, env, d, openTipMem(t), bad)
-		require.Error(t, err, "%+v", bad)
+		require.ErrorIs(t, err, ErrDemo, "%+v", bad)
 	}
 }

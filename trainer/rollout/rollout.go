@@ -53,13 +53,23 @@ type Config struct {
 	CorrectInvalid bool         `yaml:"correct_invalid" doc:"map an invalid action to the most similar valid one (Jaccard, as the reference for ScienceWorld)"`
 	TipMaxTokens   int          `yaml:"tip_max_tokens" doc:"max tokens of a written tip"`
 	TipTemperature float64      `yaml:"tip_temperature" doc:"sampling temperature of tip writing; < 0 = rollout.temperature (the reference), 0 = greedy"`
+	SuccessScore   float64      `yaml:"success_score" doc:"an episode succeeds when its final score reaches this: 100 is the full score of textlab, WebShop and ScienceWorld; 71 is the EMPO² ScienceWorld recipe's score > 70 on its integer scores"`
 }
 
 // DefaultConfig is temperature 1, the default prompt, tips of at most 64
-// tokens sampled at the rollout temperature.
+// tokens sampled at the rollout temperature, success at the full score 100.
 func DefaultConfig() Config {
-	return Config{Temperature: 1, Prompt: DefaultPromptConfig(), TipMaxTokens: 64, TipTemperature: -1}
+	return Config{Temperature: 1, Prompt: DefaultPromptConfig(), TipMaxTokens: 64, TipTemperature: -1, SuccessScore: 100}
 }
+
+// Succeeded is the one success rule of training, evaluation and the greedy
+// check of SFT: an episode succeeds when its final score reaches
+// successScore (Config.SuccessScore). The EMPO² recipe counts success on
+// ScienceWorld as "done and score > 70", where its wrapper ends every
+// episode done (completed, failed or out of steps), so that rule is this
+// one with successScore 71 on ScienceWorld's integer scores; on textlab and
+// WebShop success is the full score, 100 (WebShop's reward 1).
+func Succeeded(score, successScore float64) bool { return score >= successScore }
 
 // MemoryConfig is the `memory` section of a run configuration: the tips
 // memory's retrieval, the intrinsic reward of memory rollouts, and tip
@@ -130,7 +140,7 @@ type Episode struct {
 	Job
 	Steps     []StepRecord
 	Score     float64 // final environment score
-	Success   bool    // Score ≥ Options.SuccessScore
+	Success   bool    // Succeeded(Score, Config.SuccessScore)
 	Done      bool    // the environment ended the episode (not the step limit or the context)
 	Intrinsic float64 // memory episodes: mean over steps of coef/(Retrieved+1); else 0
 	Tip       string  // set by WriteTips
@@ -198,9 +208,6 @@ type Options struct {
 	ReadOnlyMemory bool
 	// Seed is the run seed; an episode samples with MixSeed(Seed, Job.Seed).
 	Seed int64
-	// SuccessScore: an episode succeeds when its score reaches it (0 =
-	// DefaultSuccessScore).
-	SuccessScore float64
 	// Progress, when set, is called after every finished episode.
 	Progress func(done, total int)
 }
@@ -218,14 +225,11 @@ type Roller struct {
 	tipsDur time.Duration // of the last WriteTips
 }
 
-// DefaultSuccessScore is the score at which an episode succeeds unless
-// Options.SuccessScore says otherwise (the environments' full score).
-const DefaultSuccessScore = 100
-
 // NewRoller makes a Roller over lctx (the policy's inference context with
 // its adapter attached; at most lctx.NSeqMax() episodes are active at a
-// time). A zero TipMaxTokens takes DefaultConfig's value, zero memory
-// settings DefaultMemoryConfig's; Temperature is used as given (0 =
+// time). A zero TipMaxTokens takes DefaultConfig's value, a zero
+// MemoryConfig (and an empty embedder name) DefaultMemoryConfig's;
+// Temperature, threshold and top_k are used as given (temperature 0 =
 // greedy).
 func NewRoller(lctx *llama.Context, cfg Config, o Options) (*Roller, error) {
 	if lctx == nil {
@@ -233,20 +237,14 @@ func NewRoller(lctx *llama.Context, cfg Config, o Options) (*Roller, error) {
 	}
 	def, mdef := DefaultConfig(), DefaultMemoryConfig()
 	mc := &o.MemoryConfig
-	if mc.Threshold == 0 {
-		mc.Threshold = mdef.Threshold
-	}
-	if mc.TopK == 0 {
-		mc.TopK = mdef.TopK
+	if *mc == (MemoryConfig{}) {
+		*mc = mdef
 	}
 	if mc.Embedder == "" {
 		mc.Embedder = mdef.Embedder
 	}
 	if cfg.TipMaxTokens == 0 {
 		cfg.TipMaxTokens = def.TipMaxTokens
-	}
-	if o.SuccessScore == 0 {
-		o.SuccessScore = DefaultSuccessScore
 	}
 	switch {
 	case mc.TopK < 0 || cfg.TipMaxTokens < 0 || cfg.StepLimit < 0:
@@ -257,6 +255,8 @@ func NewRoller(lctx *llama.Context, cfg Config, o Options) (*Roller, error) {
 		return nil, fmt.Errorf("%w: temperature %v", ErrRollout, cfg.Temperature)
 	case cfg.TipTemperature > 100 || math.IsNaN(cfg.TipTemperature):
 		return nil, fmt.Errorf("%w: tip temperature %v", ErrRollout, cfg.TipTemperature)
+	case math.IsNaN(cfg.SuccessScore) || math.IsInf(cfg.SuccessScore, 0):
+		return nil, fmt.Errorf("%w: success score %v is not a finite number", ErrRollout, cfg.SuccessScore)
 	}
 	rend, err := NewRenderer(lctx.Model(), cfg.Prompt)
 	if err != nil {
@@ -284,8 +284,8 @@ func (r *Roller) Config() Config { return r.cfg }
 // MemoryConfig is the roller's (completed) memory configuration.
 func (r *Roller) MemoryConfig() MemoryConfig { return r.opts.MemoryConfig }
 
-// SuccessScore is the score at which an episode succeeds.
-func (r *Roller) SuccessScore() float64 { return r.opts.SuccessScore }
+// SuccessScore is the score at which an episode succeeds (Succeeded).
+func (r *Roller) SuccessScore() float64 { return r.cfg.SuccessScore }
 
 // Renderer is the roller's prompt renderer.
 func (r *Roller) Renderer() *Renderer { return r.rend }
@@ -320,6 +320,38 @@ func (r *Roller) WithProgress(f func(done, total int)) *Roller {
 	c := *r
 	c.opts.Progress = f
 	return &c
+}
+
+// PromptFit is the first prompt of an episode against its context.
+type PromptFit struct {
+	Prompt    int // tokens of the first prompt (no tips)
+	MaxAction int // max_action_tokens
+	Context   int // tokens per episode
+}
+
+// Fits reports whether the episode can take its first action.
+func (f PromptFit) Fits() bool { return f.Prompt+f.MaxAction <= f.Context }
+
+// FirstPrompt renders the first prompt of an episode of task/variation (no
+// tips) and measures it against the context: an episode whose first
+// prompt does not fit ends before its first action (End "context").
+func (r *Roller) FirstPrompt(ctx context.Context, task string, variation int) (PromptFit, error) {
+	fit := PromptFit{MaxAction: r.cfg.Prompt.MaxActionTokens, Context: r.lctx.NCtxSeq()}
+	env, err := r.spec.New(r.opts.EnvOptions)
+	if err != nil {
+		return fit, fmt.Errorf("%w: environment for %s/%d: %w", ErrRollout, task, variation, err)
+	}
+	defer env.Close()
+	res, err := env.Reset(ctx, task, variation, 0)
+	if err != nil {
+		return fit, fmt.Errorf("%w: reset %s/%d: %w", ErrRollout, task, variation, err)
+	}
+	ct, err := r.rend.Tokens(Messages(r.cfg.Prompt, res.TaskDescription, res.Observation, nil, ""), true)
+	if err != nil {
+		return fit, err
+	}
+	fit.Prompt = len(ct.Tokens)
+	return fit, nil
 }
 
 // Memory is the roller's tips store (nil when none).
@@ -656,7 +688,7 @@ func (r *Roller) step(ctx context.Context, l *live, seq llama.Sequence) error {
 func (r *Roller) finish(l *live) {
 	ep := l.ep
 	ep.Score = l.env.Score()
-	ep.Success = ep.Score >= r.opts.SuccessScore
+	ep.Success = Succeeded(ep.Score, r.cfg.SuccessScore)
 	if ep.UseMemory && len(ep.Steps) > 0 {
 		ep.Intrinsic = l.intr / float64(len(ep.Steps))
 	}
