@@ -52,7 +52,6 @@ var (
 	evalTopKFlag      = &cli.IntFlag{Name: "top-k", Usage: "tips per prompt (memory.top_k; default: the run's, else " + strconv.Itoa(evalDef.Memory.TopK) + ")"}
 	evalTipTempFlag   = &cli.Float64Flag{Name: "tip-temperature", Usage: "sampling temperature of written tips (--ood, --write-tips); < 0: --temperature (rollout.tip_temperature; default: the run's, else " + yamlFloat(evalDef.Rollout.TipTemperature) + ")"}
 	evalSuccessFlag   = &cli.Float64Flag{Name: "success-score", Usage: "an episode succeeds when its final score reaches this; the EMPO² ScienceWorld recipe's score > 70 is 71 (rollout.success_score; default: the run's, else " + yamlFloat(evalDef.Rollout.SuccessScore) + ")"}
-	evalSetFlag       = newSetFlag()
 )
 
 // evalShortcuts are the flags of `eval` and the keys they set.
@@ -87,11 +86,11 @@ func init() {
 			"  empo2 eval --run runs/a --split dev --memory both --episodes 2\n" +
 			"  empo2 eval --model tiny.gguf --lora adapter.gguf --ood --trials 3 --variations 2\n" +
 			"  empo2 eval --run runs/a --print-config",
-		Flags: append([]cli.Flag{configFileFlag, evalSetFlag, printConfigFlag, evalModelFlag, evalLoraFlag, evalRunFlag, evalCkptFlag, evalEnvFlag,
+		Flags: append(append(configFlags("eval"), evalModelFlag, evalLoraFlag, evalRunFlag, evalCkptFlag, evalEnvFlag,
 			evalTasksFlag, evalSplitFlag, evalMemoryFlag, evalMemoryDBFlag, evalWriteTipsFlag, evalEpisodesFlag, evalVarsFlag, evalTempFlag,
 			evalSeedFlag, evalJSONFlag, evalOutFlag, evalOODFlag, evalTrialsFlag, evalParallelFlag, llmThreadsFlag, evalCtxFlag,
 			evalGPULayersFlag, evalActionTokFlag, evalHistoryFlag, evalHistoryKFlag, evalFormatFlag, evalEmbedderFlag, evalThresholdFlag,
-			evalTopKFlag, evalTipTempFlag, evalSuccessFlag}, envOptionFlags()...),
+			evalTopKFlag, evalTipTempFlag, evalSuccessFlag), envOptionFlags()...),
 		Action: evalAction,
 	})
 }
@@ -100,7 +99,7 @@ func init() {
 // with run), --config, --set, the shortcut flags, then --correct-actions
 // and --env-opt.
 func evalConfig(c *cli.Context) (evaluate.RunConfig, error) {
-	cfg, err := trainer.LoadEvalConfig(c.String(configFileFlag.Name), configSets(c, evalShortcuts))
+	cfg, err := trainer.LoadEvalConfig(configFile(c), overrides(c, evalShortcuts))
 	if err != nil {
 		return cfg, err
 	}
@@ -118,7 +117,7 @@ func evalAction(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("eval: %w", err)
 	}
-	if c.Bool(printConfigFlag.Name) {
+	if printConfig(c) {
 		return evaluate.PrintRunConfig(c.App.Writer, cfg)
 	}
 	ctx, sig := interruptible(c)

@@ -49,7 +49,6 @@ var (
 	sftFullFlag    = &cli.BoolFlag{Name: "full", Usage: "train every weight of an F32 model (embeddings, norms, head too) and write OUT as a new base GGUF; memory: 4× the model in F32 (weights, gradients, 2 AdamW moments) + activations; the lora keys do not apply (full)"}
 	sftJSONFlag    = &cli.BoolFlag{Name: "json", Usage: "print the epoch summaries as JSON lines"}
 	sftMicroFlag   = &cli.IntFlag{Name: "micro-tokens", Usage: "padded tokens per forward/backward call, the memory bound (micro_tokens)", DefaultText: "max-len"}
-	sftSetFlag     = newSetFlag()
 )
 
 // sftShortcuts are the flags of `sft` and the keys they set (--no-pack,
@@ -72,10 +71,10 @@ func init() {
 			"weight, for F32 models only) and a resumable checkpoint. Data: `empo2 env demos` or your own\n" +
 			"{\"messages\":[…]} lines. Every key (docs/sft.md) can come from --config FILE and --set KEY=VALUE;\n" +
 			"the flags are shortcuts. Subcommand `sft eval` plays episodes greedily.",
-		Flags: []cli.Flag{configFileFlag, sftSetFlag, printConfigFlag, sftModelFlag, sftDataFlag, sftValFlag, sftOutFlag, sftRankFlag,
+		Flags: append(configFlags("SFT"), sftModelFlag, sftDataFlag, sftValFlag, sftOutFlag, sftRankFlag,
 			sftAlphaFlag, sftTargetsFlag, sftEpochsFlag, sftLRFlag, sftMinLRFlag, sftWarmupFlag, sftWDFlag, sftClipFlag, sftBatchFlag,
 			sftMaxLenFlag, sftNoPackFlag, sftSeedFlag, sftCkptFlag, sftSaveFlag, sftResumeFlag, sftInitFlag, llmThreadsFlag, sftFullFlag,
-			sftJSONFlag, sftMicroFlag},
+			sftJSONFlag, sftMicroFlag),
 		Action:      sftAction,
 		Subcommands: []*cli.Command{sftEvalCommand()},
 	})
@@ -84,11 +83,11 @@ func init() {
 // sftConfig resolves sft's configuration: defaults, --config, --set, then
 // the shortcut flags.
 func sftConfig(c *cli.Context) (sft.RunConfig, error) {
-	sets := configSets(c, sftShortcuts)
+	sets := overrides(c, sftShortcuts)
 	if c.IsSet(sftNoPackFlag.Name) {
 		sets = append(sets, "pack="+strconv.FormatBool(!c.Bool(sftNoPackFlag.Name)))
 	}
-	return sft.LoadRunConfig(c.String(configFileFlag.Name), sets)
+	return sft.LoadRunConfig(configFile(c), sets)
 }
 
 func sftAction(c *cli.Context) error {
@@ -102,7 +101,7 @@ func sftAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if c.Bool(printConfigFlag.Name) {
+	if printConfig(c) {
 		return sft.PrintRunConfig(c.App.Writer, cfg)
 	}
 	cfg.Warn = func(msg string) { log.Warn().Msg(msg) }
