@@ -27,6 +27,17 @@ var (
 	ErrBackend = errors.New("cgo: ggml backend failure")
 	// ErrClosed: the Model was closed.
 	ErrClosed = errors.New("cgo: model is closed")
+	// ErrComputeCap: one log-prob row of one sequence alone needs a graph
+	// whose compute buffer exceeds Options.MaxComputeBytes (larger batches
+	// are split, never refused; the message names the sizes).
+	ErrComputeCap = errors.New("cgo: compute buffer above the cap")
+	// ErrTensorType: a tensor of the model has a type the training graph
+	// cannot read (the message names the tensor and its type). Matrices
+	// train in F32, F16, BF16 and every quantized type with a CPU dot
+	// product (Q8_0, Q4_0, Q4_K, Q6_K, ...; quantized ones get F16 Wᵀ
+	// copies for the backward); norms and biases in any type that converts
+	// to F32.
+	ErrTensorType = errors.New("cgo: tensor type cannot be trained on")
 )
 
 // LoRA target short names and the GGUF tensor each one adapts
@@ -74,9 +85,28 @@ type Options struct {
 	// through ggml_backend_sched over [device, CPU]: the CPU backend runs
 	// ops the device lacks; weights and LoRA tensors live on the device.
 	Device string
-	// MaxTokens caps the padded tokens (batch × longest sequence) of one call;
-	// 0 means the model's context length × 8.
+	// MaxTokens caps the padded tokens (batch × longest sequence) of one
+	// graph; 0 means the model's context length × 8. A call with more is
+	// split over several graphs (a single sequence longer than the cap is
+	// refused with ErrShape).
 	MaxTokens int
+	// MaxComputeBytes caps the compute buffer of one graph (activations,
+	// attention matrices, the [V, rows] head tensors and, for a training
+	// step, the backward's), measured by ggml's allocator on the graph
+	// before anything is allocated. A call whose graph would be larger is
+	// split: sequences over several graphs, then the rows of one sequence
+	// (each graph with the sequence cut after its last row); one row that
+	// does not fit alone is refused with ErrComputeCap. 0 means the default:
+	// the larger of 256 MiB + the bytes of the model's weights
+	// (MemoryStats.Frozen) and the training graph of one sequence of
+	// min(context, 2048) tokens (at long contexts the L·H·T² attention
+	// matrices, not the weights, dominate); < 0 means no cap.
+	// MemoryStats.ComputeCap is the value in force.
+	MaxComputeBytes int64
+	// KeepComputeBytes: compute buffers larger than this are freed at the
+	// end of every call instead of staying resident until the next (0: the
+	// default, 64 MiB; < 0: never freed).
+	KeepComputeBytes int64
 	// AutogradFrozenBackward disables the transposed-weight backward: dX
 	// through frozen linears then uses ggml autograd's OUT_PROD (≈9× slower on
 	// CPU; F16/BF16/quantized weights are converted to F32 at load because the
@@ -197,7 +227,9 @@ type Stats struct {
 	Sequences       int     // sequences in the loss
 	MaskedSequences int     // sequences dropped by low-probability masking
 	MaskedTokens    int     // their trained tokens
-	PaddedTokens    int     // batch × longest sequence (graph size)
+	PaddedTokens    int     // Σ over the call's graphs of batch × longest sequence
+	Graphs          int     // graphs computed (> 1 when the compute cap or MaxTokens split the batch)
+	ComputeBytes    int64   // largest compute buffer among the call's graphs (bytes)
 }
 
 // CountTrained returns how many trained tokens and sequences of batch enter
@@ -243,11 +275,14 @@ func CountTrained(batch []Sequence, obj Objective) (tokens, seqs int) {
 //	(*Model).Moments() (m, v [][]float32, err error)
 //	(*Model).SetMoments(m, v [][]float32) error
 //	(*Model).ProfileStep(batch []Sequence, obj Objective, lossScale float32) ([]OpTime, Stats, error)
+//	(*Model).ProfileForward(seqs [][]int32) ([]OpTime, error)
 //	(*Model).ForwardBackward(batch []Sequence, obj Objective, lossScale float32) (Stats, error)
 //	(*Model).Evaluate(batch []Sequence, obj Objective, lossScale float32) (Stats, error) // no backward
 //	(*Model).LogProbs(tokens []int32) ([]float32, error)
 //	(*Model).LogProbsBatch(seqs [][]int32) ([][]float32, error)
+//	(*Model).LogProbsAt(seqs [][]int32, want [][]bool) ([][]float32, error) // response-only
 //	(*Model).MemoryBytes() MemoryStats
+//	(*Model).ResetComputePeak() error
 //	(*Model).LoRAScale() float32
 //	(*Model).Close() error
 //
@@ -264,8 +299,11 @@ type MemoryStats struct {
 	Weights      int64 // frozen weights allocated by this engine (incl. transposed copies; only those with LoadShared)
 	Transposed   int64 // part of Weights used by the transposed copies
 	Params       int64 // LoRA params (LoadFull: every weight) + gradient accumulators + AdamW moments (one flat buffer)
-	Compute      int64 // compute buffer of the largest graph so far
-	ComputeLast  int64 // compute buffer needed by the last graph
+	Compute      int64 // largest compute buffer a graph needed since Load or ResetComputePeak
+	ComputeLast  int64 // compute buffer the last graph needed
+	ComputeAlloc int64 // compute buffer held now (large ones are freed after each call: Options.KeepComputeBytes)
+	ComputeCap   int64 // Options.MaxComputeBytes in force (< 0: none)
+	Frozen       int64 // the model's tensors the graph reads (llama.cpp's with LoadShared; LoadFull: the trainable weights), no Wᵀ, no LoRA
 	PaddedTokens int   // tokens of the last graph (batch × T)
 	// Rewritten: OUT_PROD(W, dYᵀ) nodes of the last training graph computed
 	// as MUL_MAT(Wᵀ, dY) instead (0 with AutogradFrozenBackward).

@@ -3,6 +3,7 @@ package cgo
 import (
 	"math"
 	"math/rand/v2"
+	"os"
 	"testing"
 	"time"
 
@@ -207,11 +208,7 @@ func BenchmarkProfile100M(b *testing.B) {
 		b.Run(dtype, func(b *testing.B) {
 			cfg := model100M()
 			cfg.DType = dtype
-			m, err := Load(tinyModel(b, cfg), LoRAConfig{Rank: 8, Alpha: 16, Seed: 1}, Options{Threads: 1})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer m.Close()
+			m := mustLoad(b, tinyModel(b, cfg), LoRAConfig{Rank: 8, Alpha: 16, Seed: 1}, Options{Threads: 1})
 			batch := benchBatch(rand.New(rand.NewPCG(1, 1)), m.Info().NVocab, 2, 256, 64)
 			obj := DefaultObjective()
 			obj.LowProbThreshold = -100
@@ -223,17 +220,185 @@ func BenchmarkProfile100M(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				var total float64
-				for _, o := range ops {
-					total += o.Seconds
-				}
-				for _, o := range ops {
-					if o.Seconds/total >= 0.005 {
-						b.Logf("%-28s %4d nodes %8.1f ms %5.1f%%", o.Key, o.Count, o.Seconds*1e3, 100*o.Seconds/total)
-					}
-				}
-				b.ReportMetric(total*1e3, "profiled-ms")
+				logOpShares(b, ops)
 			}
 		})
 	}
+}
+
+// BenchmarkQuantizedBases: one LoRA training step (ForwardBackward, 2×256
+// tokens, 64 trained per sequence, 1 thread) of the 86M model as F32 and as
+// the bases people download, made by llama.cpp's quantizer — Q8_0, Q4_0,
+// Q4_K_M — side by side in one run (rounds alternate the types; the fastest
+// of each is kept): step time, the file, the frozen weights the engine
+// holds (quantized as stored) and their F16 Wᵀ copies, and the compute
+// buffer.
+func BenchmarkQuantizedBases(b *testing.B) {
+	src := tinyModel(b, model100M())
+	types := []string{"f32", "q8_0", "q4_0", "q4_k_m"}
+	models := make([]*Model, len(types))
+	files := make([]int64, len(types))
+	for i, typ := range types {
+		path := src
+		if typ != "f32" {
+			path, _ = quantizedBase(b, src, typ)
+		}
+		st, err := os.Stat(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		files[i] = st.Size()
+		m, err := Load(path, LoRAConfig{Rank: 8, Alpha: 16, Seed: 1}, Options{Threads: 1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer m.Close()
+		models[i] = m
+	}
+	batch := benchBatch(rand.New(rand.NewPCG(1, 1)), models[0].Info().NVocab, 2, 256, 64)
+	obj := DefaultObjective()
+	obj.LowProbThreshold = -100
+	best := make([]time.Duration, len(types))
+	for i := range best {
+		best[i] = time.Duration(math.MaxInt64)
+	}
+	for i := 0; i < b.N; i++ {
+		for r := 0; r < 3; r++ {
+			for k, m := range models {
+				t0 := time.Now()
+				if _, err := m.ForwardBackward(batch, obj, 0); err != nil {
+					b.Fatal(err)
+				}
+				best[k] = min(best[k], time.Since(t0))
+			}
+		}
+	}
+	const mib = 1 << 20
+	for k, typ := range types {
+		mem := models[k].MemoryBytes()
+		b.ReportMetric(best[k].Seconds()*1e3, typ+"-ms/step")
+		b.ReportMetric(float64(files[k])/mib, typ+"-file-MiB")
+		b.ReportMetric(float64(mem.Weights-mem.Transposed)/mib, typ+"-weights-MiB")
+		b.ReportMetric(float64(mem.Transposed)/mib, typ+"-Wt-MiB")
+		b.ReportMetric(float64(mem.Compute)/mib, typ+"-compute-MiB")
+	}
+}
+
+// BenchmarkForwardVsPrefill100M: the training graph's forward against
+// llama.cpp's prefill on the same 86M model and sequences (2×256 tokens, 1
+// thread), alternated round by round (fastest of each kept): the graph's
+// forward as the training step and π_old use it (LogProbsAt, the last
+// position of each sequence projected to the vocabulary, like llama.cpp's
+// prefill that returns the last token's logits) and with every position
+// projected (LogProbsBatch). FLOPs as forwardFLOPs (LoRA included on the
+// graph's side).
+func BenchmarkForwardVsPrefill100M(b *testing.B) {
+	for _, dtype := range []string{"f32", "f16"} {
+		b.Run(dtype, func(b *testing.B) {
+			cfg := model100M()
+			cfg.DType = dtype
+			path := tinyModel(b, cfg)
+			const B, T = 2, 256
+			m, err := Load(path, LoRAConfig{Rank: 8, Alpha: 16, Seed: 1}, Options{Threads: 1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close()
+			info := m.Info()
+			rng := rand.New(rand.NewPCG(1, 1))
+			seqs := make([][]int32, B)
+			for i := range seqs {
+				seqs[i] = randTokens(rng, T, info.NVocab)
+			}
+			last := tailMask(seqs, 1)
+			lm, err := llama.LoadModel(path, llama.ModelParams{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer lm.Close()
+			lctx, err := llama.NewContext(lm, llama.ContextParams{NCtx: T, NBatch: T, Threads: 1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer lctx.Close()
+			runs := []func() error{
+				func() error { _, err := m.LogProbsAt(seqs, last); return err },
+				func() error { _, err := m.LogProbsBatch(seqs); return err },
+				func() error {
+					for _, s := range seqs {
+						if _, err := lctx.Logits(s); err != nil {
+							return err
+						}
+					}
+					return nil
+				},
+			}
+			best := []time.Duration{math.MaxInt64, math.MaxInt64, math.MaxInt64}
+			for _, f := range runs { // warm-up
+				if err := f(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				for r := 0; r < 5; r++ {
+					for k, f := range runs {
+						t0 := time.Now()
+						if err := f(); err != nil {
+							b.Fatal(err)
+						}
+						best[k] = min(best[k], time.Since(t0))
+					}
+				}
+			}
+			fLast := forwardFLOPs(info, 8, B, T, B) / best[0].Seconds()
+			fAll := forwardFLOPs(info, 8, B, T, B*(T-1)) / best[1].Seconds()
+			fLlama := forwardFLOPs(info, 0, B, T, B) / best[2].Seconds()
+			b.ReportMetric(fLast/1e9, "graph-fwd-GFLOP/s")
+			b.ReportMetric(fAll/1e9, "graph-fwd-all-rows-GFLOP/s")
+			b.ReportMetric(fLlama/1e9, "llama-prefill-GFLOP/s")
+			b.ReportMetric(fLast/fLlama, "graph-fwd/llama-prefill")
+			b.ReportMetric(fAll/fLlama, "graph-fwd-all-rows/llama-prefill")
+		})
+	}
+}
+
+// BenchmarkProfileForward100M prints where the graph's forward of the 86M
+// model (2×256 tokens, every position projected, 1 thread) spends its
+// time, per kind of ggml node (ProfileForward).
+func BenchmarkProfileForward100M(b *testing.B) {
+	for _, dtype := range []string{"f32", "f16"} {
+		b.Run(dtype, func(b *testing.B) {
+			cfg := model100M()
+			cfg.DType = dtype
+			m := mustLoad(b, tinyModel(b, cfg), LoRAConfig{Rank: 8, Alpha: 16, Seed: 1}, Options{Threads: 1})
+			rng := rand.New(rand.NewPCG(1, 1))
+			seqs := [][]int32{randTokens(rng, 256, m.Info().NVocab), randTokens(rng, 256, m.Info().NVocab)}
+			if _, err := m.LogProbsBatch(seqs); err != nil {
+				b.Fatal(err)
+			}
+			for i := 0; i < b.N; i++ {
+				ops, err := m.ProfileForward(seqs)
+				if err != nil {
+					b.Fatal(err)
+				}
+				logOpShares(b, ops)
+			}
+		})
+	}
+}
+
+// logOpShares logs every kind of node with ≥ 0.5 % of a profile's time and
+// reports the profile's total.
+func logOpShares(b *testing.B, ops []OpTime) {
+	var total float64
+	for _, o := range ops {
+		total += o.Seconds
+	}
+	for _, o := range ops {
+		if o.Seconds/total >= 0.005 {
+			b.Logf("%-28s %4d nodes %8.1f ms %5.1f%%", o.Key, o.Count, o.Seconds*1e3, 100*o.Seconds/total)
+		}
+	}
+	b.ReportMetric(total*1e3, "profiled-ms")
 }

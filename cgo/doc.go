@@ -23,6 +23,16 @@
 // checkpoints); Optimizer is the same code on standalone tensors. ProfileStep
 // times a step per kind of ggml node.
 //
+// Only the rows whose log-probs are used are projected to the vocabulary:
+// the trained tokens in ForwardBackward and TrainedLogProbs, the wanted
+// positions in LogProbsAt (LogProbsBatch: all). Every graph's compute
+// buffer is measured by ggml's allocator before it is allocated and kept
+// under Options.MaxComputeBytes by splitting the call over several graphs
+// (ErrComputeCap when one row cannot fit); large compute buffers are freed
+// after each call. Frozen matrices may be F32, F16, BF16 or any quantized
+// type with a CPU dot product (Q8_0, Q4_0, Q4_K_M, ...; ErrTensorType
+// otherwise), from one GGUF file or a split one (given its first file).
+//
 // LoadFull is the other mode (`empo2 sft --full`): every weight of an F32
 // model is a trainable parameter in the optimizer's buffer (4× the model in
 // F32 with gradients and moments), no LoRA, parameters in the GGUF file's

@@ -57,6 +57,7 @@
 
 #include "empo_train.h"
 #include "empo_llama.h"
+#include "llama.h"
 
 #include "ggml.h"
 #include "ggml-alloc.h"
@@ -169,9 +170,14 @@ struct empo_model {
     adamw_state                opt;     // AdamW moments beside the params (same buffer type)
     std::unordered_map<const ggml_tensor *, ggml_tensor *> transposed; // W -> Wᵀ
 
-    ggml_backend_sched_t sched = nullptr;
-    int64_t        compute_peak = 0;
-    int64_t        compute_last = 0;
+    ggml_backend_sched_t sched = nullptr;         // computes the graphs; its buffers are freed above keep_compute
+    ggml_backend_sched_t sched_measure = nullptr; // measures graphs (ggml_backend_sched_reserve_size); never allocates
+    int64_t        compute_peak = 0;  // largest measured need since init / empo_model_mem_reset_peak
+    int64_t        compute_last = 0;  // measured need of the last graph
+    int64_t        compute_cap  = -1; // max_compute in force (< 0: none)
+    int64_t        frozen_bytes = 0;  // frozen weights read by the graph (not the Wᵀ copies)
+    std::vector<float> grad_saved;    // empo_model_grad_save's snapshot
+    bool           grad_has_saved = false;
 
     // per-call graph state
     ggml_context * ctx_c   = nullptr;
@@ -244,24 +250,99 @@ static float gguf_float(const gguf_context * g, const std::string & key, float d
     }
 }
 
+// The tensors of a GGUF model: one file, or every file of a model split by
+// llama.cpp's gguf-split convention (given the first: split.count files
+// named by llama_split_path, each with split.no, the metadata in the first,
+// split.tensors.count tensors in all). Tensor ids run over the splits in
+// order.
 struct gguf_source {
-    gguf_context * g = nullptr;
-    FILE *         f = nullptr;
-    ~gguf_source() { if (g) gguf_free(g); if (f) fclose(f); }
+    std::vector<gguf_context *> g;              // one per split; g[0] holds the metadata
+    std::vector<FILE *>         f;
+    std::vector<std::pair<int, int64_t>> at;    // tensor id -> (split, id in that split)
+    std::unordered_map<std::string, int64_t> by_name;
+    ~gguf_source() {
+        for (gguf_context * x : g) gguf_free(x);
+        for (FILE * x : f) fclose(x);
+    }
 
-    int64_t find(const std::string & name) const { return gguf_find_tensor(g, name.c_str()); }
+    const gguf_context * meta() const { return g[0]; }
+    int64_t n() const { return (int64_t) at.size(); }
+    int64_t find(const std::string & name) const {
+        auto it = by_name.find(name);
+        return it == by_name.end() ? -1 : it->second;
+    }
+    ggml_type    type(int64_t id) const { return gguf_get_tensor_type(g[at[id].first], at[id].second); }
+    size_t       size(int64_t id) const { return gguf_get_tensor_size(g[at[id].first], at[id].second); }
+    const char * name(int64_t id) const { return gguf_get_tensor_name(g[at[id].first], at[id].second); }
+
+    // opens one file and indexes its tensors
+    void add(const std::string & path) {
+        gguf_init_params gp = { /*no_alloc =*/ true, /*ctx =*/ nullptr };
+        FILE * fp = fopen(path.c_str(), "rb");
+        if (!fp) throw empo_error(EMPO_ERR_IO, "cannot open " + path);
+        f.push_back(fp);
+        gguf_context * c = gguf_init_from_file(path.c_str(), gp);
+        if (!c) throw empo_error(EMPO_ERR_IO, "not a readable GGUF file: " + path);
+        g.push_back(c);
+        const int k = (int) g.size() - 1;
+        for (int64_t i = 0; i < gguf_get_n_tensors(c); ++i) {
+            if (!by_name.emplace(gguf_get_tensor_name(c, i), n()).second) {
+                throw empo_error(EMPO_ERR_ARCH, std::string("tensor ") + gguf_get_tensor_name(c, i) + " appears twice in " + path);
+            }
+            at.push_back({k, i});
+        }
+    }
 
     // raw bytes of tensor `id` (its GGUF type and layout)
     std::vector<uint8_t> read(int64_t id) const {
-        const size_t off  = gguf_get_data_offset(g) + gguf_get_tensor_offset(g, id);
-        const size_t size = gguf_get_tensor_size(g, id);
-        std::vector<uint8_t> buf(size);
-        if (fseeko(f, (off_t) off, SEEK_SET) != 0 || fread(buf.data(), 1, size, f) != size) {
-            throw empo_error(EMPO_ERR_IO, std::string("short read of tensor ") + gguf_get_tensor_name(g, id));
+        const gguf_context * c = g[at[id].first];
+        const int64_t i = at[id].second;
+        const size_t off  = gguf_get_data_offset(c) + gguf_get_tensor_offset(c, i);
+        const size_t sz   = gguf_get_tensor_size(c, i);
+        std::vector<uint8_t> buf(sz);
+        FILE * fp = f[at[id].first];
+        if (fseeko(fp, (off_t) off, SEEK_SET) != 0 || fread(buf.data(), 1, sz, fp) != sz) {
+            throw empo_error(EMPO_ERR_IO, std::string("short read of tensor ") + gguf_get_tensor_name(c, i));
         }
         return buf;
     }
 };
+
+// the u16 split key `key` of c, or -1 when absent
+static int split_key(const gguf_context * c, const char * key) {
+    const int64_t id = gguf_find_key(c, key);
+    if (id < 0) return -1;
+    if (gguf_get_kv_type(c, id) != GGUF_TYPE_UINT16) throw empo_error(EMPO_ERR_ARCH, std::string(key) + " is not a u16");
+    return gguf_get_val_u16(c, id);
+}
+
+// opens path and, when it is the first file of a split model, the others
+static void open_source(gguf_source & src, const char * path) {
+    src.add(path);
+    const int n = split_key(src.meta(), "split.count");
+    if (n <= 1) return;
+    if (split_key(src.meta(), "split.no") != 0) {
+        throw empo_error(EMPO_ERR_IO, std::string(path) + " is not the first split of its model: load that one");
+    }
+    std::vector<char> buf(strlen(path) + 64);
+    if (llama_split_prefix(buf.data(), buf.size(), path, 0, n) <= 0) {
+        throw empo_error(EMPO_ERR_IO, std::string(path) + ": the first of " + std::to_string(n) + " splits must be named <prefix>-00001-of-" +
+                         std::to_string(100000 + n).substr(1) + ".gguf");
+    }
+    const std::string prefix = buf.data();
+    for (int i = 1; i < n; ++i) {
+        llama_split_path(buf.data(), buf.size(), prefix.c_str(), i, n);
+        const std::string sp = buf.data();
+        src.add(sp);
+        if (split_key(src.g.back(), "split.no") != i || split_key(src.g.back(), "split.count") != n) {
+            throw empo_error(EMPO_ERR_IO, sp + " is not split " + std::to_string(i + 1) + " of " + std::to_string(n));
+        }
+    }
+    const int64_t kid = gguf_find_key(src.meta(), "split.tensors.count");
+    if (kid < 0 || gguf_get_kv_type(src.meta(), kid) != GGUF_TYPE_INT32 || gguf_get_val_i32(src.meta(), kid) != src.n()) {
+        throw empo_error(EMPO_ERR_IO, std::string(path) + ": split.tensors.count does not match the " + std::to_string(src.n()) + " tensors of the splits");
+    }
+}
 
 // convert n elements of type `type` to F32
 static std::vector<float> to_f32(const std::vector<uint8_t> & src, ggml_type type, int64_t n) {
@@ -324,6 +405,12 @@ static void add_transposed(empo_model & m, std::vector<pending_upload> & uploads
     if (ggml_tensor * tt = new_transposed(m, t)) uploads.push_back({tt, transposed_data(raw, t->type, t->ne[0], t->ne[1], tt)});
 }
 
+// the error for a tensor whose type the graph cannot train on
+static empo_error type_error(const std::string & name, ggml_type type,
+                             const char * why = "the training graph reads F32, F16, BF16 and quantized types with a CPU dot product") {
+    return empo_error(EMPO_ERR_TYPE, "tensor " + name + " has type " + ggml_type_name(type) + ", which cannot be trained on (" + why + ")");
+}
+
 // can the training graph read a frozen matrix of this type as it is (mul_mat
 // on the CPU, and a transposed copy)?
 static bool usable_matrix_type(ggml_type type) {
@@ -380,7 +467,7 @@ struct weight_loader {
     // F32 files: the trained base is written back as F32, and a silent
     // F16 → F32 conversion would double the file and change the model's type.
     ggml_tensor * param(const std::string & name, int64_t id, int64_t n0, int64_t n1) {
-        const ggml_type type = gguf_get_tensor_type(src.g, id);
+        const ggml_type type = src.type(id);
         if (type != GGML_TYPE_F32) {
             throw empo_error(EMPO_ERR_CONFIG, "full training needs an F32 model: tensor " + name + " is " +
                              ggml_type_name(type) + " (use an F32 GGUF, or train a LoRA adapter)");
@@ -402,11 +489,13 @@ struct weight_loader {
             if (required) throw empo_error(EMPO_ERR_ARCH, "missing tensor " + name);
             return nullptr;
         }
-        const ggml_type type = gguf_get_tensor_type(src.g, id);
-        if ((int64_t) (gguf_get_tensor_size(src.g, id) / ggml_type_size(type) * ggml_blck_size(type)) != n) {
+        const ggml_type type = src.type(id);
+        if ((int64_t) (src.size(id) / ggml_type_size(type) * ggml_blck_size(type)) != n) {
             throw empo_error(EMPO_ERR_ARCH, "tensor " + name + " has an unexpected size");
         }
         if (m.cfg.full) return param(name, id, n, 0);
+        const auto * tr = ggml_get_type_traits(type);
+        if (type != GGML_TYPE_F32 && !(tr && tr->to_float)) throw type_error(name, type);
         ggml_tensor * t = ggml_new_tensor_1d(m.ctx_w, GGML_TYPE_F32, n);
         ggml_set_name(t, name.c_str());
         std::vector<float> f = to_f32(src.read(id), type, n);
@@ -424,9 +513,9 @@ struct weight_loader {
     ggml_tensor * mat(const std::string & name, int64_t n0, int64_t n1, bool force_f32, bool want_t) {
         const int64_t id = src.find(name);
         if (id < 0) throw empo_error(EMPO_ERR_ARCH, "missing tensor " + name);
-        const ggml_type type = gguf_get_tensor_type(src.g, id);
+        const ggml_type type = src.type(id);
         const size_t want = ggml_row_size(type, n0) * n1;
-        if (n0 % ggml_blck_size(type) != 0 || gguf_get_tensor_size(src.g, id) != want) {
+        if (n0 % ggml_blck_size(type) != 0 || src.size(id) != want) {
             throw empo_error(EMPO_ERR_ARCH, "tensor " + name + " has an unexpected shape (want ne=[" +
                              std::to_string(n0) + "," + std::to_string(n1) + "])");
         }
@@ -434,11 +523,8 @@ struct weight_loader {
             m.info.wtype = GGML_TYPE_F32;
             return param(name, id, n0, n1);
         }
-        const bool plain = type == GGML_TYPE_F32 || type == GGML_TYPE_F16 || type == GGML_TYPE_BF16;
-        const auto * tr  = ggml_get_type_traits(type);
-        const bool quant = !plain && ggml_is_quantized(type) && tr && tr->to_float && ggml_get_type_traits_cpu(type)->vec_dot;
-        ggml_type st = type;
-        if (force_f32 || (!plain && !quant)) st = GGML_TYPE_F32;
+        if (!usable_matrix_type(type)) throw type_error(name, type);
+        const ggml_type st = force_f32 ? GGML_TYPE_F32 : type;
         ggml_tensor * t = ggml_new_tensor_2d(m.ctx_w, st, n0, n1);
         ggml_set_name(t, name.c_str());
         std::vector<uint8_t> raw = src.read(id);
@@ -461,13 +547,13 @@ struct weight_loader {
 // In the default backward mode every matrix read by MUL_MAT is registered
 // for rewrite_frozen_backward with no stored copy, so dX = Wᵀ·dY uses a CONT
 // of transpose(W) made in the graph from the current (trained) W.
-static void order_full_params(empo_model & m, const gguf_context * g) {
+static void order_full_params(empo_model & m, const gguf_source & src) {
     std::unordered_map<std::string, ggml_tensor *> by_name;
     for (ggml_tensor * t : m.params) by_name[t->name] = t;
     std::vector<ggml_tensor *> ordered;
-    const int64_t n = gguf_get_n_tensors(g);
+    const int64_t n = src.n();
     for (int64_t i = 0; i < n; ++i) {
-        const std::string name = gguf_get_tensor_name(g, i);
+        const std::string name = src.name(i);
         auto it = by_name.find(name);
         if (it == by_name.end()) {
             throw empo_error(EMPO_ERR_ARCH, "tensor " + name + " is not part of the qwen2 training graph: full training would leave it untrained");
@@ -500,14 +586,8 @@ static void order_full_params(empo_model & m, const gguf_context * g) {
 
 static void load_model(empo_model & m, const char * path) {
     gguf_source src;
-    {
-        gguf_init_params gp = { /*no_alloc =*/ true, /*ctx =*/ nullptr };
-        src.f = fopen(path, "rb");
-        if (!src.f) throw empo_error(EMPO_ERR_IO, std::string("cannot open ") + path);
-        src.g = gguf_init_from_file(path, gp);
-        if (!src.g) throw empo_error(EMPO_ERR_IO, std::string("not a readable GGUF file: ") + path);
-    }
-    const gguf_context * g = src.g;
+    open_source(src, path);
+    const gguf_context * g = src.meta();
 
     // ---- hyperparameters
     const int64_t kid = gguf_find_key(g, "general.architecture");
@@ -528,7 +608,7 @@ static void load_model(empo_model & m, const char * path) {
         hp.n_ctx <= 0 || hp.n_embd % hp.n_head != 0 || hp.n_head % hp.n_head_kv != 0) {
         throw empo_error(EMPO_ERR_ARCH, "inconsistent qwen2 hyperparameters");
     }
-    if ((int64_t) hp.n_layer * 9 > gguf_get_n_tensors(g)) { // each block has ≥ 9 tensors; also bounds every size below
+    if ((int64_t) hp.n_layer * 9 > src.n()) { // each block has ≥ 9 tensors; also bounds every size below
         throw empo_error(EMPO_ERR_ARCH, "block_count " + std::to_string(hp.n_layer) + " does not match the tensors in the file");
     }
     hp.n_embd_head = hp.n_embd / hp.n_head;
@@ -620,7 +700,7 @@ static void load_model(empo_model & m, const char * path) {
             if (!full && (m.cfg.lora_targets & (1u << k))) add_lora(m, lin, il, k, base, n_in[k], n_out[k]);
         }
     }
-    if (full) order_full_params(m, g);
+    if (full) order_full_params(m, src);
     for (ggml_tensor * t : m.params) {
         ggml_tensor * gacc = ggml_dup_tensor(m.ctx_p, t);
         ggml_format_name(gacc, "grad_acc.%s", t->name);
@@ -687,7 +767,7 @@ static void load_shared(empo_model & m, const empo_llama_weights & lw) {
         if (w->ne[0] != n0 || w->ne[1] != n1 || w->ne[2] != 1 || w->ne[3] != 1 || !ggml_is_contiguous(w)) {
             throw empo_error(EMPO_ERR_ARCH, "tensor " + what + " has an unexpected shape");
         }
-        if (!usable_matrix_type(w->type)) throw empo_error(EMPO_ERR_ARCH, std::string("tensor ") + what + " has type " + ggml_type_name(w->type));
+        if (!usable_matrix_type(w->type)) throw type_error(what, w->type);
         if (want_t) {
             if (ggml_tensor * tt = new_transposed(m, w)) deferred.push_back({w, tt});
         }
@@ -699,7 +779,8 @@ static void load_shared(empo_model & m, const empo_llama_weights & lw) {
             if (required) throw empo_error(EMPO_ERR_ARCH, "missing tensor " + what);
             return nullptr;
         }
-        if (t->type != GGML_TYPE_F32 || ggml_nelements(t) != n) throw empo_error(EMPO_ERR_ARCH, "tensor " + what + " is not F32 of the expected size");
+        if (t->type != GGML_TYPE_F32) throw type_error(what, t->type, "norm weights and biases are read in F32 from llama.cpp's model");
+        if (ggml_nelements(t) != n) throw empo_error(EMPO_ERR_ARCH, "tensor " + what + " has an unexpected size");
         return t;
     };
     m.tok_embd = mat(lw.tok_embd, "token_embd.weight", C, V, false);
@@ -1062,25 +1143,30 @@ static int rewrite_out_prods(const empo_model & m, ggml_context * ctx, ggml_cgra
 }
 
 // ggml-alloc may compute an in-place-capable op into the memory of a parent
-// that has no other pending child. RMS_NORM_BACK (CPU: dx := x; dx *= k;
-// dx += dz) is wrong when dx aliases dz, and SOFT_MAX_BACK (dx := dy; ...;
-// dx *= y) is wrong when dx aliases y. We measured the first: gradients
-// through every RMSNorm were garbage. Pin both operands of these nodes with a
-// zero-cost view in an unused src slot: a parent with a live view is never
+// that has no other pending child. RMS_NORM_BACK(dz, x) (CPU, per row: sums
+// over x·dz and x·x first, then dx := x; dx *= k; dx += dz) is wrong when dx
+// aliases dz (measured: gradients through every RMSNorm were garbage) and
+// right when it aliases x; SOFT_MAX_BACK(dy, y) (dot(y, dy) first, then
+// dx := dy; dx -= dot; dx *= y) is wrong when dx aliases y and right when it
+// aliases dy. Pin the one operand that must not be overwritten (dz, y) with
+// a zero-cost view in an unused src slot: a parent with a live view is never
 // reused in place (ggml_gallocr_allocate_node, which ggml_backend_sched uses
-// for its compute buffers too), and the view dies with the node.
+// for its compute buffers too), and the view dies with the node. The other
+// operand may be reused: for SOFT_MAX_BACK that saves one [T, T, H·B]
+// attention-sized buffer at the backward's peak.
 static int pin_backward_operands(ggml_context * ctx, ggml_cgraph * g) {
     int n = 0;
     for (int i = 0; i < ggml_graph_n_nodes(g); ++i) {
         ggml_tensor * t = ggml_graph_node(g, i);
-        if (t->op != GGML_OP_RMS_NORM_BACK && t->op != GGML_OP_SOFT_MAX_BACK) continue;
-        for (int j = 0; j < 2; ++j) {
-            ggml_tensor * src = t->src[j];
-            const int slot = GGML_MAX_SRC - 1 - j;
-            if (!src || t->src[slot]) continue;
-            t->src[slot] = ggml_view_1d(ctx, src, 1, 0);
-            ++n;
-        }
+        int j = -1;
+        if (t->op == GGML_OP_RMS_NORM_BACK) j = 0;      // dz
+        if (t->op == GGML_OP_SOFT_MAX_BACK) j = 1;      // y
+        if (j < 0) continue;
+        ggml_tensor * src = t->src[j];
+        const int slot = GGML_MAX_SRC - 1;
+        if (!src || t->src[slot]) continue;
+        t->src[slot] = ggml_view_1d(ctx, src, 1, 0);
+        ++n;
     }
     return n;
 }
@@ -1183,11 +1269,33 @@ static bool sched_eval_cb(ggml_tensor * t, bool ask, void * user_data) {
     return true;
 }
 
-// forward (coef == nullptr) or a training step (forward, coefficients from
-// coef, backward into the gradient accumulators) in one scheduler compute
-static void run(empo_model & m, const empo_batch & b, empo_coef_fn coef, void * user, float * logp, float * ent) {
-    drop_graph(m);
-    const bool with_backward = coef != nullptr;
+// the scheduler over the model's backends: [primary, CPU] (or [CPU])
+static ggml_backend_sched_t new_sched(empo_model & m) {
+    ggml_backend_t backends[2] = { m.backend, m.backend_cpu };
+    const int n_backends = m.backend_cpu ? 2 : 1;
+    // graph_size sizes the scheduler's hash set: nodes + leafs + split copies
+    ggml_backend_sched_t s = ggml_backend_sched_new(backends, nullptr, n_backends, graph_size(m) * 4, false, false);
+    if (!s) throw empo_error(EMPO_ERR_BACKEND, "cannot create the backend scheduler");
+    return s;
+}
+
+// bytes of the compute buffers the scheduler holds now
+static int64_t sched_alloc_bytes(const empo_model & m) {
+    if (!m.sched) return 0;
+    int64_t n = (int64_t) ggml_backend_sched_get_buffer_size(m.sched, m.backend);
+    if (m.backend_cpu) n += (int64_t) ggml_backend_sched_get_buffer_size(m.sched, m.backend_cpu);
+    return n;
+}
+
+// free the compute buffers (a new scheduler allocates them again on the next graph)
+static void release_compute(empo_model & m) {
+    ggml_backend_sched_free(m.sched);
+    m.sched = nullptr;
+    m.sched = new_sched(m);
+    ggml_backend_sched_set_eval_callback(m.sched, sched_eval_cb, &m);
+}
+
+static void check_batch(const empo_model & m, const empo_batch & b) {
     const int B = b.B, T = b.T, M = b.M;
     const int64_t N = (int64_t) B * T, V = m.info.n_vocab;
     // shape validation (the Go side validates too; keep C safe on its own)
@@ -1202,7 +1310,16 @@ static void run(empo_model & m, const empo_batch & b, empo_coef_fn coef, void * 
         if (b.rows[j] < 0 || b.rows[j] >= N) throw empo_error(EMPO_ERR_SHAPE, "row out of range");
         if (b.targets[j] < 0 || b.targets[j] >= V) throw empo_error(EMPO_ERR_SHAPE, "target out of range");
     }
+}
 
+// Builds m.graph for batch b: the forward (logp, ent) or, with_backward, the
+// training graph (forward, the surrogate loss with the coefficient tensors,
+// autograd's backward with the rewrites and pins). *mul_lp / *mul_en: the
+// MULs that read the coefficients (training only).
+static void build_graph(empo_model & m, const empo_batch & b, bool with_backward,
+                        ggml_tensor ** mul_lp_out, ggml_tensor ** mul_en_out) {
+    drop_graph(m);
+    const int B = b.B, T = b.T, M = b.M;
     const size_t gsize = graph_size(m);
     ggml_init_params ip = { ggml_tensor_overhead() * gsize * 2 + ggml_graph_overhead_custom(gsize, true) * 2, nullptr, true };
     m.ctx_c = ggml_init(ip);
@@ -1284,10 +1401,51 @@ static void run(empo_model & m, const empo_batch & b, empo_coef_fn coef, void * 
         }
     }
     m.graph = gb;
+    *mul_lp_out = mul_lp;
+    *mul_en_out = mul_en;
+}
+
+// the compute buffer m.graph needs (all backends), from ggml's allocator
+// run without allocating on the measuring scheduler
+static int64_t measure_graph(empo_model & m) {
+    size_t sizes[2] = { 0, 0 };
+    ggml_backend_sched_reserve_size(m.sched_measure, m.graph, sizes);
+    ggml_backend_sched_reset(m.sched_measure);
+    return (int64_t) sizes[0] + (int64_t) sizes[1];
+}
+
+static std::string mib(int64_t bytes) {
+    char buf[64];
+    snprintf(buf, sizeof(buf), "%.1f MiB (%lld bytes)", (double) bytes / (1 << 20), (long long) bytes);
+    return buf;
+}
+
+// forward (coef == nullptr) or a training step (forward, coefficients from
+// coef, backward into the gradient accumulators) in one scheduler compute
+static void run(empo_model & m, const empo_batch & b, empo_coef_fn coef, void * user, float * logp, float * ent) {
+    const bool with_backward = coef != nullptr;
+    const int M = b.M;
+    check_batch(m, b);
+    ggml_tensor * mul_lp = nullptr, * mul_en = nullptr;
+    build_graph(m, b, with_backward, &mul_lp, &mul_en);
+    ggml_cgraph * gb = m.graph;
+    ggml_tensor * lp = m.t_logp, * en = m.t_ent;
     if (m.prof_on) {
         m.prof_fwd.clear();
         for (int i = 0; i < m.n_fwd; ++i) m.prof_fwd.insert(ggml_graph_node(gb, i));
     }
+
+    // ---- the cap, checked on the graph itself before anything is allocated
+    const int64_t need = measure_graph(m);
+    if (m.compute_cap >= 0 && need > m.compute_cap) {
+        drop_graph(m);
+        throw empo_error(EMPO_ERR_TOO_LARGE, std::string(with_backward ? "training" : "forward") + " graph of " +
+                         std::to_string(b.B) + " sequence(s) × " + std::to_string(b.T) + " tokens, " + std::to_string(M) +
+                         " rows × vocabulary " + std::to_string(m.info.n_vocab) + " needs a compute buffer of " + mib(need) +
+                         ", above the cap of " + mib(m.compute_cap));
+    }
+    m.compute_last = need;
+    m.compute_peak = std::max(m.compute_peak, need);
 
     ggml_backend_sched_reset(m.sched);
     if (with_backward) {
@@ -1297,9 +1455,6 @@ static void run(empo_model & m, const empo_batch & b, empo_coef_fn coef, void * 
     }
     if (!ggml_backend_sched_alloc_graph(m.sched, gb)) throw empo_error(EMPO_ERR_BACKEND, "cannot allocate the compute graph");
     m.n_splits = ggml_backend_sched_get_n_splits(m.sched);
-    m.compute_last = (int64_t) ggml_backend_sched_get_buffer_size(m.sched, m.backend);
-    if (m.backend_cpu) m.compute_last += (int64_t) ggml_backend_sched_get_buffer_size(m.sched, m.backend_cpu);
-    if (m.compute_last > m.compute_peak) m.compute_peak = m.compute_last;
 
     set_inputs(m, b);
     std::vector<float> snapshot;       // gradient accumulators before the step, restored on abort
@@ -1327,15 +1482,59 @@ static void run(empo_model & m, const empo_batch & b, empo_coef_fn coef, void * 
     ggml_backend_sched_synchronize(m.sched);
     ggml_backend_tensor_get(lp, logp, 0, M * sizeof(float));
     ggml_backend_tensor_get(en, ent,  0, M * sizeof(float));
+    drop_graph(m);
+    // a large compute buffer is not kept resident between calls
+    if (m.cfg.keep_compute >= 0 && sched_alloc_bytes(m) > m.cfg.keep_compute) release_compute(m);
     if (with_backward && !m.cb_done) {
         // the backward ran with zero coefficients over possibly non-finite
         // activations (0·inf = NaN): undo its accumulation
         restore_grads();
         const std::string why = m.cb_failed ? m.cb_err : std::string("the eval callback was not reached");
-        drop_graph(m);
         throw empo_error(m.cb_status != 0 ? EMPO_ERR_ABORTED : EMPO_ERR_INTERNAL, why);
     }
+}
+
+// the default cap: max(EMPO_COMPUTE_FLOOR + the model's bytes, the training
+// graph of one sequence of min(n_ctx, EMPO_COMPUTE_REF_TOKENS) tokens with
+// one trained row), measured on that graph
+static int64_t default_compute_cap(empo_model & m) {
+    const int T = std::min(m.info.n_ctx, EMPO_COMPUTE_REF_TOKENS);
+    std::vector<int32_t> tokens(T, 0), pos(T);
+    for (int t = 0; t < T; ++t) pos[t] = t;
+    const int32_t row = T - 1, target = 0;
+    empo_batch b{};
+    b.B = 1; b.T = T; b.tokens = tokens.data(); b.pos = pos.data();
+    b.M = 1; b.rows = &row; b.targets = &target;
+    ggml_tensor * mul_lp = nullptr, * mul_en = nullptr;
+    int64_t ref = 0;
+    try {
+        build_graph(m, b, true, &mul_lp, &mul_en);
+        ref = measure_graph(m);
+    } catch (...) {
+        drop_graph(m);
+        throw;
+    }
     drop_graph(m);
+    return std::max(EMPO_COMPUTE_FLOOR + m.frozen_bytes, ref);
+}
+
+// the model's own tensors the graph reads (llama.cpp's with init_shared;
+// the trainable F32 weights in full training), without the Wᵀ copies and
+// LoRA pairs
+static int64_t frozen_bytes(const empo_model & m) {
+    std::unordered_set<const ggml_tensor *> seen;
+    int64_t n = 0;
+    auto add = [&](const ggml_tensor * t) {
+        if (t && seen.insert(t).second) n += (int64_t) ggml_nbytes(t);
+    };
+    add(m.tok_embd);
+    add(m.out_norm);
+    add(m.output.w);
+    for (const empo_layer & L : m.layers) {
+        add(L.attn_norm); add(L.ffn_norm); add(L.bq); add(L.bk); add(L.bv);
+        for (const empo_linear & lin : L.lin) add(lin.w);
+    }
+    return n;
 }
 
 static void set_err(char * err, size_t len, const char * msg) {
@@ -1367,6 +1566,8 @@ struct empo_model_params empo_model_default_params(void) {
     p.lora_targets    = (1u << EMPO_TARGET_COUNT) - 1;
     p.full            = false;
     for (int k = 0; k < EMPO_TARGET_COUNT; ++k) p.target_tensor[k] = nullptr;
+    p.max_compute     = 0;
+    p.keep_compute    = EMPO_COMPUTE_KEEP;
     return p;
 }
 
@@ -1423,14 +1624,13 @@ static int init_impl(const char * path, const struct llama_model * lm, struct em
         if (lm) load_shared(*m, lw);
         else    load_model(*m, path);
         snprintf(m->info.wtype_name, sizeof(m->info.wtype_name), "%s", ggml_type_name((ggml_type) m->info.wtype));
-        {
-            ggml_backend_t backends[2] = { m->backend, m->backend_cpu };
-            const int n_backends = m->backend_cpu ? 2 : 1;
-            // graph_size sizes the scheduler's hash set: nodes + leafs + split copies
-            m->sched = ggml_backend_sched_new(backends, nullptr, n_backends, graph_size(*m) * 4, false, false);
-            if (!m->sched) throw empo_error(EMPO_ERR_BACKEND, "cannot create the backend scheduler");
-            ggml_backend_sched_set_eval_callback(m->sched, sched_eval_cb, m);
-        }
+        m->sched = new_sched(*m);
+        ggml_backend_sched_set_eval_callback(m->sched, sched_eval_cb, m);
+        m->sched_measure = new_sched(*m);
+        m->frozen_bytes = frozen_bytes(*m);
+        m->compute_cap = params.max_compute < 0 ? -1
+                       : params.max_compute > 0 ? params.max_compute
+                       : default_compute_cap(*m);
         *out = m;
         return EMPO_OK;
     } catch (const empo_error & e) {
@@ -1472,6 +1672,7 @@ void empo_model_free(struct empo_model * m) {
     try {
         drop_graph(*m);
         if (m->sched)  ggml_backend_sched_free(m->sched);
+        if (m->sched_measure) ggml_backend_sched_free(m->sched_measure);
         if (m->buf_w)  ggml_backend_buffer_free(m->buf_w);
         m->opt.release();
         if (m->ctx_w)  ggml_free(m->ctx_w);
@@ -1500,10 +1701,19 @@ int empo_model_get_mem(const struct empo_model * m, struct empo_model_mem * mem)
     mem->params       = (int64_t) m->opt.bytes();
     mem->compute_peak = m->compute_peak;
     mem->compute_last = m->compute_last;
+    mem->compute_alloc = sched_alloc_bytes(*m);
+    mem->compute_cap  = m->compute_cap;
+    mem->frozen       = m->frozen_bytes;
     mem->n_rewritten  = m->n_rewritten;
     mem->n_rewritten_op = m->n_rewritten_op;
     mem->n_pinned     = m->n_pinned;
     mem->n_splits     = m->n_splits;
+    return EMPO_OK;
+}
+
+int empo_model_mem_reset_peak(struct empo_model * m) {
+    if (!m) return EMPO_ERR_CONFIG;
+    m->compute_peak = 0;
     return EMPO_OK;
 }
 
@@ -1537,6 +1747,43 @@ int empo_model_grad_zero(struct empo_model * m) {
     if (!m) return EMPO_ERR_CONFIG;
     EMPO_TRY(m, {
         m->opt.zero_grads();
+    })
+}
+
+int empo_model_grad_save(struct empo_model * m) {
+    if (!m) return EMPO_ERR_CONFIG;
+    EMPO_TRY(m, {
+        m->grad_saved.resize((size_t) ggml_nelements(m->opt.G));
+        ggml_backend_tensor_get(m->opt.G, m->grad_saved.data(), 0, ggml_nbytes(m->opt.G));
+        m->grad_has_saved = true;
+    })
+}
+
+int empo_model_grad_restore(struct empo_model * m) {
+    if (!m) return EMPO_ERR_CONFIG;
+    EMPO_TRY(m, {
+        if (!m->grad_has_saved) throw empo_error(EMPO_ERR_STATE, "no gradient snapshot to restore");
+        ggml_backend_tensor_set(m->opt.G, m->grad_saved.data(), 0, ggml_nbytes(m->opt.G));
+    })
+}
+
+int empo_model_measure(struct empo_model * m, const struct empo_batch * batch, int with_backward, int64_t * bytes) {
+    if (!m) return EMPO_ERR_CONFIG;
+    EMPO_TRY(m, {
+        if (!batch || !batch->tokens || !batch->pos || !batch->rows || !batch->targets || !bytes) {
+            throw empo_error(EMPO_ERR_CONFIG, "null argument");
+        }
+        try {
+            check_batch(*m, *batch);
+            ggml_tensor * mul_lp = nullptr;
+            ggml_tensor * mul_en = nullptr;
+            build_graph(*m, *batch, with_backward != 0, &mul_lp, &mul_en);
+            *bytes = measure_graph(*m);
+            drop_graph(*m);
+        } catch (...) {
+            drop_graph(*m);
+            throw;
+        }
     })
 }
 

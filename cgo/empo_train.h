@@ -27,10 +27,12 @@ enum empo_status {
     EMPO_ERR_SHAPE    = 3, // bad index, size or batch shape
     EMPO_ERR_CONFIG   = 4, // bad params
     EMPO_ERR_BACKEND  = 5, // backend init / allocation / compute failed
-    EMPO_ERR_STATE    = 6, // (unused since the single-call training step; kept for ABI stability)
+    EMPO_ERR_STATE    = 6, // empo_model_grad_restore without a snapshot
     EMPO_ERR_INTERNAL = 7, // caught exception
     EMPO_ERR_ABORTED  = 8, // the coefficient callback of empo_model_train returned nonzero
     EMPO_ERR_NONFINITE = 9, // a gradient (its global norm) is NaN or infinite: no step taken
+    EMPO_ERR_TOO_LARGE = 10, // the graph's compute buffer would exceed empo_model_params.max_compute: nothing computed
+    EMPO_ERR_TYPE     = 11, // a tensor's type cannot be trained on (the message names the tensor and the type)
 };
 
 // LoRA target indices (bit i of empo_model_params.lora_targets). The order is
@@ -65,9 +67,30 @@ struct empo_model_params {
     // target k in block i is "blk.<i>.<target_tensor[k]>.weight". Required;
     // the strings are copied by empo_model_init.
     const char * target_tensor[EMPO_TARGET_COUNT];
+    // Cap on the compute buffer of one graph (bytes), checked before anything
+    // is allocated with ggml's allocator on the graph itself (no estimate):
+    // a larger graph is refused with EMPO_ERR_TOO_LARGE (the caller splits
+    // the batch). 0: the default, the larger of EMPO_COMPUTE_FLOOR +
+    // empo_model_mem.frozen (activations within the model's own size plus a
+    // floor) and the training graph of one sequence of
+    // min(n_ctx, EMPO_COMPUTE_REF_TOKENS) tokens (so that such a sequence
+    // always trains: its L·H·T² attention matrices, not the weights,
+    // dominate at long contexts); < 0: no cap. The value in force is
+    // empo_model_mem.compute_cap.
+    int64_t  max_compute;
+    // Compute buffers larger than this (bytes) are freed at the end of every
+    // call, so that a long batch does not keep its memory resident until the
+    // next one; smaller ones are kept for reuse. < 0: never freed.
+    int64_t  keep_compute;
 };
 
-// defaults: 1 thread, CPU, transposed-copy backward, r = 8, alpha = 16, all targets.
+// the default compute cap's floor and reference length, the default keep_compute
+#define EMPO_COMPUTE_FLOOR      ((int64_t) 256 << 20)
+#define EMPO_COMPUTE_REF_TOKENS 2048
+#define EMPO_COMPUTE_KEEP       ((int64_t) 64 << 20)
+
+// defaults: 1 thread, CPU, transposed-copy backward, r = 8, alpha = 16, all
+// targets, the default compute cap, EMPO_COMPUTE_KEEP.
 // Returned by value; nothing to free.
 struct empo_model_params empo_model_default_params(void);
 
@@ -87,8 +110,11 @@ struct empo_model_mem {
     int64_t weights;         // frozen weights incl. transposed copies
     int64_t transposed;      // of which transposed copies
     int64_t params;          // params + gradient accumulators + AdamW moments (full: 4x the F32 model)
-    int64_t compute_peak;    // largest compute buffer so far
-    int64_t compute_last;    // compute buffer of the last graph
+    int64_t compute_peak;    // largest compute buffer a graph needed since init or empo_model_mem_reset_peak
+    int64_t compute_last;    // compute buffer the last graph needed (measured by ggml's allocator)
+    int64_t compute_alloc;   // compute buffer allocated now (0 after a call that freed it, see keep_compute)
+    int64_t compute_cap;     // max_compute in force (bytes; < 0: none)
+    int64_t frozen;          // bytes of the model's tensors the graph reads (shared or own, full: the trainable weights; no Wᵀ, no LoRA)
     int32_t n_rewritten;     // OUT_PROD(W, dYᵀ) nodes turned into MUL_MAT(Wᵀ, dY) in the last training graph
     int32_t n_pinned;        // RMS_NORM_BACK / SOFT_MAX_BACK operands pinned against in-place aliasing
     int32_t n_splits;        // ggml_backend_sched splits of the last graph (1: one backend ran all of it)
@@ -121,6 +147,8 @@ const char * empo_model_last_error(const struct empo_model * m);
 // copy the hyperparameters / buffer sizes into caller-owned structs
 int  empo_model_get_info(const struct empo_model * m, struct empo_model_info * info);
 int  empo_model_get_mem (const struct empo_model * m, struct empo_model_mem  * mem);
+// compute_peak := 0 (e.g. to read the peak of one update)
+int  empo_model_mem_reset_peak(struct empo_model * m);
 
 // number of trainable tensors (0 for NULL), in a fixed order. LoRA: per
 // layer, per enabled target (q k v o gate up down), lora_a [n_in, r] then
@@ -144,6 +172,12 @@ int  empo_model_param_set(struct empo_model * m, int i, const float * src, int64
 int  empo_model_grad_get (struct empo_model * m, int i, float * dst, int64_t n);
 // set every gradient accumulator to 0 (they add across backward calls until then)
 int  empo_model_grad_zero(struct empo_model * m);
+// copy every gradient accumulator into a host snapshot kept by m (replacing
+// the previous one) / write the snapshot back (EMPO_ERR_STATE without one).
+// For a caller that splits one logical step into several empo_model_train
+// calls and must undo them all when a later one fails.
+int  empo_model_grad_save(struct empo_model * m);
+int  empo_model_grad_restore(struct empo_model * m);
 
 // Per-op profile: with on != 0 the following graphs are computed one node at
 // a time through the scheduler's eval callback and the time of every node is
@@ -209,7 +243,16 @@ struct empo_batch {
 
 // Forward only. Outputs (caller-owned, M floats each): logp[M] = log π(target | prefix),
 // ent[M] = entropy of π at that row. Gradients untouched.
+// Only the M rows are projected to the vocabulary: the hidden states of
+// those slots are gathered (get_rows) before the output norm and head, so
+// the [V, ·] logits exist for the M rows alone. EMPO_ERR_TOO_LARGE (nothing
+// computed) when the graph's compute buffer exceeds the cap.
 int empo_model_forward(struct empo_model * m, const struct empo_batch * batch, float * logp, float * ent);
+
+// The compute buffer (bytes, all backends) that the forward graph
+// (with_backward = 0) or the training graph (1) of batch needs, measured
+// by ggml's allocator on the graph without allocating it; no cap applies.
+int empo_model_measure(struct empo_model * m, const struct empo_batch * batch, int with_backward, int64_t * bytes);
 
 // Coefficient callback of a training step, called once from inside the graph
 // compute (same thread as empo_model_train), after the forward nodes:
@@ -223,6 +266,9 @@ typedef int (*empo_coef_fn)(void * user, int32_t M, float * logp, float * ent, f
 // One training step in a single graph compute: forward, coef(...), then the
 // backward, which adds d/dθ Σ_j (c_logp[j]·logp[j] + c_ent[j]·ent[j]) into the
 // gradient accumulators (they add across calls until empo_model_grad_zero).
+// The backward flows to the M gathered rows only (GET_ROWS_BACK scatters
+// their gradient into the [C, N] hidden states). EMPO_ERR_TOO_LARGE as for
+// empo_model_forward.
 // logp, ent: as for empo_model_forward (filled also when coef aborts).
 // user: passed to coef as is.
 int empo_model_train(struct empo_model * m, const struct empo_batch * batch, empo_coef_fn coef, void * user,

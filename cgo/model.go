@@ -67,6 +67,10 @@ func statusErr(code C.int, what string) error {
 		base = ErrConfig
 	case C.EMPO_ERR_NONFINITE:
 		base = ErrNonFinite
+	case C.EMPO_ERR_TOO_LARGE:
+		base = ErrComputeCap
+	case C.EMPO_ERR_TYPE:
+		base = ErrTensorType
 	default:
 		base = ErrBackend
 	}
@@ -146,6 +150,10 @@ func load(path string, lm *llama.Model, lora LoRAConfig, opts Options, full bool
 	p.transpose_in_graph = C.bool(opts.TransposeInGraph)
 	if opts.MaxTokens < 0 {
 		return nil, fmt.Errorf("%w: MaxTokens %d < 0", ErrConfig, opts.MaxTokens)
+	}
+	p.max_compute = C.int64_t(opts.MaxComputeBytes)
+	if opts.KeepComputeBytes != 0 {
+		p.keep_compute = C.int64_t(opts.KeepComputeBytes)
 	}
 
 	var errbuf [512]C.char
@@ -426,17 +434,22 @@ func (M *Model) WriteParams(vals [][]float32) error {
 	return nil
 }
 
-// ZeroGrads clears the gradient accumulators.
-func (M *Model) ZeroGrads() error {
+// call runs one status-returning C function on the model under its lock.
+func (M *Model) call(fn func(*C.struct_empo_model) C.int) error {
 	m, err := M.lock()
 	if err != nil {
 		return err
 	}
 	defer m.mu.Unlock()
-	if rc := C.empo_model_grad_zero(m.c); rc != C.EMPO_OK {
+	if rc := fn(m.c); rc != C.EMPO_OK {
 		return statusErr(rc, C.GoString(C.empo_model_last_error(m.c)))
 	}
 	return nil
+}
+
+// ZeroGrads clears the gradient accumulators.
+func (M *Model) ZeroGrads() error {
+	return M.call(func(c *C.struct_empo_model) C.int { return C.empo_model_grad_zero(c) })
 }
 
 // MemoryBytes reports ggml buffer sizes.
@@ -450,12 +463,19 @@ func (M *Model) MemoryBytes() MemoryStats {
 	C.empo_model_get_mem(m.c, &cm)
 	return MemoryStats{
 		Weights: int64(cm.weights), Transposed: int64(cm.transposed), Params: int64(cm.params),
-		Compute: int64(cm.compute_peak), ComputeLast: int64(cm.compute_last), PaddedTokens: m.last,
+		Compute: int64(cm.compute_peak), ComputeLast: int64(cm.compute_last), ComputeAlloc: int64(cm.compute_alloc),
+		ComputeCap: int64(cm.compute_cap), Frozen: int64(cm.frozen), PaddedTokens: m.last,
 		Rewritten: int(cm.n_rewritten), RewrittenLoRA: int(cm.n_rewritten_op), Pinned: int(cm.n_pinned), Splits: int(cm.n_splits),
 	}
 }
 
-// packed is a right-padded micro-batch in the C layout.
+// ResetComputePeak sets MemoryStats.Compute to 0, so that the next reading
+// is the peak of the calls in between (e.g. one update).
+func (M *Model) ResetComputePeak() error {
+	return M.call(func(c *C.struct_empo_model) C.int { return C.empo_model_mem_reset_peak(c) })
+}
+
+// packed is a right-padded graph batch in the C layout.
 type packed struct {
 	B, T    int
 	tokens  []int32 // [T*B], slot t + T*b
@@ -471,44 +491,8 @@ func (m *model) maxTokens() int {
 	return m.info.NCtxTrain * 8
 }
 
-// pack lays out seqs; rowsFor(b) lists the token indices t ≥ 1 of sequence b
-// whose log-prob is wanted.
-func (m *model) pack(seqs [][]int32, rowsFor func(b int) []int) (*packed, error) {
-	T := 0
-	for _, s := range seqs {
-		T = max(T, len(s))
-	}
-	if T > m.info.NCtxTrain {
-		return nil, fmt.Errorf("%w: sequence length %d exceeds the context %d", ErrShape, T, m.info.NCtxTrain)
-	}
-	if T*len(seqs) > m.maxTokens() {
-		return nil, fmt.Errorf("%w: %d sequences × %d tokens exceeds MaxTokens %d", ErrShape, len(seqs), T, m.maxTokens())
-	}
-	p := &packed{B: len(seqs), T: T, tokens: make([]int32, T*len(seqs)), pos: make([]int32, T*len(seqs))}
-	V := int32(m.info.NVocab)
-	for b, s := range seqs {
-		for t := 0; t < T; t++ {
-			p.pos[t+T*b] = int32(t)
-			if t < len(s) {
-				if s[t] < 0 || s[t] >= V {
-					return nil, fmt.Errorf("%w: token id %d at position %d is outside the vocabulary [0, %d)", ErrShape, s[t], t, V)
-				}
-				p.tokens[t+T*b] = s[t]
-			}
-		}
-		for _, t := range rowsFor(b) {
-			p.rows = append(p.rows, int32(t-1+T*b))
-			p.targets = append(p.targets, s[t])
-		}
-	}
-	if int64(len(p.rows))*int64(V) >= math.MaxInt32 {
-		return nil, fmt.Errorf("%w: %d trained tokens × vocab %d exceeds 2^31 logits", ErrShape, len(p.rows), V)
-	}
-	return p, nil
-}
-
-// forward computes the log-probs and entropies of p's trained rows. With
-// coef non-nil it is a training step: coef gets them mid-compute, fills the
+// forward computes the log-probs and entropies of p's rows. With coef
+// non-nil it is a training step: coef gets them mid-compute, fills the
 // coefficients, and the backward adds the gradients into the accumulators
 // (nothing is added when coef or the finiteness check fails).
 func (m *model) forward(p *packed, coef coefFunc) (logp, ent []float32, err error) {
@@ -517,15 +501,7 @@ func (m *model) forward(p *packed, coef coefFunc) (logp, ent []float32, err erro
 	ent = make([]float32, M)
 	var pin runtime.Pinner
 	defer pin.Unpin()
-	pin.Pin(&p.tokens[0])
-	pin.Pin(&p.pos[0])
-	pin.Pin(&p.rows[0])
-	pin.Pin(&p.targets[0])
-	b := C.struct_empo_batch{
-		B: C.int32_t(p.B), T: C.int32_t(p.T),
-		tokens: (*C.int32_t)(unsafe.Pointer(&p.tokens[0])), pos: (*C.int32_t)(unsafe.Pointer(&p.pos[0])),
-		M: C.int32_t(M), rows: (*C.int32_t)(unsafe.Pointer(&p.rows[0])), targets: (*C.int32_t)(unsafe.Pointer(&p.targets[0])),
-	}
+	b := p.cBatch(&pin)
 	clp, cen := (*C.float)(unsafe.Pointer(&logp[0])), (*C.float)(unsafe.Pointer(&ent[0]))
 	nonFinite := func(lp, en []float32) error {
 		for j := range lp {
@@ -575,9 +551,28 @@ func (M *Model) LogProbs(tokens []int32) ([]float32, error) {
 	return out[0], nil
 }
 
-// LogProbsBatch is LogProbs for several sequences, batched into as few
-// graphs as the memory caps allow (a sequence is never split).
+// LogProbsBatch is LogProbs for several sequences: LogProbsAt with every
+// position t ≥ 1 wanted.
 func (M *Model) LogProbsBatch(seqs [][]int32) ([][]float32, error) {
+	for i, s := range seqs {
+		if len(s) < 2 {
+			return nil, fmt.Errorf("%w: sequence %d has %d tokens (need ≥ 2)", ErrShape, i, len(s))
+		}
+	}
+	return M.LogProbsAt(seqs, nil)
+}
+
+// LogProbsAt returns out[i][t] = log π(seqs[i][t] | seqs[i][:t]) at every
+// position t where want[i][t] is set, 0 elsewhere (forward only; gradients
+// untouched). want[i] has len(seqs[i]) entries with want[i][0] false (the
+// first token has no prediction); want == nil or want[i] == nil means every
+// t ≥ 1. Only the wanted rows are projected to the vocabulary, so a long
+// prompt whose response alone is wanted (π_old of a behaviour sequence)
+// costs its tokens through the blocks and its response rows × V in the
+// head. The work is batched into as few graphs as the caps allow (see
+// Options.MaxComputeBytes); the values do not depend on how it is split
+// beyond float rounding.
+func (M *Model) LogProbsAt(seqs [][]int32, want [][]bool) ([][]float32, error) {
 	m, err := M.lock()
 	if err != nil {
 		return nil, err
@@ -586,52 +581,62 @@ func (M *Model) LogProbsBatch(seqs [][]int32) ([][]float32, error) {
 	if len(seqs) == 0 {
 		return nil, fmt.Errorf("%w: empty batch", ErrShape)
 	}
+	if want != nil && len(want) != len(seqs) {
+		return nil, fmt.Errorf("%w: %d want masks for %d sequences", ErrShape, len(want), len(seqs))
+	}
+	rows := make([][]int, len(seqs))
 	for i, s := range seqs {
-		if len(s) < 2 {
-			return nil, fmt.Errorf("%w: sequence %d has %d tokens (need ≥ 2)", ErrShape, i, len(s))
+		var w []bool
+		if want != nil {
+			w = want[i]
+		}
+		if w != nil {
+			if len(w) != len(s) {
+				return nil, fmt.Errorf("%w: sequence %d: want mask of %d for %d tokens", ErrShape, i, len(w), len(s))
+			}
+			if len(w) > 0 && w[0] {
+				return nil, fmt.Errorf("%w: sequence %d: want[0] is set but the first token has no prediction", ErrShape, i)
+			}
+		}
+		for t := 1; t < len(s); t++ {
+			if w == nil || w[t] {
+				rows[i] = append(rows[i], t)
+			}
 		}
 	}
-	// chunk so that one graph's [V, M] head buffers stay ≲ 1 GiB and the
-	// padded batch within MaxTokens (a sequence is never split)
-	maxRows := max(64, (1<<30)/(20*m.info.NVocab))
+	parts, err := m.plan(seqs, rows, false)
+	if err != nil {
+		return nil, err
+	}
 	out := make([][]float32, len(seqs))
-	for lo := 0; lo < len(seqs); {
-		hi, rows, T := lo, 0, 0
-		for hi < len(seqs) {
-			r, t := len(seqs[hi])-1, max(T, len(seqs[hi]))
-			if hi > lo && (rows+r > maxRows || t*(hi-lo+1) > m.maxTokens()) {
-				break
-			}
-			rows, T = rows+r, t
-			hi++
-		}
-		group := seqs[lo:hi]
-		p, err := m.pack(group, func(b int) []int {
-			r := make([]int, 0, len(group[b])-1)
-			for t := 1; t < len(group[b]); t++ {
-				r = append(r, t)
-			}
-			return r
-		})
+	for i, s := range seqs {
+		out[i] = make([]float32, len(s))
+	}
+	err = m.forwardParts(seqs, rows, parts, func(seq, t int, lp float32) { out[seq][t] = lp })
+	return out, err
+}
+
+// forwardParts computes the forward graphs of a plan and hands every
+// log-prob to put (sequence index, position, value).
+func (m *model) forwardParts(seqs [][]int32, rows [][]int, parts [][]span, put func(seq, t int, lp float32)) error {
+	for _, part := range parts {
+		p, err := m.packSpans(seqs, rows, part)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		logp, _, err := m.forward(p, nil)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		j := 0
-		for b, s := range group {
-			o := make([]float32, len(s))
-			for t := 1; t < len(s); t++ {
-				o[t] = logp[j]
+		for _, sp := range part {
+			for _, t := range rows[sp.seq][sp.lo:sp.hi] {
+				put(sp.seq, t, logp[j])
 				j++
 			}
-			out[lo+b] = o
 		}
-		lo = hi
 	}
-	return out, nil
+	return nil
 }
 
 // logpSlack tolerates log-probs a rounding error above 0 (p ≈ 1 computed as
@@ -681,7 +686,11 @@ func validateSequence(i int, s *Sequence, obj Objective, V int) error {
 // ForwardBackward evaluates the clipped policy-gradient objective on batch
 // and adds lossScale·∂L/∂θ into the gradient accumulators (see Objective and
 // docs/training.md). lossScale 0 means the batch is the whole mini-batch
-// (1/Tokens for token-mean, 1/Sequences for seq-mean-token-mean).
+// (1/Tokens for token-mean, 1/Sequences for seq-mean-token-mean). When the
+// batch's training graph exceeds the compute cap it is split over several
+// graphs (see LogProbsAt); the objective is a sum over tokens with fixed
+// weights, so the accumulated gradient is the same up to float rounding,
+// and a failure in any graph leaves the accumulators as they were.
 func (M *Model) ForwardBackward(batch []Sequence, obj Objective, lossScale float32) (Stats, error) {
 	m, err := M.lock()
 	if err != nil {
@@ -702,19 +711,27 @@ func (M *Model) Evaluate(batch []Sequence, obj Objective, lossScale float32) (St
 	return m.objective(batch, obj, lossScale, false)
 }
 
-// packObjective validates batch and lays it out as one graph batch exactly
-// as ForwardBackward and Evaluate do: sequences dropped by low-probability
-// masking or with no trained token are left out (kept: the others, nTok:
-// their trained tokens), rows are the trained positions. st holds the
-// masking counts, Tokens, Sequences and PaddedTokens; p is nil when no
-// trained token survives.
-func (m *model) packObjective(batch []Sequence, obj Objective) (p *packed, kept, nTok []int, st Stats, err error) {
+// objPlan is a batch laid out for the objective exactly as ForwardBackward
+// and Evaluate do: sequences dropped by low-probability masking or with no
+// trained token are left out.
+type objPlan struct {
+	kept  []int     // batch index of each kept sequence
+	nTok  []int     // its trained tokens
+	seqs  [][]int32 // its tokens
+	rows  [][]int   // its trained positions
+	parts [][]span  // graphs over (kept index, rows), planned with the training graph
+}
+
+// planObjective validates batch and plans its graphs. st holds the masking
+// counts, Tokens and Sequences; pl.parts is empty when no trained token
+// survives.
+func (m *model) planObjective(batch []Sequence, obj Objective) (pl objPlan, st Stats, err error) {
 	if len(batch) == 0 {
-		return nil, nil, nil, st, fmt.Errorf("%w: empty batch", ErrShape)
+		return pl, st, fmt.Errorf("%w: empty batch", ErrShape)
 	}
 	for i := range batch {
 		if err := validateSequence(i, &batch[i], obj, m.info.NVocab); err != nil {
-			return nil, nil, nil, st, err
+			return pl, st, err
 		}
 	}
 	// ---- EMPO² low-probability masking, per sequence
@@ -728,40 +745,32 @@ func (m *model) packObjective(batch []Sequence, obj Objective) (p *packed, kept,
 			st.MaskedTokens += n
 			continue
 		}
-		kept = append(kept, i)
-		nTok = append(nTok, n)
-		st.Tokens += n
-	}
-	st.Sequences = len(kept)
-	if st.Tokens == 0 {
-		return nil, nil, nil, st, nil
-	}
-	seqs := make([][]int32, len(kept))
-	for k, i := range kept {
-		seqs[k] = batch[i].Tokens
-	}
-	p, err = m.pack(seqs, func(b int) []int {
-		s := &batch[kept[b]]
+		s := &batch[i]
 		var r []int
 		for t := 1; t < len(s.Tokens); t++ {
 			if s.Trained[t] {
 				r = append(r, t)
 			}
 		}
-		return r
-	})
-	if err != nil {
-		return nil, nil, nil, st, err
+		pl.kept = append(pl.kept, i)
+		pl.nTok = append(pl.nTok, n)
+		pl.seqs = append(pl.seqs, s.Tokens)
+		pl.rows = append(pl.rows, r)
+		st.Tokens += n
 	}
-	st.PaddedTokens = p.B * p.T
-	return p, kept, nTok, st, nil
+	st.Sequences = len(pl.kept)
+	if st.Tokens == 0 {
+		return pl, st, nil
+	}
+	pl.parts, err = m.plan(pl.seqs, pl.rows, true)
+	return pl, st, err
 }
 
 // TrainedLogProbs is the forward pass of ForwardBackward(batch, obj, ·)
 // without the objective: out[i][t] = log π(Tokens[t] | Tokens[:t]) at every
 // trained position t of sequence i that the objective keeps (0 elsewhere;
 // out[i] is nil for a sequence left out by masking or with no trained
-// token). The graph batch (sequences, padding, rows) is the one
+// token). The graphs (sequences, cut lengths, padding, rows) are the ones
 // ForwardBackward builds for the same batch, so the values are bit-identical
 // to the log-probs ForwardBackward computes with the same parameters: π_old
 // recomputed this way gives ratios of exactly 1 before the first update.
@@ -774,113 +783,135 @@ func (M *Model) TrainedLogProbs(batch []Sequence, obj Objective) ([][]float32, e
 	if obj, err = validateObjective(obj); err != nil {
 		return nil, err
 	}
-	p, kept, _, st, err := m.packObjective(batch, obj)
+	pl, st, err := m.planObjective(batch, obj)
 	out := make([][]float32, len(batch))
 	if err != nil || st.Tokens == 0 {
 		return out, err
 	}
-	logp, _, err := m.forward(p, nil)
+	for _, i := range pl.kept {
+		out[i] = make([]float32, len(batch[i].Tokens))
+	}
+	err = m.forwardParts(pl.seqs, pl.rows, pl.parts, func(k, t int, lp float32) { out[pl.kept[k]][t] = lp })
 	if err != nil {
 		return nil, err
-	}
-	j := 0
-	for _, i := range kept {
-		s := &batch[i]
-		o := make([]float32, len(s.Tokens))
-		for t := 1; t < len(s.Tokens); t++ {
-			if s.Trained[t] {
-				o[t] = logp[j]
-				j++
-			}
-		}
-		out[i] = o
 	}
 	return out, nil
 }
 
-func (m *model) objective(batch []Sequence, obj Objective, lossScale float32, withBackward bool) (Stats, error) {
-	var st Stats
-	var err error
+// testFailGraph, set by tests only, makes the objective fail in graph k of
+// a call when it returns an error (to exercise the multi-graph restore).
+var testFailGraph func(k int) error
+
+func (m *model) objective(batch []Sequence, obj Objective, lossScale float32, withBackward bool) (st Stats, err error) {
 	if obj, err = validateObjective(obj); err != nil {
 		return st, err
 	}
 	if !finite32(lossScale) || lossScale < 0 {
 		return st, fmt.Errorf("%w: loss scale %v (must be finite and ≥ 0)", ErrNonFinite, lossScale)
 	}
-	p, kept, nTok, st, err := m.packObjective(batch, obj)
+	pl, st, err := m.planObjective(batch, obj)
 	if err != nil || st.Tokens == 0 {
 		return st, err
 	}
+	scale := float64(lossScale)
+	if scale == 0 {
+		if obj.Aggregation == AggTokenMean {
+			scale = 1 / float64(st.Tokens)
+		} else {
+			scale = 1 / float64(st.Sequences)
+		}
+	}
 	// ---- objective in float64; coefficients for the backward surrogate.
 	// For a training step this runs inside the graph compute (coefficient
-	// callback), between the forward and the backward nodes.
-	objFn := func(logp, ent, cLogp, cEnt []float32) error {
-		scale := float64(lossScale)
-		if scale == 0 {
-			if obj.Aggregation == AggTokenMean {
-				scale = 1 / float64(st.Tokens)
-			} else {
-				scale = 1 / float64(st.Sequences)
+	// callback), between the forward and the backward nodes, once per graph
+	// of the plan.
+	var nClip, nDual int
+	coefs := func(k int, part []span) coefFunc {
+		return func(logp, ent, cLogp, cEnt []float32) error {
+			if testFailGraph != nil {
+				if err := testFailGraph(k); err != nil {
+					return err
+				}
 			}
+			j := 0
+			for _, sp := range part {
+				s := &batch[pl.kept[sp.seq]]
+				w := scale
+				if obj.Aggregation == AggSeqMeanTokenMean {
+					w = scale / float64(pl.nTok[sp.seq])
+				}
+				for _, t := range pl.rows[sp.seq][sp.lo:sp.hi] {
+					var ref float64
+					if s.RefLogp != nil {
+						ref = float64(s.RefLogp[t])
+					}
+					tt := tokenObjective(obj, float64(logp[j]), float64(s.OldLogp[t]), float64(s.Advantage[t]), ref, s.RefLogp != nil, float64(ent[j]))
+					st.Loss += w * tt.loss
+					st.PolicyLoss += tt.pg
+					st.ApproxKL += tt.k3
+					st.ApproxKLK1 += tt.k1
+					st.RefKL += tt.refKL
+					st.Entropy += tt.entropy
+					st.LogpMean += tt.logp
+					if tt.clipped {
+						nClip++
+					}
+					if tt.dualClip {
+						nDual++
+					}
+					cLogp[j] = float32(w * tt.dLogp)
+					cEnt[j] = float32(w * tt.dEnt)
+					j++
+				}
+			}
+			return nil
 		}
-		j := 0
-		var nClip, nDual int
-		for k, i := range kept {
-			s := &batch[i]
-			w := scale
-			if obj.Aggregation == AggSeqMeanTokenMean {
-				w = scale / float64(nTok[k])
-			}
-			for t := 1; t < len(s.Tokens); t++ {
-				if !s.Trained[t] {
-					continue
-				}
-				var ref float64
-				if s.RefLogp != nil {
-					ref = float64(s.RefLogp[t])
-				}
-				tt := tokenObjective(obj, float64(logp[j]), float64(s.OldLogp[t]), float64(s.Advantage[t]), ref, s.RefLogp != nil, float64(ent[j]))
-				st.Loss += w * tt.loss
-				st.PolicyLoss += tt.pg
-				st.ApproxKL += tt.k3
-				st.ApproxKLK1 += tt.k1
-				st.RefKL += tt.refKL
-				st.Entropy += tt.entropy
-				st.LogpMean += tt.logp
-				if tt.clipped {
-					nClip++
-				}
-				if tt.dualClip {
-					nDual++
-				}
-				cLogp[j] = float32(w * tt.dLogp)
-				cEnt[j] = float32(w * tt.dEnt)
-				j++
-			}
-		}
-		n := float64(st.Tokens)
-		st.PolicyLoss /= n
-		st.ApproxKL /= n
-		st.ApproxKLK1 /= n
-		st.RefKL /= n
-		st.Entropy /= n
-		st.LogpMean /= n
-		st.ClipFrac = float64(nClip) / n
-		st.DualClipFrac = float64(nDual) / n
-		return nil
 	}
-	if withBackward {
-		if _, _, err := m.forward(p, objFn); err != nil {
+	if withBackward && len(pl.parts) > 1 {
+		// several graphs: a failure in a later one must undo the earlier ones
+		if rc := C.empo_model_grad_save(m.c); rc != C.EMPO_OK {
+			return st, statusErr(rc, C.GoString(C.empo_model_last_error(m.c)))
+		}
+		defer func() {
+			if err != nil {
+				if rc := C.empo_model_grad_restore(m.c); rc != C.EMPO_OK {
+					err = fmt.Errorf("%w (and restoring the gradients failed: %w)", err, statusErr(rc, C.GoString(C.empo_model_last_error(m.c))))
+				}
+			}
+		}()
+	}
+	var cm C.struct_empo_model_mem
+	for k, part := range pl.parts {
+		p, err := m.packSpans(pl.seqs, pl.rows, part)
+		if err != nil {
 			return st, err
 		}
-		return st, nil
+		st.PaddedTokens += p.B * p.T
+		if withBackward {
+			if _, _, err := m.forward(p, coefs(k, part)); err != nil {
+				return st, err
+			}
+		} else {
+			logp, ent, err := m.forward(p, nil)
+			if err != nil {
+				return st, err
+			}
+			if err := coefs(k, part)(logp, ent, make([]float32, len(logp)), make([]float32, len(logp))); err != nil {
+				return st, err
+			}
+		}
+		C.empo_model_get_mem(m.c, &cm)
+		st.ComputeBytes = max(st.ComputeBytes, int64(cm.compute_last))
+		st.Graphs++
 	}
-	logp, ent, err := m.forward(p, nil)
-	if err != nil {
-		return st, err
-	}
-	if err := objFn(logp, ent, make([]float32, len(logp)), make([]float32, len(logp))); err != nil {
-		return st, err
-	}
+	n := float64(st.Tokens)
+	st.PolicyLoss /= n
+	st.ApproxKL /= n
+	st.ApproxKLK1 /= n
+	st.RefKL /= n
+	st.Entropy /= n
+	st.LogpMean /= n
+	st.ClipFrac = float64(nClip) / n
+	st.DualClipFrac = float64(nDual) / n
 	return st, nil
 }

@@ -32,13 +32,46 @@ func (M *Model) ProfileStep(batch []Sequence, obj Objective, lossScale float32) 
 		return nil, Stats{}, err
 	}
 	defer m.mu.Unlock()
+	var st Stats
+	ops, err := m.profiled(func() error {
+		var err error
+		st, err = m.objective(batch, obj, lossScale, true)
+		return err
+	})
+	return ops, st, err
+}
+
+// ProfileForward is ProfileStep for the forward graph of LogProbsBatch(seqs)
+// (every node is "fwd ...").
+func (M *Model) ProfileForward(seqs [][]int32) ([]OpTime, error) {
+	m, err := M.lock()
+	if err != nil {
+		return nil, err
+	}
+	defer m.mu.Unlock()
+	rows := make([][]int, len(seqs))
+	for i, s := range seqs {
+		for t := 1; t < len(s); t++ {
+			rows[i] = append(rows[i], t)
+		}
+	}
+	return m.profiled(func() error {
+		parts, err := m.plan(seqs, rows, false)
+		if err != nil {
+			return err
+		}
+		return m.forwardParts(seqs, rows, parts, func(int, int, float32) {})
+	})
+}
+
+// profiled runs fn with the per-node profile on and returns its entries.
+func (m *model) profiled(fn func() error) ([]OpTime, error) {
 	if rc := C.empo_model_profile(m.c, 1); rc != C.EMPO_OK {
-		return nil, Stats{}, statusErr(rc, "profile")
+		return nil, statusErr(rc, "profile")
 	}
 	defer C.empo_model_profile(m.c, 0)
-	st, err := m.objective(batch, obj, lossScale, true)
-	if err != nil {
-		return nil, st, err
+	if err := fn(); err != nil {
+		return nil, err
 	}
 	n := int(C.empo_model_profile_n(m.c))
 	out := make([]OpTime, 0, n)
@@ -46,10 +79,10 @@ func (M *Model) ProfileStep(batch []Sequence, obj Objective, lossScale float32) 
 	for i := 0; i < n; i++ {
 		var us, cnt C.int64_t
 		if rc := C.empo_model_profile_get(m.c, C.int(i), &key[0], C.size_t(len(key)), &us, &cnt); rc != C.EMPO_OK {
-			return nil, st, statusErr(rc, fmt.Sprintf("profile entry %d", i))
+			return nil, statusErr(rc, fmt.Sprintf("profile entry %d", i))
 		}
 		out = append(out, OpTime{Key: C.GoString(&key[0]), Seconds: float64(us) / 1e6, Count: int(cnt)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Seconds > out[j].Seconds })
-	return out, st, nil
+	return out, nil
 }

@@ -59,6 +59,46 @@ func f16ToF32(h uint16) float32 {
 	return math.Float32frombits(sign | (exp+112)<<23 | mant<<13)
 }
 
+// quantRun scores the same L random tokens (seed 2, 3) with ref and the
+// models, then runs one training step on each with the second half of the
+// tokens trained (old log-probs near ref's, mixed advantages) from zero
+// gradients; it returns every model's log-probs and gradients, ref's first.
+func quantRun(t *testing.T, L int, ref *Model, models ...*Model) (lps [][]float32, grads [][][]float32) {
+	t.Helper()
+	all := append([]*Model{ref}, models...)
+	toks := randTokens(rand.New(rand.NewPCG(2, 3)), L, ref.Info().NVocab)
+	for _, x := range all {
+		lp, err := x.LogProbs(toks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lps = append(lps, lp)
+	}
+	seq := Sequence{Tokens: toks, Trained: make([]bool, L), OldLogp: make([]float32, L), Advantage: make([]float32, L)}
+	for i := L / 2; i < L; i++ {
+		seq.Trained[i] = true
+		seq.OldLogp[i] = lps[0][i] - 0.05*float32(i%3)
+		seq.Advantage[i] = float32(i%5) - 2
+	}
+	for _, x := range all {
+		mustZero(t, x)
+		if _, err := x.ForwardBackward([]Sequence{seq}, DefaultObjective(), 0); err != nil {
+			t.Fatal(err)
+		}
+		grads = append(grads, mustGrads(t, x))
+	}
+	return lps, grads
+}
+
+// maxAbsDiff is max |a[i] − b[i]|.
+func maxAbsDiff(a, b []float32) float64 {
+	worst := 0.0
+	for i := range a {
+		worst = math.Max(worst, math.Abs(float64(a[i]-b[i])))
+	}
+	return worst
+}
+
 // writeQ8Model copies a GGUF, storing every 2-D weight as Q8_0 (dst) and,
 // when dq != "", the same dequantized weights as F32 (dq).
 func writeQ8Model(t *testing.T, src, dst, dq string) {
@@ -115,44 +155,16 @@ func TestQuantizedWeights(t *testing.T) {
 	q8, dq := filepath.Join(dir, "q8.gguf"), filepath.Join(dir, "dq.gguf")
 	writeQ8Model(t, tinyModel(t, tinyCfg()), q8, dq)
 	lora := LoRAConfig{Rank: 4, Alpha: 8, Seed: 3, RandomB: true}
-	m, err := Load(q8, lora, Options{Threads: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	ref, err := Load(dq, lora, Options{Threads: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ref.Close()
+	m, ref := mustLoad(t, q8, lora, Options{Threads: 1}), mustLoad(t, dq, lora, Options{Threads: 1})
 	if m.Info().WeightType != "q8_0" || ref.Info().WeightType != "f32" {
 		t.Fatalf("weights stored as %s / %s", m.Info().WeightType, ref.Info().WeightType)
 	}
-	toks := randTokens(rand.New(rand.NewPCG(2, 3)), 24, m.Info().NVocab)
-	a, err := m.LogProbs(toks)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := ref.LogProbs(toks)
-	worst := 0.0
-	for i := range a {
-		worst = math.Max(worst, math.Abs(float64(a[i]-b[i])))
-	}
+	lps, grads := quantRun(t, 24, ref, m)
+	worst := maxAbsDiff(lps[1], lps[0])
 	if worst > 0.1 { // measured 0.048 (8-bit activations); a wrong weight layout is nats off
 		t.Fatalf("Q8_0 vs dequantized-F32 log-probs differ by %v", worst)
 	}
-	seq := Sequence{Tokens: toks, Trained: make([]bool, 24), OldLogp: make([]float32, 24), Advantage: make([]float32, 24)}
-	for i := 12; i < 24; i++ {
-		seq.Trained[i] = true
-		seq.OldLogp[i] = b[i] - 0.05*float32(i%3)
-		seq.Advantage[i] = float32(i%5) - 2
-	}
-	for _, x := range []*Model{m, ref} {
-		if _, err := x.ForwardBackward([]Sequence{seq}, DefaultObjective(), 0); err != nil {
-			t.Fatal(err)
-		}
-	}
-	rel := relL2(mustGrads(t, m), mustGrads(t, ref))
+	rel := relL2(grads[1], grads[0])
 	if rel > 0.1 { // measured 0.034; a wrong Wᵀ gives O(1)
 		t.Fatalf("Q8_0 vs dequantized-F32 gradients: relative L2 %.3g", rel)
 	}

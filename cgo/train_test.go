@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/empo2/empo2/gguf"
@@ -17,6 +18,17 @@ func loadTiny(t testing.TB, cfg modelgen.Config, lora LoRAConfig, opts Options) 
 	m, err := Load(tinyModel(t, cfg), lora, opts)
 	if err != nil {
 		t.Fatalf("Load: %v", err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// mustLoad loads the GGUF at path (Load), closed when the test ends.
+func mustLoad(t testing.TB, path string, lora LoRAConfig, opts Options) *Model {
+	t.Helper()
+	m, err := Load(path, lora, opts)
+	if err != nil {
+		t.Fatalf("Load %s: %v", path, err)
 	}
 	t.Cleanup(func() { m.Close() })
 	return m
@@ -713,9 +725,9 @@ func rewriteModel(t *testing.T, src string, set map[string]any) string {
 }
 
 // modelWriter returns a gguf.Writer that holds a copy of the GGUF at src
-// (gguf.Writer.CopyMetadata, then every tensor's data as stored), for a
-// test to change before writing it.
-func modelWriter(t *testing.T, src string) *gguf.Writer {
+// (gguf.Writer.CopyMetadata, then every tensor's data as stored, but the
+// tensors named in skip), for a test to change before writing it.
+func modelWriter(t *testing.T, src string, skip ...string) *gguf.Writer {
 	t.Helper()
 	f, err := gguf.Open(src)
 	if err != nil {
@@ -725,6 +737,9 @@ func modelWriter(t *testing.T, src string) *gguf.Writer {
 	w := gguf.NewWriter()
 	w.CopyMetadata(f)
 	for _, ti := range f.Tensors {
+		if slices.Contains(skip, ti.Name) {
+			continue
+		}
 		raw, err := f.ReadTensorRaw(ti.Name)
 		if err != nil {
 			t.Fatal(err)

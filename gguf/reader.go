@@ -13,22 +13,41 @@ import (
 
 // File is an open GGUF file: its header, metadata and tensor infos are read
 // by Open; tensor data is read on demand.
+//
+// A model split into several files (llama.cpp's gguf-split convention:
+// <prefix>-00001-of-0000N.gguf … <prefix>-0000N-of-0000N.gguf, each with the
+// keys split.no, split.count and split.tensors.count, the metadata in the
+// first) is one File when Open is given the first file: Tensors lists the
+// tensors of every split in split order, ReadTensor* read each from its own
+// file, the metadata is the first file's without the split.* keys (so a
+// writer copying it writes one unsplit model), Splits names the files and
+// Size is their total.
 type File struct {
-	Path       string
+	Path       string // the file opened (the first split)
 	Version    uint32
 	Alignment  uint64
-	DataOffset uint64 // absolute offset of the data section
+	DataOffset uint64 // absolute offset of the data section (of the first split)
 	Tensors    []TensorInfo
-	Size       int64 // file size in bytes
+	Size       int64    // file size in bytes (of all splits)
+	Splits     []string // the split files in order; nil for an unsplit file
 
 	keys    []string
 	kv      map[string]any
 	types   map[string]ValueType // value type (element type for arrays)
 	tensors map[string]int
+	part    []int       // split of each tensor (index into parts); nil: all in the first
+	parts   []*filePart // the other splits' data
 
 	mu     sync.Mutex
 	ra     io.ReaderAt // nil once closed
 	closer io.Closer   // the os.File for Open, nil for OpenReader
+}
+
+// filePart is the data of one further split of a File.
+type filePart struct {
+	ra         io.ReaderAt
+	closer     io.Closer
+	dataOffset uint64
 }
 
 // maxPrealloc bounds the capacity reserved up front for an array read from
@@ -222,9 +241,22 @@ func (r *reader) array(what string) (any, ValueType, error) {
 	return v, t, err
 }
 
-// Open reads the header, metadata and tensor infos of the GGUF file at path.
-// The file stays open for ReadTensor*; call Close.
+// Open reads the header, metadata and tensor infos of the GGUF file at path
+// (of every split when path is the first file of a split model, see File).
+// The files stay open for ReadTensor*; call Close.
 func Open(path string) (*File, error) {
+	f, err := openOne(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.openSplits(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+func openOne(path string) (*File, error) {
 	osf, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("gguf: %w", err)
@@ -248,12 +280,20 @@ func Open(path string) (*File, error) {
 }
 
 // OpenReader parses a GGUF held by r (size bytes), e.g. a bytes.Reader.
-// Close is a no-op for it.
+// Close is a no-op for it. A split of a split model is refused (ErrSplit):
+// its other files can only be found by path (Open).
 func OpenReader(r io.ReaderAt, size int64) (*File, error) {
 	if size < 0 {
 		return nil, fmt.Errorf("%w: negative size", ErrCorrupt)
 	}
-	return parse(r, size, "gguf reader")
+	f, err := parse(r, size, "gguf reader")
+	if err != nil {
+		return nil, err
+	}
+	if n, _ := splitKeys(f); n > 1 {
+		return nil, fmt.Errorf("%w: one split of %d: open the first split's path with Open", ErrSplit, n)
+	}
+	return f, nil
 }
 
 func parse(ra io.ReaderAt, fsize int64, path string) (*File, error) {
@@ -391,7 +431,7 @@ func parse(ra io.ReaderAt, fsize int64, path string) (*File, error) {
 
 func pad(x, a uint64) uint64 { return (x + a - 1) / a * a }
 
-// Close closes the file; it is safe to call more than once.
+// Close closes the file (every split); it is safe to call more than once.
 func (f *File) Close() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -399,10 +439,16 @@ func (f *File) Close() error {
 		return nil
 	}
 	f.ra = nil
-	if f.closer != nil {
-		return f.closer.Close()
+	var err error
+	for _, p := range f.parts {
+		if p.closer != nil {
+			err = errors.Join(err, p.closer.Close())
+		}
 	}
-	return nil
+	if f.closer != nil {
+		err = errors.Join(err, f.closer.Close())
+	}
+	return err
 }
 
 // Keys returns the metadata keys in file order.
@@ -546,8 +592,14 @@ func (f *File) ReadTensorRaw(name string) ([]byte, error) {
 	if f.ra == nil {
 		return nil, fmt.Errorf("gguf: %s: %w", f.Path, os.ErrClosed)
 	}
+	ra, off := f.ra, f.DataOffset
+	if f.part != nil {
+		if k := f.part[f.tensors[name]]; k > 0 {
+			ra, off = f.parts[k-1].ra, f.parts[k-1].dataOffset
+		}
+	}
 	buf := make([]byte, ti.Size())
-	if _, err := f.ra.ReadAt(buf, int64(f.DataOffset+ti.Offset)); err != nil {
+	if _, err := ra.ReadAt(buf, int64(off+ti.Offset)); err != nil {
 		return nil, fmt.Errorf("%w: tensor %q: %v", ErrTruncated, name, err)
 	}
 	return buf, nil

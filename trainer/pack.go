@@ -64,6 +64,7 @@ func appendStep(s *Sample, si int, prompt []int32, rec *rollout.StepRecord, adv 
 func recomputeOld(samples []Sample, lp LogProber, microBatch int) error {
 	type ref struct{ s, span int } // span −1: the whole training sequence
 	var seqs [][]int32
+	var want [][]bool // the positions whose log-probs are used: the response rows
 	var refs []ref
 	for i := range samples {
 		s := &samples[i]
@@ -71,6 +72,12 @@ func recomputeOld(samples []Sample, lp LogProber, microBatch int) error {
 		for j, b := range s.behaviour {
 			if b != nil {
 				seqs = append(seqs, b)
+				w := make([]bool, len(b))
+				n := s.Spans[j][1] - s.Spans[j][0]
+				for t := max(1, len(b)-n); t < len(b); t++ {
+					w[t] = true
+				}
+				want = append(want, w)
 				refs = append(refs, ref{i, j})
 			} else {
 				own = true
@@ -78,9 +85,19 @@ func recomputeOld(samples []Sample, lp LogProber, microBatch int) error {
 		}
 		if own && !s.oldDeferred {
 			seqs = append(seqs, s.Seq.Tokens)
+			w := make([]bool, len(s.Seq.Tokens))
+			for j, sp := range s.Spans {
+				if s.behaviour[j] == nil {
+					for t := max(1, sp[0]); t < sp[1]; t++ {
+						w[t] = true
+					}
+				}
+			}
+			want = append(want, w)
 			refs = append(refs, ref{i, -1})
 		}
 	}
+	rlp, rowsOnly := lp.(RowLogProber)
 	if len(seqs) == 0 {
 		return nil
 	}
@@ -90,7 +107,13 @@ func recomputeOld(samples []Sample, lp LogProber, microBatch int) error {
 	}
 	for lo := 0; lo < len(seqs); lo += mb {
 		hi := min(lo+mb, len(seqs))
-		out, err := lp.LogProbsBatch(seqs[lo:hi])
+		var out [][]float32
+		var err error
+		if rowsOnly {
+			out, err = rlp.LogProbsAt(seqs[lo:hi], want[lo:hi])
+		} else {
+			out, err = lp.LogProbsBatch(seqs[lo:hi])
+		}
 		if err != nil {
 			return fmt.Errorf("%w: recomputing old log-probs: %w", ErrSamples, err)
 		}

@@ -142,6 +142,14 @@ type LogProber interface {
 	LogProbsBatch(seqs [][]int32) ([][]float32, error)
 }
 
+// RowLogProber computes log-probs only at the positions a mask selects
+// (out[i][t] for want[i][t], 0 elsewhere), projecting only those rows to
+// the vocabulary; *cgo.Model implements it. recomputeOld uses it to score
+// only the response rows of the π_old sequences.
+type RowLogProber interface {
+	LogProbsAt(seqs [][]int32, want [][]bool) ([][]float32, error)
+}
+
 // ExactLogProber also computes the log-probs of the trained tokens of a
 // batch exactly as its ForwardBackward does (same graph batch: sequences,
 // padding, rows), so that π_old recomputed on a training sequence equals

@@ -81,6 +81,7 @@ func init() {
 				Flags:  []cli.Flag{modelInfoJSONFlag, modelInfoTensorsFlag, modelInfoTemplateFlag},
 				Action: modelInfo,
 			},
+			modelQuantizeCmd,
 		},
 	})
 }
