@@ -13,7 +13,8 @@ import (
 // none), then the overrides. When the result names a run directory (its
 // `run` key), the run's settings replace the defaults under the file and
 // the overrides: its model, environment and options, tasks (a "task/N"
-// of training stands for the task), context, rollout and memory sections,
+// of training stands for the task; not with ood, whose default is the
+// held-out tasks), context, rollout and memory sections,
 // and its memory.db as memory_db. So `eval --run DIR` evaluates what the
 // run trained, as it played, and every key can still be set.
 func LoadEvalConfig(file string, sets []string) (evaluate.RunConfig, error) {
@@ -46,17 +47,20 @@ func LoadEvalConfig(file string, sets []string) (evaluate.RunConfig, error) {
 	if err != nil {
 		return c, err
 	}
-	return apply(EvalDefaults(c.Run, run))
+	return apply(EvalDefaults(c.Run, run, c.OOD))
 }
 
 // EvalDefaults is the eval configuration of run directory dir whose
 // configuration is run: evaluate.DefaultRunConfig with the run's model,
-// environment, tasks, context, rollout and memory sections and memory.
-func EvalDefaults(dir string, run Config) evaluate.RunConfig {
+// environment, tasks (unless ood, which plays held-out tasks), context,
+// rollout and memory sections and memory.
+func EvalDefaults(dir string, run Config, ood bool) evaluate.RunConfig {
 	c := evaluate.DefaultRunConfig()
 	c.Run = dir
 	c.Model, c.Env, c.EnvOptions = run.Model, run.Env, run.EnvOptions
-	c.Tasks = evaluate.TaskNames(run.Tasks)
+	if !ood {
+		c.Tasks = evaluate.TaskNames(run.Tasks)
+	}
 	c.Context = run.Context
 	c.Rollout, c.Memory = run.Rollout, run.Memory
 	c.MemoryDB = filepath.Join(dir, MemoryFile)

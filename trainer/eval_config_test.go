@@ -50,6 +50,10 @@ func TestLoadEvalConfigTakesTheRun(t *testing.T) {
 	assert.Equal(t, 512, c.Context)
 	assert.Equal(t, 4, c.Memory.TopK)
 
+	c, err = LoadEvalConfig("", []string{"run=" + dir, "ood=true"})
+	require.NoError(t, err)
+	assert.Empty(t, c.Tasks, "ood plays the held-out tasks, not the run's")
+
 	_, err = LoadEvalConfig("", []string{"run=" + t.TempDir()})
 	assert.ErrorIs(t, err, ErrNoRun)
 }

@@ -176,6 +176,7 @@ func envDemos(c *cli.Context) error {
 		}
 		return err
 	}
+	log.Info().Int("variations", left).Int("tasks", len(tasks)).Str("out", out).Msg("env demos: playing")
 	for i, t := range tasks {
 		for _, v := range taskVars[i] {
 			var d demos.Demo

@@ -71,6 +71,9 @@ func reportAction(c *cli.Context) error {
 	var bar *progressbar.ProgressBar
 	drawn, pictures := 0, 0
 	opt.Progress = func(done, total int) {
+		if drawn == 0 {
+			log.Info().Int("pictures", total).Str("out", opt.Out).Msg("report: drawing")
+		}
 		drawn, pictures = done, total
 		if term.IsTerminal(int(os.Stderr.Fd())) {
 			if bar == nil {

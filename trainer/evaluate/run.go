@@ -54,7 +54,7 @@ type RunConfig struct {
 	Checkpoint string               `yaml:"checkpoint" doc:"checkpoint of run evaluated: latest | base (the base model, no adapter) | a step number"`
 	Env        string               `yaml:"env" doc:"environment: textlab | webshop | scienceworld"`
 	EnvOptions environments.Options `yaml:"env_options" doc:"options passed to the environment"`
-	Tasks      []string             `yaml:"tasks,flow" doc:"tasks evaluated (task/N stands for the task); empty = every task not held out, with ood every held-out task; with run: the tasks it trained on"`
+	Tasks      []string             `yaml:"tasks,flow" doc:"tasks evaluated (task/N stands for the task); empty = every task not held out, with ood every held-out task; with run (not ood): the tasks it trained on"`
 	Eval       Protocol             `yaml:"eval" doc:"what is played"`
 	MemoryDB   string               `yaml:"memory_db" doc:"tips memory of eval.memory on | both (read only unless write_tips); with run: its memory.db"`
 	WriteTips  bool                 `yaml:"write_tips" doc:"memory-on episodes write tips into memory_db (otherwise eval never changes it)"`
