@@ -121,6 +121,22 @@ cuda: deps
 	cmake --build build/cuda --target ggml-cuda -j $(CUDA_JOBS)
 	@mkdir -p bin && cp build/cuda/libggml-*.so* bin/
 
+# The folder a lent GPU machine needs for scripts/gpu-check.sh (docs/gpu.md),
+# carried there by the device tool (carry: build/gpu-bundle): the empo2 binary
+# with portable CPU kernels (GPU_MARCH: the GPU machine's CPU is unknown; no
+# AMX, like every x86-64-v3 build), xz-compressed; the pinned module's ggml
+# source that the CUDA build reads, copied from the Go module cache now; the
+# check scripts, CMakeLists.txt and the tiny models. Prints its size.
+GPU_BUNDLE ?= build/gpu-bundle
+GPU_MARCH  ?= -march=x86-64-v3
+GPU_CFLAGS  = -O3 $(GPU_MARCH)$(if $(strip $(NO_AMX)),$(if $(call amx_on,-O3 $(GPU_MARCH)), $(NO_AMX)))
+.PHONY: gpu-bundle
+gpu-bundle: deps
+	@mkdir -p build $(TMPDIR)
+	CGO_CFLAGS="$(GPU_CFLAGS)" CGO_CXXFLAGS="$(GPU_CFLAGS)" $(GO) build -ldflags "-s -w -X main.version=$(VERSION)" \
+		-o build/empo2-portable ./cmd/empo2
+	EMPO2_BIN=build/empo2-portable GO=$(GO) MARCH_FLAGS="$(GPU_CFLAGS)" scripts/gpu-bundle.sh $(GPU_BUNDLE)
+
 # Loads bin/libggml-cuda.so into empo2 and the training graph and checks the
 # GPU-less fallback (cmd/empo2/cuda_test.go; skipped when the library is absent).
 cuda-test: deps

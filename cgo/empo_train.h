@@ -214,18 +214,6 @@ int empo_model_adamw_step(struct empo_model * m, const struct empo_adamw_params 
 int empo_model_moment_get(struct empo_model * m, int i, int which, float * dst, int64_t n);
 int empo_model_moment_set(struct empo_model * m, int i, int which, const float * src, int64_t n);
 
-// A standalone backend AdamW over n F32 tensors of the given element counts
-// (own parameter, gradient and moment tensors): the same code as the model's
-// optimizer, for benchmarks and tests without a model.
-struct empo_opt;
-int  empo_opt_init(int device, int n_threads, int n, const int64_t * sizes, struct empo_opt ** out, char * err, size_t err_len);
-void empo_opt_free(struct empo_opt * o);
-// which: 0 param, 1 grad, 2 m, 3 v
-int  empo_opt_get(struct empo_opt * o, int i, int which, float * dst, int64_t n);
-int  empo_opt_set(struct empo_opt * o, int i, int which, const float * src, int64_t n);
-int  empo_opt_step(struct empo_opt * o, const struct empo_adamw_params * p, double * grad_norm, int * clipped);
-const char * empo_opt_last_error(const struct empo_opt * o);
-
 // A micro-batch: B sequences right-padded to T (token slot t + T*b).
 // All arrays are caller-owned and only read during empo_model_forward/train.
 struct empo_batch {

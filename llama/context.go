@@ -79,6 +79,13 @@ type Context struct {
 	slots *slotSet
 }
 
+// MaxSequences is the most sequences one context decodes together
+// (llama.cpp's LLAMA_MAX_SEQ): the bound of ContextParams.NSeqMax.
+func MaxSequences() int { return int(C.llama_max_parallel_sequences()) }
+
+// MaxContextCells bounds NCtx × NSeqMax, the KV cells of one context.
+const MaxContextCells = 1 << 26
+
 // NewContext creates a context on model.
 func NewContext(model *Model, p ContextParams) (*Context, error) {
 	if err := model.acquire(); err != nil {
@@ -106,15 +113,15 @@ func NewContext(model *Model, p ContextParams) (*Context, error) {
 		}
 	}
 	switch {
-	case p.NSeqMax < 1 || p.NSeqMax > int(C.llama_max_parallel_sequences()):
-		return nil, fmt.Errorf("%w: NSeqMax %d not in [1, %d]", ErrInvalidArgument, p.NSeqMax, int(C.llama_max_parallel_sequences()))
+	case p.NSeqMax < 1 || p.NSeqMax > MaxSequences():
+		return nil, fmt.Errorf("%w: NSeqMax %d not in [1, %d]", ErrInvalidArgument, p.NSeqMax, MaxSequences())
 	case p.NCtx < 1 || p.NCtx > 1<<24:
 		return nil, fmt.Errorf("%w: NCtx %d", ErrInvalidArgument, p.NCtx)
 	case p.NBatch < 1 || p.NBatch > 1<<20:
 		return nil, fmt.Errorf("%w: NBatch %d", ErrInvalidArgument, p.NBatch)
 	case p.Threads < 1 || p.Threads > 1024:
 		return nil, fmt.Errorf("%w: Threads %d", ErrInvalidArgument, p.Threads)
-	case int64(p.NCtx)*int64(p.NSeqMax) > 1<<26:
+	case int64(p.NCtx)*int64(p.NSeqMax) > MaxContextCells:
 		return nil, fmt.Errorf("%w: NCtx*NSeqMax too large", ErrInvalidArgument)
 	case model.encoder && !p.Embeddings:
 		// llama.cpp would run it and return zero logits (a uniform

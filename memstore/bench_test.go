@@ -176,7 +176,7 @@ func BenchmarkStore(b *testing.B) {
 				var seq seqRead
 				for r := 0; r < 11; r++ {
 					a, _ := timeMin(1, func() {
-						if _, err := s.Retrieve(ctx, "bench", q, Query{}); err != nil {
+						if _, err := s.Retrieve(ctx, "bench", q, DefaultQuery()); err != nil {
 							b.Fatal(err)
 						}
 					})

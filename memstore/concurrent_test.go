@@ -84,7 +84,7 @@ func TestConcurrentReadWrite(t *testing.T) {
 					return
 				default:
 				}
-				res, err := s.RetrieveText(ctx, fmt.Sprint("ns", r%2), fmt.Sprintf("writer %d batch %d tip", r%writers, i%batches), Query{Threshold: 0.3})
+				res, err := s.RetrieveText(ctx, fmt.Sprint("ns", r%2), fmt.Sprintf("writer %d batch %d tip", r%writers, i%batches), Query{K: DefaultK, Threshold: 0.3})
 				if err != nil {
 					errs <- err
 					return

@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 )
 
 // Embedder turns texts into L2-normalized vectors. The llama package's GGUF
@@ -26,7 +27,10 @@ const DefaultDim = 384
 // result is L2-normalized. Texts sharing words and word pieces get a high
 // cosine; it knows no synonyms. An empty text (no letters or digits) embeds
 // to the zero vector, which matches nothing. Safe for concurrent use.
-type HashEmbedder struct{ dim int }
+//
+// WithMaxPieces makes it read only the first n pieces of each text (see
+// CutPieces), as a sentence encoder reads only its first n word pieces.
+type HashEmbedder struct{ dim, maxPieces int }
 
 // NewHashEmbedder returns a HashEmbedder of dimension dim (DefaultDim if dim <= 0).
 func NewHashEmbedder(dim int) *HashEmbedder {
@@ -34,6 +38,50 @@ func NewHashEmbedder(dim int) *HashEmbedder {
 		dim = DefaultDim
 	}
 	return &HashEmbedder{dim: dim}
+}
+
+// WithMaxPieces returns a copy of h that embeds CutPieces(text, n) instead
+// of text (n < 1: the whole text). The vectors live in the same space as
+// h's (the ID is the same): only the part of a long text that is read
+// changes.
+func (h *HashEmbedder) WithMaxPieces(n int) *HashEmbedder {
+	c := *h
+	c.maxPieces = max(n, 0)
+	return &c
+}
+
+// MaxPieces is the number of pieces read per text (0: all).
+func (h *HashEmbedder) MaxPieces() int { return h.maxPieces }
+
+// CutPieces returns the longest prefix of text holding at most n pieces,
+// a piece being what a BERT tokenizer's basic (pre-WordPiece) split makes
+// of text: a maximal run of letters, digits and combining marks (a word),
+// or any single other character that is not white space (punctuation and
+// symbols are pieces of their own). WordPiece then splits words missing
+// from its vocabulary into several pieces, so n of these pieces cover at
+// least as much text as n word pieces of all-MiniLM-L6-v2 do (the same
+// for the common English words of the environments). n < 1 returns text.
+func CutPieces(text string, n int) string {
+	if n < 1 {
+		return text
+	}
+	count, end, inWord := 0, 0, false // end: byte after the last piece so far
+	for i, r := range text {
+		word := unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.IsMark(r)
+		switch {
+		case unicode.IsSpace(r):
+			inWord = false
+			continue
+		case !(word && inWord): // a new piece starts here
+			if count == n {
+				return text[:end]
+			}
+			count++
+		}
+		inWord = word
+		end = i + utf8.RuneLen(r)
+	}
+	return text
 }
 
 // ID is "hash-ngram-v1/<dim>"; the version changes whenever the features do.
@@ -51,7 +99,7 @@ func (h *HashEmbedder) Embed(ctx context.Context, texts []string) ([][]float32, 
 				return nil, err
 			}
 		}
-		out[i] = h.embedOne(t)
+		out[i] = h.embedOne(CutPieces(t, h.maxPieces))
 	}
 	return out, nil
 }

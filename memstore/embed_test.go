@@ -82,3 +82,36 @@ func TestDotKernelsAgree(t *testing.T) {
 	}
 	t.Logf("assembly kernel in use: %v", useAVX2Kernel())
 }
+
+// TestCutPieces counts pieces as BERT's basic tokenizer splits text (words
+// of letters and digits, every other non-space character alone), checked
+// against hand counts.
+func TestCutPieces(t *testing.T) {
+	s := "user: Task: boil water.\n\nYou are in the kitchen."
+	// user : Task : boil water . You are in the kitchen . = 13 pieces
+	for n, want := range map[int]string{
+		1: "user", 2: "user:", 5: "user: Task: boil", 6: "user: Task: boil water", 7: "user: Task: boil water.",
+		8: "user: Task: boil water.\n\nYou", 12: "user: Task: boil water.\n\nYou are in the kitchen", 13: s, 100: s, 0: s, -1: s,
+	} {
+		assert.Equal(t, want, CutPieces(s, n), "n = %d", n)
+	}
+	assert.Equal(t, "don'", CutPieces("don't stop", 2), "an apostrophe is a piece: don ' t")
+	assert.Equal(t, "abc123 x2", CutPieces("abc123 x2 é-ü", 2), "letters and digits make one word")
+	assert.Equal(t, "abc123 x2 é-", CutPieces("abc123 x2 é-ü", 4))
+	assert.Equal(t, "  ", CutPieces("  ", 1))
+
+	ctx := context.Background()
+	h := NewHashEmbedder(64)
+	cut := h.WithMaxPieces(6)
+	assert.Equal(t, h.ID(), cut.ID())
+	assert.Equal(t, 0, h.MaxPieces())
+	assert.Equal(t, 6, cut.MaxPieces())
+	got, err := cut.Embed(ctx, []string{s})
+	require.NoError(t, err)
+	want, err := h.Embed(ctx, []string{"user: Task: boil water"})
+	require.NoError(t, err)
+	assert.Equal(t, want, got, "the cut embedder embeds the first 6 pieces")
+	full, err := h.Embed(ctx, []string{s})
+	require.NoError(t, err)
+	assert.NotEqual(t, full, got)
+}

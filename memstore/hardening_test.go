@@ -152,7 +152,7 @@ func TestReadOnlyOpen(t *testing.T) {
 	st, err := s.Stats(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, 2, st.Entries)
-	r, err := s.RetrieveText(ctx, "n", "open the door", Query{Threshold: -1})
+	r, err := s.RetrieveText(ctx, "n", "open the door", Query{K: DefaultK, Threshold: -1})
 	require.NoError(t, err)
 	assert.Equal(t, 2, r.Count)
 	_, err = s.Add(ctx, "n", []Entry{{Content: "x"}})
@@ -225,7 +225,7 @@ func TestStatsListReadNoEmbeddings(t *testing.T) {
 	assert.Greater(t, full, embBytes, "the measurement cannot see the embeddings")
 
 	s := openT(t, path, nil, ReadOnly(), WithoutIndex())
-	_, err = s.Retrieve(ctx, "ns/0", make([]float32, dim), Query{})
+	_, err = s.Retrieve(ctx, "ns/0", make([]float32, dim), DefaultQuery())
 	assert.ErrorIs(t, err, ErrNoIndex)
 	var plan strings.Builder
 	rows, err := s.db.QueryContext(ctx, `EXPLAIN QUERY PLAN SELECT n.name, count(e.id), min(e.score), max(e.score), avg(e.score), min(e.created_at), max(e.created_at)

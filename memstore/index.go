@@ -102,10 +102,13 @@ type hit struct {
 
 // better reports whether hit a ranks before hit b under order o.
 func (x *nsIndex) better(o Order, a, b hit) bool {
-	if o == OrderByScore {
+	if o == OrderByScore || o == OrderByScoreStable {
 		sa, sb := x.metas[a.row].score, x.metas[b.row].score
 		if sa != sb {
 			return sa > sb
+		}
+		if o == OrderByScoreStable {
+			return a.row < b.row // older first
 		}
 	}
 	if a.sim != b.sim {

@@ -3,7 +3,9 @@ package memstore
 import (
 	"context"
 	"database/sql"
+	"math"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,12 +28,12 @@ func TestThresholdIsStrict(t *testing.T) {
 		thr  float32
 		want []string
 	}{
-		{0, []string{"exactly 1"}}, // the default 0.5: cosine 0.5 is not > 0.5
+		{0, []string{"exactly 1", "exactly 0.5"}}, // 0 is a threshold like any other
 		{0.5, []string{"exactly 1"}},
 		{0.4999, []string{"exactly 1", "exactly 0.5"}},
 		{1, nil}, // nothing is > 1
 	} {
-		r, err := s.Retrieve(ctx, "n", e0, Query{Threshold: c.thr})
+		r, err := s.Retrieve(ctx, "n", e0, Query{K: DefaultK, Threshold: c.thr})
 		require.NoError(t, err)
 		assert.Equal(t, len(c.want), r.Count, "threshold %v", c.thr)
 		if c.want == nil {
@@ -61,16 +63,16 @@ func TestTieBreakIsDeterministic(t *testing.T) {
 	check := func(s *Store) {
 		t.Helper()
 		for i := 0; i < 5; i++ {
-			for _, k := range []int{0, 1000} { // small-K insertion and large-K sort
-				r, err := s.Retrieve(ctx, "n", e0, Query{K: k})
+			for _, k := range []int{DefaultK, 1000} { // small-K insertion and large-K sort
+				r, err := s.Retrieve(ctx, "n", e0, Query{K: k, Threshold: DefaultThreshold})
 				require.NoError(t, err)
 				assert.Equal(t, byScore, contents(r.Entries), "by score, K %d", k)
-				r, err = s.Retrieve(ctx, "n", e0, Query{K: k, Order: OrderBySimilarity})
+				r, err = s.Retrieve(ctx, "n", e0, Query{K: k, Order: OrderBySimilarity, Threshold: DefaultThreshold})
 				require.NoError(t, err)
 				assert.Equal(t, bySim, contents(r.Entries), "by similarity, K %d", k)
 			}
 		}
-		r, err := s.Retrieve(ctx, "n", e0, Query{K: 3})
+		r, err := s.Retrieve(ctx, "n", e0, Query{K: 3, Threshold: DefaultThreshold})
 		require.NoError(t, err)
 		assert.Equal(t, byScore[:3], contents(r.Entries), "top K cuts the ranked list")
 		assert.Equal(t, 5, r.Count)
@@ -78,6 +80,64 @@ func TestTieBreakIsDeterministic(t *testing.T) {
 	check(s)
 	require.NoError(t, s.Close())
 	check(openT(t, path, vecEmb{"t/4", 4}))
+}
+
+// TestStableScoreOrder: OrderByScoreStable ranks by score and keeps
+// insertion order among equal scores (the reference code's stable sort), for
+// the small-K and the large-K paths and after reopening; the other orders
+// are unchanged by it.
+func TestStableScoreOrder(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "m.db")
+	s := openT(t, path, vecEmb{"t/4", 4})
+	// two episodes under one key each (every step of an episode shares the
+	// key of its final context), the better one written second
+	var es []Entry
+	for i := 0; i < 4; i++ {
+		es = append(es, Entry{Content: "weak step " + strconv.Itoa(i), Score: 20, Embedding: at(0.95)})
+	}
+	for i := 0; i < 4; i++ {
+		es = append(es, Entry{Content: "best step " + strconv.Itoa(i), Score: 80, Embedding: at(0.7)})
+	}
+	es = append(es, Entry{Content: "other best", Score: 80, Embedding: at(0.99)}) // newer, more similar, same score
+	_, err := s.Add(ctx, "n", es)
+	require.NoError(t, err)
+	want := []string{"best step 0", "best step 1", "best step 2", "best step 3", "other best",
+		"weak step 0", "weak step 1", "weak step 2", "weak step 3"}
+	check := func(s *Store) {
+		t.Helper()
+		for _, k := range []int{DefaultK, 1000} {
+			r, err := s.Retrieve(ctx, "n", e0, Query{K: k, Threshold: DefaultThreshold, Order: OrderByScoreStable})
+			require.NoError(t, err)
+			assert.Equal(t, want, contents(r.Entries), "K %d", k)
+		}
+		r, err := s.Retrieve(ctx, "n", e0, Query{K: 3, Threshold: DefaultThreshold, Order: OrderByScoreStable})
+		require.NoError(t, err)
+		assert.Equal(t, want[:3], contents(r.Entries))
+		assert.Equal(t, 9, r.Count)
+		r, err = s.Retrieve(ctx, "n", e0, Query{K: 2, Threshold: DefaultThreshold})
+		require.NoError(t, err)
+		assert.Equal(t, []string{"other best", "best step 3"}, contents(r.Entries), "OrderByScore: similarity, then newer")
+	}
+	check(s)
+	require.NoError(t, s.Close())
+	check(openT(t, path, vecEmb{"t/4", 4}))
+}
+
+// TestQueryMeansWhatItSays: K must be ≥ 1 and the order known (ErrInvalid,
+// never a silent default); a NaN threshold is refused.
+func TestQueryMeansWhatItSays(t *testing.T) {
+	ctx := context.Background()
+	s := openT(t, filepath.Join(t.TempDir(), "m.db"), vecEmb{"t/4", 4})
+	_, err := s.Add(ctx, "n", []Entry{{Content: "a", Score: 1, Embedding: at(0.9)}})
+	require.NoError(t, err)
+	for _, q := range []Query{{}, {K: 0, Threshold: 0.5}, {K: -1}, {K: 1, Threshold: float32(math.NaN())}, {K: 1, Order: 7}} {
+		_, err := s.Retrieve(ctx, "n", e0, q)
+		assert.ErrorIs(t, err, ErrInvalid, "%+v", q)
+	}
+	_, err = s.RetrieveTexts(ctx, []TextQuery{{"n", "x"}}, Query{})
+	assert.ErrorIs(t, err, ErrInvalid)
+	assert.Equal(t, Query{K: DefaultK, Threshold: DefaultThreshold}, DefaultQuery())
 }
 
 // TestCountCountsAllMatches: Count (the trainer's novelty count, EMPO²'s
@@ -92,7 +152,7 @@ func TestCountCountsAllMatches(t *testing.T) {
 	}
 	_, err := s.Add(ctx, "n", es)
 	require.NoError(t, err)
-	r, err := s.Retrieve(ctx, "n", e0, Query{})
+	r, err := s.Retrieve(ctx, "n", e0, DefaultQuery())
 	require.NoError(t, err)
 	assert.Len(t, r.Entries, DefaultK)
 	assert.Equal(t, 15, r.Count)

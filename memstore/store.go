@@ -54,30 +54,41 @@ type Match struct {
 type Order int
 
 const (
-	// OrderByScore ranks by stored score, descending (the EMPO² reference);
-	// ties by similarity, then newer first.
+	// OrderByScore ranks by stored score, descending; ties by similarity,
+	// then newer first.
 	OrderByScore Order = iota
 	// OrderBySimilarity ranks by cosine similarity, descending; ties newer first.
 	OrderBySimilarity
+	// OrderByScoreStable ranks by stored score, descending; ties in
+	// insertion order (older first), as a stable sort by score of the
+	// entries in the order they were added. This is the EMPO² reference
+	// code's ranking: when every entry of an episode shares one key, the
+	// best earlier episode's entries come out step by step.
+	OrderByScoreStable
 )
 
-// Query parameterizes retrieval. The zero value is the EMPO² reference:
-// K <= 0 means DefaultK; Threshold 0 means DefaultThreshold (to accept every
-// positive cosine pass a tiny positive number, to accept all pass -1).
+// Valid reports whether o is a known order.
+func (o Order) Valid() bool { return o >= OrderByScore && o <= OrderByScoreStable }
+
+// Query parameterizes retrieval. Every field means what it says: K ≥ 1
+// entries are returned at most, Threshold is the similarity an entry must
+// exceed (0 accepts every positive cosine, −1 or less accepts all);
+// DefaultQuery is the EMPO² reference's K 10, threshold 0.5.
 type Query struct {
 	K         int
 	Threshold float32
 	Order     Order
 }
 
-func (q Query) norm() Query {
-	if q.K <= 0 {
-		q.K = DefaultK
+// DefaultQuery is K = DefaultK, Threshold = DefaultThreshold, OrderByScore.
+func DefaultQuery() Query { return Query{K: DefaultK, Threshold: DefaultThreshold} }
+
+// check reports ErrInvalid for a K < 1, a NaN threshold or an unknown order.
+func (q Query) check() error {
+	if q.K < 1 || q.Threshold != q.Threshold || !q.Order.Valid() {
+		return fmt.Errorf("%w: query K %d (want ≥ 1), threshold %v, order %d", ErrInvalid, q.K, q.Threshold, q.Order)
 	}
-	if q.Threshold == 0 {
-		q.Threshold = DefaultThreshold
-	}
-	return q
+	return nil
 }
 
 // Result of a retrieval: the top K entries above the threshold, and Count,
@@ -970,7 +981,9 @@ func (s *Store) Retrieve(ctx context.Context, ns string, query []float32, q Quer
 	if s.cfg.noIndex {
 		return Result{}, ErrNoIndex
 	}
-	q = q.norm()
+	if err := q.check(); err != nil {
+		return Result{}, err
+	}
 	x, err := s.index(ns)
 	if err != nil {
 		return Result{}, err
@@ -1071,6 +1084,9 @@ func (s *Store) RetrieveTexts(ctx context.Context, qs []TextQuery, q Query) ([]R
 	s.mu.RUnlock()
 	if emb == nil {
 		return nil, fmt.Errorf("%w: cannot embed the queries", ErrNoEmbedder)
+	}
+	if err := q.check(); err != nil {
+		return nil, err
 	}
 	if len(qs) == 0 {
 		return nil, nil

@@ -74,22 +74,22 @@ func TestThresholdOrderAndCount(t *testing.T) {
 	_, err = s.Add(ctx, "boil/1", []Entry{{Content: "other", Score: 1000, Embedding: at(1)}})
 	require.NoError(t, err)
 
-	r, err := s.Retrieve(ctx, "boil/0", []float32{3, 0, 0, 0}, Query{})
+	r, err := s.Retrieve(ctx, "boil/0", []float32{3, 0, 0, 0}, DefaultQuery())
 	require.NoError(t, err)
 	assert.Equal(t, 4, r.Count)
 	assert.Equal(t, []string{"c0.8", "c0.51", "c0.6", "c1.0"}, contents(r.Entries))
 	assert.InDelta(t, 0.8, r.Entries[0].Similarity, 1e-6)
 
-	r, err = s.Retrieve(ctx, "boil/0", e0, Query{K: 2})
+	r, err = s.Retrieve(ctx, "boil/0", e0, Query{K: 2, Threshold: DefaultThreshold})
 	require.NoError(t, err)
 	assert.Equal(t, 4, r.Count, "Count counts every match, not only the top K")
 	assert.Equal(t, []string{"c0.8", "c0.51"}, contents(r.Entries))
 
-	r, err = s.Retrieve(ctx, "boil/0", e0, Query{Order: OrderBySimilarity})
+	r, err = s.Retrieve(ctx, "boil/0", e0, Query{K: DefaultK, Order: OrderBySimilarity, Threshold: DefaultThreshold})
 	require.NoError(t, err)
 	assert.Equal(t, []string{"c1.0", "c0.8", "c0.6", "c0.51"}, contents(r.Entries))
 
-	r, err = s.Retrieve(ctx, "boil/0", e0, Query{Threshold: 0.1, Order: OrderBySimilarity})
+	r, err = s.Retrieve(ctx, "boil/0", e0, Query{K: DefaultK, Threshold: 0.1, Order: OrderBySimilarity})
 	require.NoError(t, err)
 	assert.Equal(t, 6, r.Count)
 	assert.Equal(t, "c0.2", r.Entries[5].Content)
@@ -99,16 +99,16 @@ func TestThresholdOrderAndCount(t *testing.T) {
 	assert.Equal(t, 7, r.Count)
 
 	// Large K takes the sort path; it must agree with the small-K path.
-	big, err := s.Retrieve(ctx, "boil/0", e0, Query{K: 1000})
+	big, err := s.Retrieve(ctx, "boil/0", e0, Query{K: 1000, Threshold: DefaultThreshold})
 	require.NoError(t, err)
 	assert.Equal(t, []string{"c0.8", "c0.51", "c0.6", "c1.0"}, contents(big.Entries))
 
-	r, err = s.Retrieve(ctx, "nope", e0, Query{})
+	r, err = s.Retrieve(ctx, "nope", e0, DefaultQuery())
 	require.NoError(t, err)
 	assert.Equal(t, 0, r.Count)
 	assert.Empty(t, r.Entries)
 
-	_, err = s.Retrieve(ctx, "boil/0", []float32{1, 0, 0}, Query{})
+	_, err = s.Retrieve(ctx, "boil/0", []float32{1, 0, 0}, DefaultQuery())
 	assert.ErrorIs(t, err, ErrDimMismatch)
 }
 
@@ -123,9 +123,9 @@ func TestSmallKAgreesWithSort(t *testing.T) {
 	_, err := s.Add(ctx, "n", es)
 	require.NoError(t, err)
 	for _, o := range []Order{OrderByScore, OrderBySimilarity} {
-		small, err := s.Retrieve(ctx, "n", e0, Query{K: 50, Order: o})
+		small, err := s.Retrieve(ctx, "n", e0, Query{K: 50, Order: o, Threshold: DefaultThreshold})
 		require.NoError(t, err)
-		all, err := s.Retrieve(ctx, "n", e0, Query{K: 300, Order: o})
+		all, err := s.Retrieve(ctx, "n", e0, Query{K: 300, Order: o, Threshold: DefaultThreshold})
 		require.NoError(t, err)
 		assert.Equal(t, all.Count, small.Count)
 		assert.Equal(t, contents(all.Entries[:50]), contents(small.Entries))
@@ -180,7 +180,7 @@ func TestEvictionOldestFirst(t *testing.T) {
 	want := []string{"tip 16", "tip 15", "tip 14", "tip 13", "tip 12"}
 	assert.Equal(t, want, list(s))
 	// Retrieval sees exactly the survivors.
-	r, err := s.Retrieve(ctx, "n", make([]float32, 32), Query{})
+	r, err := s.Retrieve(ctx, "n", make([]float32, 32), DefaultQuery())
 	require.NoError(t, err)
 	assert.Equal(t, 0, r.Count, "a zero query matches nothing")
 	r, err = s.RetrieveText(ctx, "n", "tip", Query{Threshold: -1, K: 100})
@@ -198,7 +198,7 @@ func TestReopenAndEmbedderMismatch(t *testing.T) {
 	s := openT(t, path, NewHashEmbedder(0))
 	_, err := s.Add(ctx, "ns", []Entry{{Content: "open the door to the kitchen", Key: "you are in the hallway", Score: 42, Step: 3, Episode: "ep-1"}})
 	require.NoError(t, err)
-	before, err := s.RetrieveText(ctx, "ns", "you are in the hallway", Query{})
+	before, err := s.RetrieveText(ctx, "ns", "you are in the hallway", DefaultQuery())
 	require.NoError(t, err)
 	require.Len(t, before.Entries, 1)
 	assert.InDelta(t, 1, before.Entries[0].Similarity, 1e-5)
@@ -209,7 +209,7 @@ func TestReopenAndEmbedderMismatch(t *testing.T) {
 	require.NoError(t, s.Close(), "Close is idempotent")
 	_, err = s.Add(ctx, "ns", []Entry{{Content: "y"}})
 	assert.ErrorIs(t, err, ErrClosed)
-	_, err = s.Retrieve(ctx, "ns", make([]float32, DefaultDim), Query{})
+	_, err = s.Retrieve(ctx, "ns", make([]float32, DefaultDim), DefaultQuery())
 	assert.ErrorIs(t, err, ErrClosed)
 
 	_, err = Open(path, NewHashEmbedder(128))
@@ -218,7 +218,7 @@ func TestReopenAndEmbedderMismatch(t *testing.T) {
 	assert.ErrorIs(t, err, ErrEmbedderMismatch)
 
 	s2 := openT(t, path, NewHashEmbedder(DefaultDim))
-	after, err := s2.RetrieveText(ctx, "ns", "you are in the hallway", Query{})
+	after, err := s2.RetrieveText(ctx, "ns", "you are in the hallway", DefaultQuery())
 	require.NoError(t, err)
 	assert.Equal(t, before, after)
 	e := after.Entries[0]
@@ -231,11 +231,11 @@ func TestReopenAndEmbedderMismatch(t *testing.T) {
 	id, dim := s3.Embedder()
 	assert.Equal(t, "hash-ngram-v1/384", id)
 	assert.Equal(t, DefaultDim, dim)
-	_, err = s3.RetrieveText(ctx, "ns", "q", Query{})
+	_, err = s3.RetrieveText(ctx, "ns", "q", DefaultQuery())
 	assert.ErrorIs(t, err, ErrNoEmbedder)
 	_, err = s3.Add(ctx, "ns", []Entry{{Content: "z"}})
 	assert.ErrorIs(t, err, ErrNoEmbedder)
-	r, err := s3.Retrieve(ctx, "ns", s2Vec(t, "you are in the hallway"), Query{})
+	r, err := s3.Retrieve(ctx, "ns", s2Vec(t, "you are in the hallway"), DefaultQuery())
 	require.NoError(t, err)
 	assert.Equal(t, 1, r.Count)
 
@@ -404,9 +404,9 @@ func TestExportImportRoundTrip(t *testing.T) {
 	assert.Equal(t, ImportStats{Read: 3, Added: 0}, ist, "re-import is deduplicated")
 
 	q := s2VecDim(t, "kitchen stove pot water", 48)
-	a, err := src.Retrieve(ctx, "boil/3", q, Query{Threshold: -1})
+	a, err := src.Retrieve(ctx, "boil/3", q, Query{K: DefaultK, Threshold: -1})
 	require.NoError(t, err)
-	b, err := dst.Retrieve(ctx, "boil/3", q, Query{Threshold: -1})
+	b, err := dst.Retrieve(ctx, "boil/3", q, Query{K: DefaultK, Threshold: -1})
 	require.NoError(t, err)
 	require.Equal(t, len(a.Entries), len(b.Entries))
 	for i := range a.Entries {
@@ -467,14 +467,14 @@ func TestSetEmbedderAndBuiltin(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "m.db")
 	s := openT(t, path, nil)
-	_, err := s.RetrieveText(ctx, "n", "x", Query{})
+	_, err := s.RetrieveText(ctx, "n", "x", DefaultQuery())
 	assert.ErrorIs(t, err, ErrNoEmbedder)
 	require.NoError(t, s.SetEmbedder(NewHashEmbedder(24)))
 	_, err = s.Add(ctx, "n", []Entry{{Content: "a tip about the stove"}})
 	require.NoError(t, err)
 	assert.ErrorIs(t, s.SetEmbedder(NewHashEmbedder(25)), ErrEmbedderMismatch)
 	assert.ErrorIs(t, s.SetEmbedder(nil), ErrInvalid)
-	r, err := s.RetrieveText(ctx, "n", "a tip about the stove", Query{})
+	r, err := s.RetrieveText(ctx, "n", "a tip about the stove", DefaultQuery())
 	require.NoError(t, err)
 	assert.Equal(t, 1, r.Count)
 
@@ -622,11 +622,11 @@ func TestRetrieveTextsMatchesOneByOne(t *testing.T) {
 		require.NoError(t, err)
 	}
 	qs := []TextQuery{{"a", "a: heat the water"}, {"b", "b: water"}, {"missing", "x"}, {"a", "door"}}
-	got, err := s.RetrieveTexts(ctx, qs, Query{Threshold: 0.2})
+	got, err := s.RetrieveTexts(ctx, qs, Query{K: DefaultK, Threshold: 0.2})
 	require.NoError(t, err)
 	require.Len(t, got, len(qs))
 	for i, tq := range qs {
-		want, err := s.RetrieveText(ctx, tq.Namespace, tq.Text, Query{Threshold: 0.2})
+		want, err := s.RetrieveText(ctx, tq.Namespace, tq.Text, Query{K: DefaultK, Threshold: 0.2})
 		require.NoError(t, err)
 		assert.Equal(t, want, got[i], "query %d", i)
 	}

@@ -3,7 +3,10 @@
 // report.html.
 //
 // It reads exactly the files `empo2 train` and `empo2 eval` write into a run
-// directory (trainer.StepMetrics lines, evaluate.Report objects):
+// directory, as package runfiles defines them (runfiles.Metrics lines,
+// runfiles.EvalLine lines, runfiles.EvalReport and runfiles.OODReport
+// objects; the contract tests round-trip each record through this
+// package's reader, so renaming a drawn field fails a test):
 //
 //	config.yaml     the resolved run config; runs whose configs are equal once
 //	                every `seed` key is removed form one group (mean ± min–max

@@ -49,7 +49,7 @@ type metricSpec struct {
 }
 
 // metricSpecs are the learning curves, in page order (metrics.jsonl fields,
-// trainer.StepMetrics).
+// runfiles.Metrics).
 var metricSpecs = []metricSpec{
 	{"score_mean", "Score", "mean score", "mean final environment score of the step's training episodes", false},
 	{"success_rate", "Success rate", "fraction", "fraction of the step's episodes that succeeded", true},
@@ -78,8 +78,33 @@ var phases = []struct{ Key, Label string }{
 
 const stepTimeKey = "t_step"
 
-// overviewKeys are the panels of the overview figure (those present are drawn).
+// overviewKeys are the panels of the overview figure (those present are
+// drawn) and the columns of the final-figures table.
 var overviewKeys = []string{"score_mean", "success_rate", "reward_mean", "loss", "approx_kl", "tips_retrieved_mean"}
+
+// Fields of a metrics line that are not curves.
+const (
+	keyStep  = "step"
+	keySeed  = "seed"
+	keyMode  = "mode"
+	keyModes = "modes"
+	keyTime  = "time"
+)
+
+// drawnMetrics lists every metrics.jsonl field the report reads: the
+// curves, the step-time phases, the overview and final-table columns and
+// the fields it keys rows by. Each must be a JSON name of
+// runfiles.Metrics (TestReportReadsTheContract).
+func drawnMetrics() []string {
+	keys := []string{keyStep, keySeed, keyMode, keyModes, keyTime}
+	for _, m := range metricSpecs {
+		keys = append(keys, m.Key)
+	}
+	for _, ph := range phases {
+		keys = append(keys, ph.Key)
+	}
+	return append(keys, overviewKeys...)
+}
 
 // Figure sizes.
 var (
@@ -466,7 +491,7 @@ func lastMean(r *Run, key string, w int) float64 {
 }
 
 func (b *builder) finalTable(pg *page) {
-	keys := []string{"score_mean", "success_rate", "reward_mean", "loss", "approx_kl", "tips_retrieved_mean"}
+	keys := overviewKeys
 	t := table{ID: "final-figures", Caption: fmt.Sprintf("Final figures per run: mean of the last %d step(s); last periodic eval", max(b.window, 1))}
 	t.Head = []string{"run", "group", "seed", "steps"}
 	for _, k := range keys {

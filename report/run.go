@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/empo2/empo2/runfiles"
 )
 
 // Sentinel errors; every error this package returns wraps one of them.
@@ -29,13 +31,13 @@ var (
 	ErrOptions = errors.New("invalid report options")
 )
 
-// Run file names inside a run directory (as trainer names them).
+// Run file names inside a run directory (package runfiles names them).
 const (
-	ConfigFile      = "config.yaml"
-	MetricsFile     = "metrics.jsonl"
-	EvalLogFile     = "eval.jsonl"
-	EvalDir         = "eval"
-	checkpointsName = "checkpoints"
+	ConfigFile      = runfiles.ConfigFile
+	MetricsFile     = runfiles.MetricsFile
+	EvalLogFile     = runfiles.EvalFile
+	EvalDir         = runfiles.EvalDir
+	checkpointsName = runfiles.CheckpointsDir
 )
 
 // Row is one line of metrics.jsonl: one training step.
@@ -48,7 +50,7 @@ type Row struct {
 	Values map[string]float64 // every finite numeric field, by name
 }
 
-// EvalSide is one memory setting of an evaluation (evaluate.Result's JSON).
+// EvalSide is one memory setting of an evaluation (runfiles.EvalResult).
 type EvalSide struct {
 	ScoreMean   *float64            `json:"score_mean"`
 	SuccessRate *float64            `json:"success_rate"`
@@ -90,7 +92,8 @@ func (s *EvalSide) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// EvalResult is `empo2 eval --json`'s object and the body of an eval.jsonl line.
+// EvalResult is `empo2 eval --json`'s object (runfiles.EvalReport) and the
+// body of an eval.jsonl line (runfiles.EvalLine).
 type EvalResult struct {
 	MemoryOff *EvalSide `json:"memory_off"`
 	MemoryOn  *EvalSide `json:"memory_on"`
@@ -201,7 +204,7 @@ func LoadRun(dir string) (*Run, error) {
 	}
 	if r.Seed == nil {
 		for _, row := range r.Metrics {
-			if v, ok := row.Values["seed"]; ok {
+			if v, ok := row.Values[keySeed]; ok {
 				s := int64(v)
 				r.Seed = &s
 				break
@@ -362,12 +365,12 @@ func (r *Run) parseMetrics(path string, lines []jsonlLine) error {
 		row := Row{Line: l.n, Step: float64(i + 1), Values: map[string]float64{}}
 		for k, v := range l.obj {
 			switch k {
-			case "mode":
+			case keyMode:
 				if s, ok := v.(string); ok {
 					row.Mode = s
 				}
 				continue
-			case "modes":
+			case keyModes:
 				if m, ok := v.(map[string]any); ok {
 					for mode, n := range m {
 						if f, ok := toFloat(n); ok && f > 0 {
@@ -379,7 +382,7 @@ func (r *Run) parseMetrics(path string, lines []jsonlLine) error {
 					}
 				}
 				continue
-			case "time":
+			case keyTime:
 				if s, ok := v.(string); ok {
 					if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
 						row.Time = t
@@ -391,9 +394,9 @@ func (r *Run) parseMetrics(path string, lines []jsonlLine) error {
 				row.Values[k] = f
 			}
 		}
-		if s, ok := row.Values["step"]; ok {
+		if s, ok := row.Values[keyStep]; ok {
 			row.Step = s
-		} else if _, present := l.obj["step"]; present {
+		} else if _, present := l.obj[keyStep]; present {
 			return fmt.Errorf("%w: %s:%d: \"step\" is not a number", ErrCorrupt, path, l.n)
 		}
 		if j, dup := bystep[row.Step]; dup {

@@ -247,13 +247,15 @@ run_one() {
 	local dir="$OUT/runs/$arm-s$seed"
 	local flags
 	flags=$(arm_flags "$arm")
-	mkdir -p "$dir"
+	mkdir -p "$OUT/runs"
 	if [[ ! -f "$dir/.trained" ]]; then
-		if [[ -f "$dir/config.yaml" ]]; then
+		if [[ -f "$dir/run.json" ]]; then
 			# an interrupted run (RESUME=1): continue from its checkpoint and config.yaml
 			"$EMPO2" train --run-dir "$dir" --resume --steps "$STEPS" --threads 1 >>"$dir/train.log" 2>&1 || return 1
 		else
-			# a fresh LoRA (B = 0) on the SFT base: step 0 is the warm start exactly
+			# a fresh LoRA (B = 0) on the SFT base: step 0 is the warm start exactly.
+			# A new run needs a missing or empty directory: its log waits beside it
+			# and moves in once the run exists.
 			# shellcheck disable=SC2086
 			"$EMPO2" train $flags --model "$OUT/sft.gguf" --env textlab --tasks "$(pool_tasks)" \
 				--steps "$STEPS" --seed "$seed" --threads 1 --run-dir "$dir" \
@@ -262,7 +264,8 @@ run_one() {
 				--set "context=$CTX" --set env_options.simplifications=easy \
 				--set "memory.threshold=$THRESHOLD" --set "update.lr=$RL_LR" \
 				--set "update.mini_batch=$MINI_BATCH" --set "update.ppo_epochs=$PPO_EPOCHS" \
-				--set "update.old_logp=$OLD_LOGP" --set "rollout.tip_temperature=$TIP_TEMP" >>"$dir/train.log" 2>&1 || return 1
+				--set "update.old_logp=$OLD_LOGP" --set "rollout.tip_temperature=$TIP_TEMP" >>"$dir.train.log" 2>&1 || return 1
+			cat "$dir.train.log" >>"$dir/train.log" && rm "$dir.train.log"
 		fi
 		touch "$dir/.trained"
 	fi
@@ -293,7 +296,7 @@ runs() {
 	done
 	wait
 	if [[ -s "$OUT/.failed" ]]; then
-		die "failed runs: $(tr '\n' ' ' <"$OUT/.failed")(see their train.log / eval.log)"
+		die "failed runs: $(tr '\n' ' ' <"$OUT/.failed")(see their train.log / eval.log; runs/NAME.train.log for a run that did not start)"
 	fi
 }
 

@@ -5,14 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/empo2/empo2/cgo"
 	"github.com/empo2/empo2/environments"
 	"github.com/empo2/empo2/internal/config"
+	"github.com/empo2/empo2/llama"
+	"github.com/empo2/empo2/lora"
 	"github.com/empo2/empo2/trainer/evaluate"
 	"github.com/empo2/empo2/trainer/optim"
 	"github.com/empo2/empo2/trainer/presets"
@@ -35,10 +37,10 @@ type Config struct {
 	Tasks      []string             `yaml:"tasks,flow" doc:"tasks to train on (their train-split variations; task/N = variation N only); empty = every task that is not held out"`
 	EnvOptions environments.Options `yaml:"env_options" doc:"options passed to the environment"`
 	Seed       int64                `yaml:"seed" doc:"run seed: every random draw (mode, tasks, sampling) derives from (seed, step)"`
-	Steps      int                  `yaml:"steps" doc:"training steps (each: rollouts, tips, update)"`
-	Threads    int                  `yaml:"threads" doc:"CPU threads for llama.cpp and the training graph; 0 = all cores"`
+	Steps      int                  `yaml:"steps" doc:"training steps (each: rollouts, tips, update)" range:"[0,1e9]"`
+	Threads    int                  `yaml:"threads" doc:"CPU threads for llama.cpp and the training graph; 0 = all cores" range:"[0,1024]"`
 	Device     string               `yaml:"device" doc:"cpu | gpu | auto (training graph and rollouts)"`
-	Context    int                  `yaml:"context" doc:"rollout context per episode in tokens (KV cache of one sequence)"`
+	Context    int                  `yaml:"context" doc:"rollout context per episode in tokens (KV cache of one sequence)" range:"[64,1048576]"`
 	LoRA       LoRAConfig           `yaml:"lora" doc:"the trained LoRA adapter"`
 	Batch      BatchConfig          `yaml:"batch" doc:"rollouts per step: batch.tasks × batch.rollouts episodes (reference full scale: 8 × 8)"`
 	Mode       ModeConfig           `yaml:"mode" doc:"EMPO² modes: u ~ U(0,1); u < p·q off-policy, u < p on-policy with tips, else on-policy"`
@@ -52,22 +54,22 @@ type Config struct {
 
 // LoRAConfig selects the trained adapter.
 type LoRAConfig struct {
-	Rank    int      `yaml:"rank" doc:"LoRA rank r"`
-	Alpha   float32  `yaml:"alpha" doc:"LoRA alpha (scale alpha/r)"`
+	Rank    int      `yaml:"rank" doc:"LoRA rank r" range:"[1,4096]"`
+	Alpha   float32  `yaml:"alpha" doc:"LoRA alpha (scale alpha/r)" range:"(0,1e6]"`
 	Targets []string `yaml:"targets,flow" doc:"adapted matrices: q k v o gate up down"`
 	Init    string   `yaml:"init" doc:"adapter GGUF to start from (e.g. an SFT warm start); empty = fresh (B = 0)"`
 }
 
 // BatchConfig: B tasks × G rollouts per step.
 type BatchConfig struct {
-	Tasks    int `yaml:"tasks" doc:"B: task variations sampled per step from the train split"`
-	Rollouts int `yaml:"rollouts" doc:"G: episodes per task variation (the GRPO group)"`
+	Tasks    int `yaml:"tasks" doc:"B: task variations sampled per step from the train split" range:"[1,]"`
+	Rollouts int `yaml:"rollouts" doc:"G: episodes per task variation (the GRPO group)" range:"[1,]"`
 }
 
 // ModeConfig decides, per step (or per rollout), the EMPO² mode.
 type ModeConfig struct {
-	MemoryProb    float64 `yaml:"memory_prob" doc:"p = P(memory rollouts); reference code 0.25, paper text 0.5; grpo 0; memory-only 1"`
-	OffPolicyProb float64 `yaml:"offpolicy_prob" doc:"q = P(off-policy | memory); reference code 0.68, paper text 1/3"`
+	MemoryProb    float64 `yaml:"memory_prob" doc:"p = P(memory rollouts); reference code 0.25, paper text 0.5; grpo 0; memory-only 1" range:"[0,1]"`
+	OffPolicyProb float64 `yaml:"offpolicy_prob" doc:"q = P(off-policy | memory); reference code 0.68, paper text 1/3" range:"[0,1]"`
 	Per           Per     `yaml:"per" doc:"draw the mode once per step (the reference) or per rollout: step | rollout"`
 	Update        bool    `yaml:"update" doc:"update the weights (false: memory-only, the non-parametric baseline)"`
 }
@@ -75,39 +77,39 @@ type ModeConfig struct {
 // AdvantageConfig: GRPO advantages.
 type AdvantageConfig struct {
 	StdNorm     bool    `yaml:"std_norm" doc:"divide by the group's std: A = (R − mean)/(std + eps); false: A = R − mean"`
-	RewardScale float64 `yaml:"reward_scale" doc:"episode reward R = reward_scale · final score (+ intrinsic); 0.01 maps 0..100 to 0..1"`
-	Eps         float64 `yaml:"eps" doc:"added to the std"`
+	RewardScale float64 `yaml:"reward_scale" doc:"episode reward R = reward_scale · final score (+ intrinsic); 0.01 maps 0..100 to 0..1" range:"(0,1e6]"`
+	Eps         float64 `yaml:"eps" doc:"added to the std" range:"[0,1]"`
 }
 
 // UpdateConfig: the PPO update (the optimizer's settings, UpdaterConfig,
 // and how samples are built and batched).
 type UpdateConfig struct {
-	LR               float64            `yaml:"lr" doc:"learning rate (the reference's 1e-6 was a full fine-tune; LoRA wants more)"`
-	MinLR            float64            `yaml:"min_lr" doc:"final learning rate of the cosine schedule"`
-	Schedule         optim.ScheduleKind `yaml:"schedule" doc:"constant | cosine (over steps × ppo_epochs × mini-batches per step)"`
-	Warmup           int                `yaml:"warmup" doc:"warmup updates"`
-	WeightDecay      float64            `yaml:"weight_decay" doc:"AdamW weight decay"`
-	Beta1            float64            `yaml:"beta1" doc:"AdamW β1"`
-	Beta2            float64            `yaml:"beta2" doc:"AdamW β2"`
-	AdamEps          float64            `yaml:"adam_eps" doc:"AdamW ε"`
-	MaxGradNorm      float64            `yaml:"max_grad_norm" doc:"global gradient-norm clip; 0 = off"`
-	ClipLow          float32            `yaml:"clip_low" doc:"PPO ε_low (ratio ≥ 1 − ε_low)"`
-	ClipHigh         float32            `yaml:"clip_high" doc:"PPO ε_high (ratio ≤ 1 + ε_high)"`
-	DualClip         float32            `yaml:"dual_clip" doc:"dual-clip constant c (bound −c·A for A < 0); 0 = off"`
-	LowProbThreshold float32            `yaml:"low_prob_threshold" doc:"δ of low-probability masking: a response with min old log-prob < δ is dropped"`
-	LowProbMask      LowProbMask        `yaml:"low_prob_mask" doc:"where masking applies: off-policy (the reference: when tips were used) | tips (off-policy and on-policy-tips) | always | never"`
+	LR               float64            `yaml:"lr" doc:"learning rate (the reference's 1e-6 was a full fine-tune; LoRA wants more)" range:"[0,1]"`
+	MinLR            float64            `yaml:"min_lr" doc:"final learning rate of the cosine schedule" range:"[0,1]"`
+	Schedule         optim.ScheduleKind `yaml:"schedule" doc:"constant | cosine (over the run's training steps; within a step over the optimizer steps it really takes, so the last update of the last step is at min_lr)"`
+	Warmup           int                `yaml:"warmup" doc:"warmup: the first N optimizer steps ramp the rate up linearly" range:"[0,1e9]"`
+	WeightDecay      float64            `yaml:"weight_decay" doc:"AdamW weight decay" range:"[0,1]"`
+	Beta1            float64            `yaml:"beta1" doc:"AdamW β1" range:"[0,1)"`
+	Beta2            float64            `yaml:"beta2" doc:"AdamW β2" range:"[0,1)"`
+	AdamEps          float64            `yaml:"adam_eps" doc:"AdamW ε" range:"(0,1]"`
+	MaxGradNorm      float64            `yaml:"max_grad_norm" doc:"global gradient-norm clip; 0 = off" range:"[0,]"`
+	ClipLow          float32            `yaml:"clip_low" doc:"PPO ε_low (ratio ≥ 1 − ε_low)" range:"[0,1)"`
+	ClipHigh         float32            `yaml:"clip_high" doc:"PPO ε_high (ratio ≤ 1 + ε_high)" range:"[0,10]"`
+	DualClip         float32            `yaml:"dual_clip" doc:"dual-clip constant c (bound −c·A for A < 0); 0 = off" range:"[0,100]"`
+	LowProbThreshold float32            `yaml:"low_prob_threshold" doc:"δ of low-probability masking: a response with min old log-prob < δ is dropped" range:"[,0]"`
+	LowProbMask      LowProbMask        `yaml:"low_prob_mask" doc:"episodes whose responses low-probability masking may drop: off-policy (the paper's text: updates without the tips the rollout saw) | memory-steps (episodes that retrieved tips: off-policy and on-policy-tips) | every-step (an earlier version of the reference code: every episode of an EMPO² run) | never (the reference code's last 7B config)"`
 	Aggregation      cgo.Aggregation    `yaml:"aggregation" doc:"token-mean | seq-mean-token-mean (packing needs token-mean)"`
-	PPOEpochs        int                `yaml:"ppo_epochs" doc:"passes over the step's samples"`
-	MiniBatch        int                `yaml:"mini_batch" doc:"sequences per optimizer step; 0 = all of the step's in one"`
-	MicroBatch       int                `yaml:"micro_batch" doc:"sequences per forward/backward call (gradient accumulation); 0 = the whole mini-batch"`
+	PPOEpochs        int                `yaml:"ppo_epochs" doc:"passes over the step's samples" range:"[1,1000]"`
+	MiniBatch        int                `yaml:"mini_batch" doc:"sequences per optimizer step; 0 = all of the step's in one" range:"[0,1e6]"`
+	MicroBatch       int                `yaml:"micro_batch" doc:"sequences per forward/backward call (gradient accumulation); 0 = the whole mini-batch" range:"[0,1e6]"`
 	Pack             bool               `yaml:"pack" doc:"train an episode as one sequence where later prompts extend earlier ones"`
 	OldLogp          OldLogp            `yaml:"old_logp" doc:"π_old: recompute (training graph, behaviour prompt; the reference) | rollout (llama.cpp's sampled log-probs)"`
 }
 
 // CheckpointConfig: how often and how many.
 type CheckpointConfig struct {
-	Every int `yaml:"every" doc:"checkpoint every N steps (and at the end and on SIGINT/SIGTERM)"`
-	Keep  int `yaml:"keep" doc:"checkpoints kept (oldest removed)"`
+	Every int `yaml:"every" doc:"checkpoint every N steps (and at the end and on SIGINT/SIGTERM)" range:"[0,1e9]"`
+	Keep  int `yaml:"keep" doc:"checkpoints kept (oldest removed)" range:"[1,1e6]"`
 }
 
 // Mode is the EMPO² mode of an episode (metrics.jsonl "mode").
@@ -136,28 +138,48 @@ const (
 func (p Per) Valid() bool { return p == PerStep || p == PerRollout }
 
 // LowProbMask is where low-probability masking applies
-// (update.low_prob_mask), by the episode's mode.
+// (update.low_prob_mask), by the episode's mode. The EMPO² sources differ:
+// the paper's text ties masking to the off-policy updates (MaskOffPolicy,
+// the default); an earlier version of the reference code masked every
+// step of an EMPO² run (MaskEveryStep); its last 7B configuration has
+// masking off (MaskNever).
 type LowProbMask string
 
 // Masking scopes.
 const (
-	MaskOffPolicy LowProbMask = "off-policy" // off-policy episodes (the reference: when tips were used)
-	MaskTips      LowProbMask = "tips"       // off-policy and on-policy-tips episodes
-	MaskAlways    LowProbMask = "always"
-	MaskNever     LowProbMask = "never"
+	MaskOffPolicy   LowProbMask = "off-policy"   // off-policy episodes (the paper's text)
+	MaskMemorySteps LowProbMask = "memory-steps" // episodes that retrieved tips: off-policy and on-policy-tips
+	MaskEveryStep   LowProbMask = "every-step"   // every episode (an earlier version of the reference code)
+	MaskNever       LowProbMask = "never"        // no masking (the reference code's last 7B config)
 )
 
 // Valid reports whether m is a known scope.
 func (m LowProbMask) Valid() bool {
-	return m == MaskOffPolicy || m == MaskTips || m == MaskAlways || m == MaskNever
+	return m == MaskOffPolicy || m == MaskMemorySteps || m == MaskEveryStep || m == MaskNever
+}
+
+// renamedMasks are the scopes' former names, refused with their new ones.
+var renamedMasks = map[LowProbMask]LowProbMask{"tips": MaskMemorySteps, "always": MaskEveryStep}
+
+// check reports ErrRunConfig for an unknown scope, naming the new name of
+// a former one.
+func (m LowProbMask) check() error {
+	if n, ok := renamedMasks[m]; ok {
+		return fmt.Errorf("%w: update.low_prob_mask %q was renamed %q (the scopes are %s, %s, %s, %s)",
+			ErrRunConfig, m, n, MaskOffPolicy, MaskMemorySteps, MaskEveryStep, MaskNever)
+	}
+	if !m.Valid() {
+		return fmt.Errorf("%w: update.low_prob_mask %q (want %s, %s, %s or %s)", ErrRunConfig, m, MaskOffPolicy, MaskMemorySteps, MaskEveryStep, MaskNever)
+	}
+	return nil
 }
 
 // Applies reports whether masking applies to an episode in mode.
 func (m LowProbMask) Applies(mode Mode) bool {
 	switch m {
-	case MaskAlways:
+	case MaskEveryStep:
 		return true
-	case MaskTips:
+	case MaskMemorySteps:
 		return mode == ModeOffPolicy || mode == ModeOnPolicyTips
 	case MaskOffPolicy:
 		return mode == ModeOffPolicy
@@ -287,59 +309,56 @@ func PrintConfig(w io.Writer, c Config) error { return schema.Print(w, c) }
 // documentation (docs/train.md embeds it).
 func ConfigReference() string { return schema.Reference() }
 
-// Validate checks ranges and enumerations.
+// Validate checks the configuration before anything runs: every float
+// finite and every key in its range (the `range` tags, internal/config's
+// Check), the enumerations, and what spans keys (the batch's size, the
+// LoRA targets, the objective and the schedule). Every error names the key
+// and the value.
 func (c *Config) Validate() error {
+	if err := schema.Check(c); err != nil {
+		return err
+	}
 	bad := func(f string, a ...any) error { return fmt.Errorf("%w: "+f, append([]any{ErrRunConfig}, a...)...) }
-	prob := func(v float64) bool { return !math.IsNaN(v) && v >= 0 && v <= 1 }
 	switch {
-	case c.Steps < 0:
-		return bad("steps %d < 0", c.Steps)
 	case c.Env == "":
 		return bad("env is empty")
-	case c.Batch.Tasks < 1 || c.Batch.Rollouts < 1:
-		return bad("batch.tasks and batch.rollouts must be ≥ 1 (got %d, %d)", c.Batch.Tasks, c.Batch.Rollouts)
-	case !prob(c.Mode.MemoryProb) || !prob(c.Mode.OffPolicyProb):
-		return bad("mode.memory_prob %v and mode.offpolicy_prob %v must be in [0, 1]", c.Mode.MemoryProb, c.Mode.OffPolicyProb)
 	case !c.Mode.Per.Valid():
 		return bad("mode.per %q (want step or rollout)", c.Mode.Per)
-	case c.LoRA.Rank < 1:
-		return bad("lora.rank %d < 1", c.LoRA.Rank)
-	case c.Context < 64:
-		return bad("context %d < 64", c.Context)
-	case c.Rollout.Temperature < 0 || math.IsNaN(c.Rollout.Temperature):
-		return bad("rollout.temperature %v < 0", c.Rollout.Temperature)
-	case c.Rollout.TipTemperature > 100 || math.IsNaN(c.Rollout.TipTemperature):
-		return bad("rollout.tip_temperature %v > 100", c.Rollout.TipTemperature)
-	case c.Rollout.Prompt.MaxActionTokens < 1:
-		return bad("rollout.max_action_tokens %d < 1", c.Rollout.Prompt.MaxActionTokens)
 	case !c.Rollout.Prompt.History.Valid():
 		return bad("rollout.history %q (want full or last-k)", c.Rollout.Prompt.History)
 	case !c.Rollout.Prompt.ActionFormat.Valid():
 		return bad("rollout.action_format %q (want naive or cot)", c.Rollout.Prompt.ActionFormat)
-	case c.Memory.TopK < 0 || c.Memory.Cap < 0:
-		return bad("memory.top_k and memory.cap must be ≥ 0")
-	case c.Advantage.RewardScale <= 0 || c.Advantage.Eps < 0:
-		return bad("advantage.reward_scale must be > 0 and advantage.eps ≥ 0")
-	case c.Update.LR < 0 || math.IsNaN(c.Update.LR):
-		return bad("update.lr %v", c.Update.LR)
-	case c.Update.PPOEpochs < 1:
-		return bad("update.ppo_epochs %d < 1", c.Update.PPOEpochs)
-	case c.Update.MiniBatch < 0 || c.Update.MicroBatch < 0:
-		return bad("update.mini_batch and update.micro_batch must be ≥ 0")
-	case !c.Update.LowProbMask.Valid():
-		return bad("update.low_prob_mask %q (want off-policy, tips, always or never)", c.Update.LowProbMask)
 	case !c.Update.Aggregation.Valid():
 		return bad("update.aggregation %q", c.Update.Aggregation)
 	case !c.Update.OldLogp.Valid():
 		return bad("update.old_logp %q (want recompute or rollout)", c.Update.OldLogp)
-	case c.Checkpoint.Every < 0 || c.Checkpoint.Keep < 1:
-		return bad("checkpoint.every must be ≥ 0 and checkpoint.keep ≥ 1")
 	case c.Eval.Every < 0 || c.Eval.Episodes < 1 || c.Eval.MaxVariations < 0:
-		return bad("eval.every and eval.max_variations must be ≥ 0 and eval.episodes ≥ 1")
+		return bad("eval.every %d and eval.max_variations %d must be ≥ 0 and eval.episodes %d ≥ 1", c.Eval.Every, c.Eval.MaxVariations, c.Eval.Episodes)
 	case !c.Eval.Memory.Valid():
 		return bad("eval.memory %q (want off, on or both)", c.Eval.Memory)
 	case !c.Eval.Split.Valid():
 		return bad("eval.split %q", c.Eval.Split)
+	}
+	// One KV sequence per episode of a step, decoded together.
+	if n := int64(c.Batch.Tasks) * int64(c.Batch.Rollouts); n > int64(llama.MaxSequences()) {
+		return bad("batch.tasks × batch.rollouts = %d × %d = %d episodes per step: llama.cpp decodes at most %d sequences together",
+			c.Batch.Tasks, c.Batch.Rollouts, n, llama.MaxSequences())
+	} else if n*int64(c.Context) > llama.MaxContextCells {
+		return bad("batch.tasks × batch.rollouts × context = %d × %d tokens exceeds the %d KV cells of one context", n, c.Context, llama.MaxContextCells)
+	}
+	if len(c.LoRA.Targets) == 0 {
+		return bad("lora.targets is [] (empty): list the adapted matrices, e.g. [q, k, v, o, gate, up, down]")
+	}
+	for _, tg := range c.LoRA.Targets {
+		if lora.TargetIndex(tg) < 0 {
+			return bad("lora.targets: unknown target %q (want some of %s)", tg, strings.Join(lora.DefaultTargets, " "))
+		}
+	}
+	if err := c.Memory.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrRunConfig, err)
+	}
+	if err := c.Update.LowProbMask.check(); err != nil {
+		return err
 	}
 	if _, err := c.Objective(); err != nil {
 		return err
@@ -361,25 +380,21 @@ func (c *Config) Objective() (cgo.Objective, error) {
 	return o, nil
 }
 
-// updatesPerStep estimates the optimizer steps of one training step (for
-// the cosine schedule's length): ppo_epochs × mini-batches of B·G episodes.
-func (c *Config) updatesPerStep() int {
-	n := 1
-	if mb := c.Update.MiniBatch; mb > 0 {
-		n = (c.Batch.Tasks*c.Batch.Rollouts + mb - 1) / mb
-	}
-	return n * c.Update.PPOEpochs
-}
-
-// Schedule is the learning-rate schedule of the update section.
+// Schedule is the learning-rate schedule of the update section. The loop
+// takes each update's rate at its progress in the run (RunUpdates,
+// Progress; optim.Schedule.LRAt): the number of optimizer steps a training
+// step takes depends on its samples, so it is counted as the updates
+// happen, never estimated. Total (the update count LR would need) is the
+// warmup plus the steps, for validation and the state files only.
 func (c *Config) Schedule() (optim.Schedule, error) {
 	s := optim.Schedule{Kind: c.Update.Schedule, BaseLR: c.Update.LR, MinLR: c.Update.MinLR, Warmup: c.Update.Warmup,
-		Total: max(c.Steps*c.updatesPerStep(), c.Update.Warmup+1)}
+		Total: c.Update.Warmup + max(c.Steps, 1)}
 	if !c.Mode.Update && s.BaseLR == 0 {
 		s.BaseLR = 1 // never used: no updates
 	}
 	if err := s.Validate(); err != nil {
-		return s, fmt.Errorf("%w: update: %w", ErrRunConfig, err)
+		return s, fmt.Errorf("%w: update.schedule %s, update.lr %v, update.min_lr %v, update.warmup %d over %d updates: %w",
+			ErrRunConfig, s.Kind, c.Update.LR, s.MinLR, s.Warmup, s.Total, err)
 	}
 	return s, nil
 }

@@ -6,11 +6,17 @@
 // off-policy, u < p on-policy with tips, else on-policy), plays them
 // (rollout.Roller), writes one tip per episode into the memory, turns the
 // episodes into training sequences (BuildSamples: GRPO group advantages,
-// the off-policy tip cut, low-probability masking, packing of an episode's
+// the off-policy input without tips, low-probability masking, packing of an episode's
 // steps into one sequence) and runs the PPO updates (RunUpdates over an
-// optim.Updater). Train opens a run directory (config.yaml, memory.db,
-// metrics.jsonl, eval.jsonl, checkpoints/), runs or resumes the steps and
-// makes every write crash-safe.
+// optim.Updater); the step's record (StepMetrics, the run-files record
+// runfiles.Metrics) is gathered by its own methods. Train opens a run
+// (openRun: checks everything — configuration ranges, the directory's
+// ownership and lock, a resume's state and invariants, the model, the
+// first prompt's length — before it writes anything; one Close releases
+// every resource) and runs or resumes the steps, every write crash-safe.
+// The run directory's files (run.json, config.yaml, memory.db,
+// metrics.jsonl, eval.jsonl, checkpoints/) are named by package runfiles,
+// which `empo2 report` reads.
 //
 // The sub-packages hold the other roles, so that a folder names what it
 // holds:

@@ -14,6 +14,8 @@ import (
 
 	"github.com/empo2/empo2/cgo"
 	"github.com/empo2/empo2/environments"
+	"github.com/empo2/empo2/internal/stats"
+	"github.com/empo2/empo2/runfiles"
 	"github.com/empo2/empo2/trainer/optim"
 	"github.com/empo2/empo2/trainer/rollout"
 )
@@ -153,48 +155,93 @@ func PlanStep(cfg *Config, pool []TaskVar, step int) (jobs []rollout.Job, modes 
 	return jobs, modes
 }
 
-// StepMetrics is one line of metrics.jsonl (`empo2 report` reads these
-// names).
+// StepMetrics is one step's line of metrics.jsonl (the record
+// runfiles.Metrics, which `empo2 report` reads), with the methods that
+// gather it from the step's parts.
 type StepMetrics struct {
-	Step              int          `json:"step"`
-	Mode              Mode         `json:"mode"`            // ModeMixed with mode.per: rollout
-	Modes             map[Mode]int `json:"modes,omitempty"` // episodes per mode (mode.per: rollout)
-	Time              string       `json:"time"`
-	Seed              int64        `json:"seed"`
-	Episodes          int          `json:"episodes"`
-	ScoreMean         float64      `json:"score_mean"`
-	SuccessRate       float64      `json:"success_rate"`
-	RewardMean        float64      `json:"reward_mean"`
-	IntrinsicMean     float64      `json:"intrinsic_mean"`
-	TipsRetrievedMean float64      `json:"tips_retrieved_mean"`
-	TipsWritten       int          `json:"tips_written"`
-	Loss              float64      `json:"loss"`
-	ClipFrac          float64      `json:"clip_frac"`
-	ApproxKL          float64      `json:"approx_kl"`
-	Entropy           float64      `json:"entropy"`
-	GradNorm          float64      `json:"grad_norm"`
-	LR                float64      `json:"lr"`
-	Updates           int          `json:"updates"`
-	MaskedSeqs        int          `json:"masked_seqs"`
-	SampleSteps       int          `json:"sample_steps"`
-	ZeroVarGroups     int          `json:"zero_var_groups"`
-	Sequences         int          `json:"sequences"`
-	TrainedTokens     int          `json:"trained_tokens"`
-	SampleTokens      int          `json:"sample_tokens"`
-	UnpackedTokens    int          `json:"unpacked_tokens"`
-	GenTokens         int          `json:"gen_tokens"`
-	EnvSteps          int          `json:"env_steps"`
-	PromptSeen        int          `json:"prompt_tokens_seen"`
-	PromptDecoded     int          `json:"prompt_tokens_decoded"`
-	PromptUnique      int          `json:"prompt_tokens_unique"` // distinct prompt tokens of the trajectories (full history: the last prompt plus earlier tip blocks)
-	RolloutTokPerS    float64      `json:"rollout_tokens_per_s"`
-	EnvStepsPerS      float64      `json:"env_steps_per_s"`
-	TRollout          float64      `json:"t_rollout"`
-	TEmbedRetrieve    float64      `json:"t_embed_retrieve"`
-	TTips             float64      `json:"t_tips"`
-	TOldLogp          float64      `json:"t_old_logp"`
-	TUpdate           float64      `json:"t_update"`
-	TStep             float64      `json:"t_step"`
+	runfiles.Metrics
+}
+
+// newStepMetrics starts step's record: its mode(s) and seed.
+func newStepMetrics(step int, cfg *Config, modes []Mode) StepMetrics {
+	m := StepMetrics{runfiles.Metrics{Step: step, Mode: string(modes[0]), Seed: cfg.Seed}}
+	if cfg.Mode.Per == PerRollout {
+		m.Mode = string(ModeMixed)
+		m.Modes = map[string]int{}
+		for _, md := range modes {
+			m.Modes[string(md)]++
+		}
+	}
+	return m
+}
+
+// addRollouts records the rollout engine's counters and throughput.
+func (m *StepMetrics) addRollouts(rs rollout.Stats) {
+	m.TRollout = rs.TRollout.Seconds()
+	m.TEmbedRetrieve = rs.TEmbedRetrieve.Seconds()
+	m.GenTokens, m.EnvSteps = rs.GenTokens, rs.EnvSteps
+	m.PromptSeen, m.PromptDecoded, m.PromptUnique = rs.PromptTokensSeen, rs.PromptTokensDecoded, rs.PromptTokensUnique
+	if s := rs.TRollout.Seconds(); s > 0 {
+		m.RolloutTokPerS = float64(rs.GenTokens) / s
+		m.EnvStepsPerS = float64(rs.EnvSteps) / s
+	}
+}
+
+// addEpisodes records the means over the episodes (score, success as
+// rollout.Succeeded decided it, reward R = reward_scale · score +
+// intrinsic, intrinsic) and over their actions (tips retrieved).
+func (m *StepMetrics) addEpisodes(eps []rollout.Episode, rewardScale float64) {
+	var score, succ, reward, intrinsic, retrieved stats.Mean
+	for i := range eps {
+		ep := &eps[i]
+		score.Add(ep.Score, 1)
+		succ.Add(b2f(ep.Success), 1)
+		reward.Add(EpisodeReward(ep, rewardScale), 1)
+		intrinsic.Add(ep.Intrinsic, 1)
+		for _, r := range ep.Steps {
+			retrieved.Add(float64(r.Retrieved), 1)
+		}
+	}
+	m.Episodes = len(eps)
+	m.ScoreMean, m.SuccessRate, m.RewardMean, m.IntrinsicMean = score.Value(), succ.Value(), reward.Value(), intrinsic.Value()
+	m.TipsRetrievedMean = retrieved.Value()
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// addSamples records how the episodes became training samples.
+func (m *StepMetrics) addSamples(st SampleStats) {
+	m.MaskedSeqs += st.MaskedSteps
+	m.SampleSteps = st.Steps
+	m.ZeroVarGroups = st.ZeroVarGroups
+	m.Sequences = st.Sequences
+	m.SampleTokens, m.UnpackedTokens = st.SampleTokens, st.UnpackedTokens
+}
+
+// addUpdates records the optimizer steps' statistics.
+func (m *StepMetrics) addUpdates(us UpdateSummary) {
+	m.Loss, m.ClipFrac, m.ApproxKL, m.Entropy, m.GradNorm = us.Loss, us.ClipFrac, us.KL, us.Entropy, us.GradNorm
+	m.LR, m.Updates = us.LR, us.Updates
+	m.MaskedSeqs += us.Masked
+	m.TrainedTokens = us.Tokens
+	m.TOldLogp += us.TOldLogp
+}
+
+// finish stamps the step's end and checks the update statistics.
+func (m *StepMetrics) finish(t0 time.Time) error {
+	m.TStep = time.Since(t0).Seconds()
+	m.Time = time.Now().UTC().Format(time.RFC3339)
+	for _, v := range []float64{m.Loss, m.ClipFrac, m.ApproxKL, m.Entropy, m.GradNorm} {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return fmt.Errorf("%w: non-finite update statistic at step %d", ErrTrain, m.Step)
+		}
+	}
+	return nil
 }
 
 // UpdateSummary aggregates the optimizer steps of one training step.
@@ -214,9 +261,26 @@ type UpdateSummary struct {
 	TOldLogp float64
 }
 
+// Progress is where a training step lies in its run, for the learning-rate
+// schedule: step Step (1-based) of Steps. The zero value leaves the
+// schedule to the update index (optim.Schedule.LR).
+type Progress struct{ Step, Steps int }
+
+// at is the run's progress at the j-th of n optimizer steps planned in this
+// training step: (Step − 1 + j/n)/Steps, so that the schedule counts the
+// optimizer steps that really happen, however many a step takes, and the
+// last one of the last step is at progress (Steps − 1/n)/Steps.
+func (p Progress) at(j, n int) float64 {
+	if p.Steps <= 0 {
+		return -1
+	}
+	return (float64(p.Step-1) + float64(j)/float64(max(n, 1))) / float64(p.Steps)
+}
+
 // RunUpdates runs epochs passes over the samples in mini-batches of
-// miniBatch sequences (0: all in one), shuffled per epoch with rng.
-func RunUpdates(u *optim.Updater, samples []Sample, epochs, miniBatch int, rng *rand.Rand) (UpdateSummary, error) {
+// miniBatch sequences (0: all in one), shuffled per epoch with rng; each
+// update takes its learning rate at its progress in the run (Progress).
+func RunUpdates(u *optim.Updater, samples []Sample, epochs, miniBatch int, rng *rand.Rand, prog Progress) (UpdateSummary, error) {
 	var s UpdateSummary
 	if len(samples) == 0 {
 		return s, nil
@@ -258,7 +322,9 @@ func RunUpdates(u *optim.Updater, samples []Sample, epochs, miniBatch int, rng *
 			samples[i].oldDeferred = false
 		}
 	}
-	var wsum float64
+	var loss, gradNorm, clip, kl, entropy stats.Mean
+	planned, j := epochs*len(first), 0
+	defer u.SetProgress(-1)
 	for e := 0; e < epochs; e++ {
 		batches := first
 		if e > 0 {
@@ -269,6 +335,8 @@ func RunUpdates(u *optim.Updater, samples []Sample, epochs, miniBatch int, rng *
 			for k, i := range idx {
 				batch[k] = samples[i].Seq
 			}
+			u.SetProgress(prog.at(j, planned))
+			j++
 			m, err := u.Update(batch)
 			if err != nil {
 				return s, err
@@ -281,28 +349,20 @@ func RunUpdates(u *optim.Updater, samples []Sample, epochs, miniBatch int, rng *
 			}
 			s.Updates++
 			w := float64(m.Tokens)
-			s.Loss += m.Loss
-			s.ClipFrac += w * m.ClipFrac
-			s.KL += w * m.ApproxKL
-			s.Entropy += w * m.Entropy
-			s.GradNorm += m.GradNorm
+			loss.Add(m.Loss, 1)
+			gradNorm.Add(m.GradNorm, 1)
+			clip.Add(m.ClipFrac, w)
+			kl.Add(m.ApproxKL, w)
+			entropy.Add(m.Entropy, w)
 			s.LR = m.LR
-			wsum += w
 			if e == 0 {
 				s.Masked += m.MaskedSequences
 				s.Tokens += m.Tokens
 			}
 		}
 	}
-	if s.Updates > 0 {
-		s.Loss /= float64(s.Updates)
-		s.GradNorm /= float64(s.Updates)
-	}
-	if wsum > 0 {
-		s.ClipFrac /= wsum
-		s.KL /= wsum
-		s.Entropy /= wsum
-	}
+	s.Loss, s.GradNorm = loss.Value(), gradNorm.Value()
+	s.ClipFrac, s.KL, s.Entropy = clip.Value(), kl.Value(), entropy.Value()
 	return s, nil
 }
 
@@ -330,14 +390,7 @@ func (l *Loop) Step(ctx context.Context, step int) (StepMetrics, error) {
 	t0 := time.Now()
 	cfg := &l.Cfg
 	jobs, modes := PlanStep(cfg, l.Pool, step)
-	m := StepMetrics{Step: step, Mode: modes[0], Seed: cfg.Seed}
-	if cfg.Mode.Per == PerRollout {
-		m.Mode = ModeMixed
-		m.Modes = map[Mode]int{}
-		for _, md := range modes {
-			m.Modes[md]++
-		}
-	}
+	m := newStepMetrics(step, cfg, modes)
 	eps, rs, err := l.Runner.Run(ctx, jobs)
 	if err != nil {
 		return m, fmt.Errorf("%w: rollouts: %w", ErrTrain, err)
@@ -345,88 +398,48 @@ func (l *Loop) Step(ctx context.Context, step int) (StepMetrics, error) {
 	if len(eps) != len(jobs) {
 		return m, fmt.Errorf("%w: %d episodes for %d jobs", ErrTrain, len(eps), len(jobs))
 	}
-	m.TRollout = rs.TRollout.Seconds()
-	m.TEmbedRetrieve = rs.TEmbedRetrieve.Seconds()
-	m.GenTokens, m.EnvSteps = rs.GenTokens, rs.EnvSteps
-	m.PromptSeen, m.PromptDecoded = rs.PromptTokensSeen, rs.PromptTokensDecoded
-	if s := rs.TRollout.Seconds(); s > 0 {
-		m.RolloutTokPerS = float64(rs.GenTokens) / s
-		m.EnvStepsPerS = float64(rs.EnvSteps) / s
-	}
-	m.Episodes = len(eps)
-	var retrieved, nsteps float64
-	for i := range eps {
-		ep := &eps[i]
-		m.ScoreMean += ep.Score
-		if ep.Success { // rollout.Succeeded: final score ≥ rollout.success_score
-			m.SuccessRate++
-		}
-		m.RewardMean += EpisodeReward(ep, cfg.Advantage.RewardScale)
-		m.IntrinsicMean += ep.Intrinsic
-		for k, r := range ep.Steps {
-			retrieved += float64(r.Retrieved)
-			nsteps++
-			if k == len(ep.Steps)-1 {
-				m.PromptUnique += len(r.Prompt)
-			} else {
-				m.PromptUnique += r.TipSpan[1] - r.TipSpan[0]
-			}
-		}
-	}
-	n := float64(max(len(eps), 1))
-	m.ScoreMean /= n
-	m.SuccessRate /= n
-	m.RewardMean /= n
-	m.IntrinsicMean /= n
-	if nsteps > 0 {
-		m.TipsRetrievedMean = retrieved / nsteps
-	}
+	m.addRollouts(rs)
+	m.addEpisodes(eps, cfg.Advantage.RewardScale)
 	if cfg.Memory.WriteTips {
 		t := time.Now()
-		w, err := l.Runner.WriteTips(ctx, eps, int64(step))
-		if err != nil {
+		if m.TipsWritten, err = l.Runner.WriteTips(ctx, eps, int64(step)); err != nil {
 			return m, fmt.Errorf("%w: writing tips: %w", ErrTrain, err)
 		}
-		m.TipsWritten = w
 		m.TTips = time.Since(t).Seconds()
 	}
 	if cfg.Mode.Update {
-		if err := ctx.Err(); err != nil {
+		if err := l.update(ctx, step, eps, modes, &m); err != nil {
 			return m, err
 		}
-		t := time.Now()
-		var lp LogProber
-		if cfg.Update.OldLogp == OldLogpRecompute {
-			lp = l.Prober
-		}
-		samples, st, err := BuildSamples(eps, modes, cfg.SampleConfig(), lp, cfg.Update.MicroBatch)
-		if err != nil {
-			return m, fmt.Errorf("%w: %w", ErrTrain, err)
-		}
-		m.TOldLogp = time.Since(t).Seconds()
-		m.MaskedSeqs = st.MaskedSteps
-		m.SampleSteps = st.Steps
-		m.ZeroVarGroups = st.ZeroVarGroups
-		m.Sequences = st.Sequences
-		m.SampleTokens, m.UnpackedTokens = st.SampleTokens, st.UnpackedTokens
-		t = time.Now()
-		us, err := RunUpdates(l.Updater, samples, cfg.Update.PPOEpochs, cfg.Update.MiniBatch, stepRNG(cfg.Seed, step, streamShuffle))
-		if err != nil {
-			return m, fmt.Errorf("%w: %w", ErrTrain, err)
-		}
-		m.TUpdate = time.Since(t).Seconds() - us.TOldLogp
-		m.TOldLogp += us.TOldLogp
-		m.Loss, m.ClipFrac, m.ApproxKL, m.Entropy, m.GradNorm = us.Loss, us.ClipFrac, us.KL, us.Entropy, us.GradNorm
-		m.LR, m.Updates = us.LR, us.Updates
-		m.MaskedSeqs += us.Masked
-		m.TrainedTokens = us.Tokens
 	}
-	m.TStep = time.Since(t0).Seconds()
-	m.Time = time.Now().UTC().Format(time.RFC3339)
-	for _, v := range []*float64{&m.Loss, &m.ClipFrac, &m.ApproxKL, &m.Entropy, &m.GradNorm} {
-		if math.IsNaN(*v) || math.IsInf(*v, 0) {
-			return m, fmt.Errorf("%w: non-finite update statistic at step %d", ErrTrain, step)
-		}
+	return m, m.finish(t0)
+}
+
+// update turns the episodes into samples (GRPO advantages, the tip cut,
+// masking, packing, π_old) and runs the PPO updates.
+func (l *Loop) update(ctx context.Context, step int, eps []rollout.Episode, modes []Mode, m *StepMetrics) error {
+	if err := ctx.Err(); err != nil {
+		return err
 	}
-	return m, nil
+	cfg := &l.Cfg
+	t := time.Now()
+	var lp LogProber
+	if cfg.Update.OldLogp == OldLogpRecompute {
+		lp = l.Prober
+	}
+	samples, st, err := BuildSamples(eps, modes, cfg.SampleConfig(), lp, cfg.Update.MicroBatch)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrTrain, err)
+	}
+	m.TOldLogp = time.Since(t).Seconds()
+	m.addSamples(st)
+	t = time.Now()
+	us, err := RunUpdates(l.Updater, samples, cfg.Update.PPOEpochs, cfg.Update.MiniBatch, stepRNG(cfg.Seed, step, streamShuffle),
+		Progress{Step: step, Steps: cfg.Steps})
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrTrain, err)
+	}
+	m.TUpdate = time.Since(t).Seconds() - us.TOldLogp
+	m.addUpdates(us)
+	return nil
 }

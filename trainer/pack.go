@@ -11,9 +11,11 @@ import (
 
 // Packing.
 //
-// With full-trajectory history and no per-step tips in the training prompt,
-// the prompt of step i+1 is the prompt of step i, its response, and the new
-// observation:
+// With full-trajectory history, the prompt of step i+1 is the prompt of
+// step i, its response, and the new observation (with the tips retrieved
+// for step i+1 when tips stay in every turn: on-policy with tips; the
+// off-policy input has no tips at all; only tips in the last turn alone
+// break it):
 //
 //	P_{i+1} = P_i ‖ R_i ‖ obs_{i+1}
 //

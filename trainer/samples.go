@@ -61,25 +61,42 @@ type Sample struct {
 	oldDeferred bool
 }
 
-// EpisodeReward is the EMPO² episode reward: the final score scaled, plus
-// the intrinsic (novelty) reward of memory rollouts; it is every step's
-// reward ("final reward as step reward").
+// EpisodeReward is an episode's mean step reward on the reward scale:
+// scale·(final score + mean novelty bonus), the bonus being in score points
+// (rollout.StepRecord.Intrinsic; 0 for episodes without memory). The final
+// score is every step's extrinsic reward ("final reward as step reward").
 func EpisodeReward(ep *rollout.Episode, scale float64) float64 {
-	return scale*ep.Score + ep.Intrinsic
+	return scale * (ep.Score + ep.Intrinsic)
 }
 
-// GroupAdvantages returns the GRPO advantage of every episode (Shao et al.
-// 2024, "DeepSeekMath", §4.1.2, outcome supervision): within the group of
-// episodes sharing rollout.Job.Group,
+// GroupAdvantages returns the GRPO advantage of every step of every episode
+// (Shao et al. 2024, "DeepSeekMath", §4.1.2, outcome supervision, with the
+// final reward as every step's reward) and EMPO²'s per-step novelty bonus.
+// Within the group of episodes sharing rollout.Job.Group, with
+// E_i = scale·score_i the extrinsic reward of episode i:
 //
-//	A_i = (R_i − mean(R)) / (std(R) + eps)     (stdNorm)
-//	A_i =  R_i − mean(R)                        (otherwise)
+//	A_it = (E_i − mean(E) + c_it) / (std(E) + eps)   (stdNorm)
+//	A_it =  E_i − mean(E) + c_it                      (otherwise)
 //
-// with the unbiased std (torch.std, as verl's GRPO estimator). A group of
-// one episode, or whose rewards are all equal, carries no signal: its
-// advantages are 0 and skip[i] is true so that its samples are not built.
-func GroupAdvantages(eps []rollout.Episode, rewards []float64, stdNorm bool, eps0 float64) (adv []float64, skip []bool, zeroVarGroups int) {
-	adv = make([]float64, len(eps))
+// with the unbiased std (torch.std, as verl's GRPO estimator) and
+// c_it = scale·(b_it − B), b_it the bonus of step t of a memory episode i
+// in score points and B the mean over the group's memory episodes of their
+// mean bonus (c = 0 for episodes without memory). So
+//   - a group whose extrinsic rewards are all equal (or of one episode)
+//     carries no signal, whatever the bonuses: its advantages are 0 and
+//     skip[i] is true so that its samples are not built;
+//   - the bonus has mean zero over the memory episodes of a group: it moves
+//     advantage between memory episodes (and between steps) and never
+//     favours memory rollouts over the others of a mixed group (mode.per:
+//     rollout); in a group of memory episodes only (mode.per: step) this is
+//     GRPO's own mean subtraction applied to the bonus;
+//   - the std is that of the extrinsic rewards, so bonus differences count
+//     in units of the group's score spread, never of their own.
+//
+// adv[i][t] is the advantage of step t of episode i (nil for an episode
+// without steps or a skipped group).
+func GroupAdvantages(eps []rollout.Episode, scale float64, stdNorm bool, eps0 float64) (adv [][]float64, skip []bool, zeroVarGroups int) {
+	adv = make([][]float64, len(eps))
 	skip = make([]bool, len(eps))
 	groups := map[int][]int{}
 	var keys []int
@@ -95,15 +112,15 @@ func GroupAdvantages(eps []rollout.Episode, rewards []float64, stdNorm bool, eps
 		idx := groups[g]
 		var mean float64
 		for _, i := range idx {
-			mean += rewards[i]
+			mean += scale * eps[i].Score
 		}
 		mean /= float64(len(idx))
 		var ss float64
 		equal := true
 		for _, i := range idx {
-			d := rewards[i] - mean
+			d := scale*eps[i].Score - mean
 			ss += d * d
-			if rewards[i] != rewards[idx[0]] {
+			if eps[i].Score != eps[idx[0]].Score {
 				equal = false
 			}
 		}
@@ -115,20 +132,47 @@ func GroupAdvantages(eps []rollout.Episode, rewards []float64, stdNorm bool, eps
 			continue
 		}
 		std := math.Sqrt(ss / float64(len(idx)-1))
+		// B: mean over the memory episodes of their mean per-step bonus
+		var bsum float64
+		nmem := 0
 		for _, i := range idx {
-			a := rewards[i] - mean
-			if stdNorm {
-				a /= std + eps0
+			if ep := &eps[i]; ep.UseMemory && len(ep.Steps) > 0 {
+				var b float64
+				for _, st := range ep.Steps {
+					b += st.Intrinsic
+				}
+				bsum += b / float64(len(ep.Steps))
+				nmem++
 			}
-			adv[i] = a
+		}
+		B := 0.0
+		if nmem > 0 {
+			B = bsum / float64(nmem)
+		}
+		for _, i := range idx {
+			ep := &eps[i]
+			if len(ep.Steps) == 0 {
+				continue
+			}
+			adv[i] = make([]float64, len(ep.Steps))
+			for t := range ep.Steps {
+				a := scale*ep.Score - mean
+				if ep.UseMemory {
+					a += scale * (ep.Steps[t].Intrinsic - B)
+				}
+				if stdNorm {
+					a /= std + eps0
+				}
+				adv[i][t] = a
+			}
 		}
 	}
 	return adv, skip, zeroVarGroups
 }
 
 // trainPrompt is the prompt a step is trained on: on-policy samples keep
-// what the policy saw; off-policy samples are cut to the prompt without the
-// tip block (exactly the tokens of the same chat rendered with no tips).
+// what the policy saw; off-policy samples take the same chat rendered with
+// no tips at all (StepRecord.PromptWithoutTips, tokenized on its own).
 func trainPrompt(rec *rollout.StepRecord, mode Mode) []int32 {
 	if mode == ModeOffPolicy {
 		return rec.PromptWithoutTips()
@@ -161,8 +205,9 @@ type ExactLogProber interface {
 
 // BuildSamples turns a step's episodes into training sequences.
 //
-// modes[i] is episode i's mode. Advantages come from GroupAdvantages over
-// EpisodeReward; every response token of an episode gets its advantage.
+// modes[i] is episode i's mode. Advantages come from GroupAdvantages (the
+// extrinsic score and the per-step novelty bonus); every response token of
+// a step gets its step's advantage.
 // With cfg.Pack, consecutive steps whose training prompt starts with the
 // previous step's prompt and response (full history, no per-step tips) are
 // one sequence with every response span trained (token-mean loss: the same
@@ -179,11 +224,7 @@ func BuildSamples(eps []rollout.Episode, modes []Mode, cfg SampleConfig, lp LogP
 	if len(modes) != len(eps) {
 		return nil, st, fmt.Errorf("%w: %d modes for %d episodes", ErrSamples, len(modes), len(eps))
 	}
-	rewards := make([]float64, len(eps))
-	for i := range eps {
-		rewards[i] = EpisodeReward(&eps[i], cfg.RewardScale)
-	}
-	adv, skip, zv := GroupAdvantages(eps, rewards, cfg.StdNorm, cfg.Eps)
+	adv, skip, zv := GroupAdvantages(eps, cfg.RewardScale, cfg.StdNorm, cfg.Eps)
 	st.ZeroVarGroups = zv
 	var samples []Sample
 	for i := range eps {
@@ -191,7 +232,7 @@ func BuildSamples(eps []rollout.Episode, modes []Mode, cfg SampleConfig, lp LogP
 			continue
 		}
 		st.Episodes++
-		ss, err := episodeSamples(i, &eps[i], modes[i], float32(adv[i]), cfg.Pack)
+		ss, err := episodeSamples(i, &eps[i], modes[i], adv[i], cfg.Pack)
 		if err != nil {
 			return nil, st, err
 		}
@@ -271,14 +312,18 @@ func checkRecord(ep, step int, rec *rollout.StepRecord) error {
 	if len(rec.Prompt) == 0 {
 		return fmt.Errorf("%w: episode %d step %d has an empty prompt", ErrSamples, ep, step)
 	}
-	if ts := rec.TipSpan; ts[0] < 0 || ts[1] < ts[0] || ts[1] > len(rec.Prompt) {
-		return fmt.Errorf("%w: episode %d step %d: tip span %v outside a %d-token prompt", ErrSamples, ep, step, ts, len(rec.Prompt))
+	if rec.NoTips != nil && len(rec.NoTips) == 0 {
+		return fmt.Errorf("%w: episode %d step %d has an empty prompt without tips", ErrSamples, ep, step)
 	}
 	return nil
 }
 
-// episodeSamples builds the sequences of one episode (see pack.go).
-func episodeSamples(ei int, ep *rollout.Episode, mode Mode, adv float32, pack bool) ([]Sample, error) {
+// episodeSamples builds the sequences of one episode (see pack.go); adv[t]
+// is step t's advantage.
+func episodeSamples(ei int, ep *rollout.Episode, mode Mode, adv []float64, pack bool) ([]Sample, error) {
+	if len(adv) != len(ep.Steps) {
+		return nil, fmt.Errorf("%w: episode %d: %d advantages for %d steps", ErrSamples, ei, len(adv), len(ep.Steps))
+	}
 	var out []Sample
 	var cur *Sample
 	for si := range ep.Steps {
@@ -288,18 +333,19 @@ func episodeSamples(ei int, ep *rollout.Episode, mode Mode, adv float32, pack bo
 		}
 		prompt := trainPrompt(rec, mode)
 		var beh []int32
-		if mode == ModeOffPolicy && rec.TipSpan[1] > rec.TipSpan[0] {
+		if mode == ModeOffPolicy && rec.NoTips != nil {
 			beh = append(append([]int32(nil), rec.Prompt...), rec.Response...)
 		}
+		a := float32(adv[si])
 		if pack && cur != nil && extends(prompt, cur.Seq.Tokens) {
-			appendStep(cur, si, prompt, rec, adv, beh)
+			appendStep(cur, si, prompt, rec, a, beh)
 			continue
 		}
 		if cur != nil {
 			out = append(out, *cur)
 		}
 		cur = &Sample{Episode: ei, Mode: mode}
-		appendStep(cur, si, prompt, rec, adv, beh)
+		appendStep(cur, si, prompt, rec, a, beh)
 	}
 	if cur != nil {
 		out = append(out, *cur)

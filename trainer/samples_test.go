@@ -35,7 +35,8 @@ func synthEpisode(r *rand.Rand, group int, score float64, steps int, tips bool, 
 		if tips {
 			tip := []int32{tipBase, tipBase + 1 + int32(s%3), tipBase + 4}
 			rec.Prompt = append(append(append([]int32(nil), noTips...), tip...), gen...)
-			rec.TipSpan = [2]int{len(noTips), len(noTips) + len(tip)}
+			rec.TipSpans = [][2]int{{len(noTips), len(noTips) + len(tip)}}
+			rec.NoTips = append(append([]int32(nil), noTips...), gen...)
 		} else {
 			rec.Prompt = append(append([]int32(nil), noTips...), gen...)
 		}
@@ -50,22 +51,146 @@ func synthEpisode(r *rand.Rand, group int, score float64, steps int, tips bool, 
 	return ep
 }
 
+// scored builds episodes of one step each with the given scores, groups,
+// memory use and per-step bonuses (score points).
+func scored(scores []float64, groups []int, mem []bool, bonus []float64) []rollout.Episode {
+	eps := make([]rollout.Episode, len(scores))
+	for i := range eps {
+		eps[i] = rollout.Episode{Job: rollout.Job{Group: groups[i], UseMemory: mem[i]}, Score: scores[i],
+			Steps: []rollout.StepRecord{{Intrinsic: bonus[i]}}}
+		eps[i].Intrinsic = bonus[i]
+	}
+	return eps
+}
+
 func TestGroupAdvantages(t *testing.T) {
-	eps := []rollout.Episode{{Job: rollout.Job{Group: 0}}, {Job: rollout.Job{Group: 0}}, {Job: rollout.Job{Group: 0}}, {Job: rollout.Job{Group: 1}}, {Job: rollout.Job{Group: 1}}, {Job: rollout.Job{Group: 2}}}
-	r := []float64{1, 0, 0.5, 0.3, 0.3, 0.9}
-	adv, skip, zv := GroupAdvantages(eps, r, true, 0)
-	// group 0: mean 0.5, unbiased std 0.5 → 1, −1, 0
+	no := make([]bool, 6)
+	eps := scored([]float64{100, 0, 50, 30, 30, 90}, []int{0, 0, 0, 1, 1, 2}, no, make([]float64, 6))
+	adv, skip, zv := GroupAdvantages(eps, 0.01, true, 0)
+	// group 0: rewards 1, 0, 0.5: mean 0.5, unbiased std 0.5 → 1, −1, 0
 	for i, w := range []float64{1, -1, 0} {
-		if math.Abs(adv[i]-w) > 1e-12 || skip[i] {
+		if math.Abs(adv[i][0]-w) > 1e-12 || skip[i] {
 			t.Fatalf("adv[%d] = %v (skip %v), want %v", i, adv[i], skip[i], w)
 		}
 	}
-	if zv != 2 || !skip[3] || !skip[4] || !skip[5] || adv[3] != 0 {
+	if zv != 2 || !skip[3] || !skip[4] || !skip[5] || adv[3] != nil {
 		t.Fatalf("zero-variance groups: zv=%d skip=%v adv=%v", zv, skip, adv)
 	}
-	adv, _, _ = GroupAdvantages(eps, r, false, 0)
-	if adv[0] != 0.5 || adv[1] != -0.5 {
+	adv, _, _ = GroupAdvantages(eps, 0.01, false, 0)
+	if adv[0][0] != 0.5 || adv[1][0] != -0.5 {
 		t.Fatalf("no std norm: %v", adv)
+	}
+}
+
+// TestEqualScoresNoIntrinsicAdvantage is the reported bug: four memory
+// episodes of score 10 whose novelty bonuses differ slightly. With the bonus
+// added to the episode reward (R = 0.01·10 + {.005, .006, .005, .007}) GRPO
+// blew the differences up to A ≈ {−0.78, 0.26, −0.78, 1.31} (recomputed
+// here from scratch); a group whose extrinsic scores are all equal must
+// carry no signal, whatever the bonuses.
+func TestEqualScoresNoIntrinsicAdvantage(t *testing.T) {
+	intr := []float64{.005, .006, .005, .007}
+	var old []float64
+	mean := 0.0
+	for _, b := range intr {
+		mean += (0.1 + b) / 4
+	}
+	ss := 0.0
+	for _, b := range intr {
+		ss += (0.1 + b - mean) * (0.1 + b - mean)
+	}
+	for _, b := range intr {
+		old = append(old, (0.1+b-mean)/(math.Sqrt(ss/3)+1e-6))
+	}
+	for i, w := range []float64{-0.78, 0.26, -0.78, 1.31} {
+		if math.Abs(old[i]-w) > 0.01 {
+			t.Fatalf("the repro's old advantages %v", old)
+		}
+	}
+	bonus := []float64{0.5, 0.6, 0.5, 0.7} // score points: 0.01 × these = intr
+	eps := scored([]float64{10, 10, 10, 10}, []int{0, 0, 0, 0}, []bool{true, true, true, true}, bonus)
+	adv, skip, zv := GroupAdvantages(eps, 0.01, true, 1e-6)
+	for i := range eps {
+		if !skip[i] || adv[i] != nil {
+			t.Fatalf("equal scores: episode %d advantages %v, skip %v", i, adv[i], skip[i])
+		}
+	}
+	if zv != 1 {
+		t.Fatalf("zero-variance groups %d", zv)
+	}
+	samples, st, err := BuildSamples(eps, slices.Repeat([]Mode{ModeOnPolicyTips}, 4), SampleConfig{RewardScale: 0.01, StdNorm: true, Eps: 1e-6}, nil, 0)
+	if err != nil || len(samples) != 0 || st.ZeroVarGroups != 1 {
+		t.Fatalf("samples of an all-equal group: %d, %+v, %v", len(samples), st, err)
+	}
+}
+
+// TestMixedGroupDoesNotFavourMemory: with per-rollout modes a group mixes
+// memory and plain episodes; the same scores must give the memory episodes
+// (whose bonuses are all positive) no higher advantages on average than the
+// plain ones, while the bonus still orders the memory episodes among
+// themselves (per step, at the reference's scale: 1 point = 0.01).
+func TestMixedGroupDoesNotFavourMemory(t *testing.T) {
+	scores := []float64{10, 30, 10, 30}
+	mem := []bool{true, true, false, false}
+	bonus := []float64{1, 0.2, 0, 0} // memory: 1/(0+1) and 1/(4+1) points
+	eps := scored(scores, []int{0, 0, 0, 0}, mem, bonus)
+	adv, skip, _ := GroupAdvantages(eps, 0.01, true, 1e-6)
+	if skip[0] {
+		t.Fatal("a group with different scores was skipped")
+	}
+	memSum, plainSum := adv[0][0]+adv[1][0], adv[2][0]+adv[3][0]
+	if math.Abs(memSum-plainSum) > 1e-9 {
+		t.Fatalf("memory episodes %v vs plain %v: favoured by %v", adv[:2], adv[2:], memSum-plainSum)
+	}
+	// from scratch: E = .1 .3 .1 .3, mean .2, std = sqrt(4·.01/3); B = (1+.2)/2 = .6;
+	// c = .01·(1−.6) = .004 and .01·(.2−.6) = −.004
+	std := math.Sqrt(4 * 0.01 / 3)
+	want := []float64{(-0.1 + 0.004) / (std + 1e-6), (0.1 - 0.004) / (std + 1e-6), -0.1 / (std + 1e-6), 0.1 / (std + 1e-6)}
+	for i := range want {
+		if math.Abs(adv[i][0]-want[i]) > 1e-12 {
+			t.Fatalf("adv %v, want %v", adv, want)
+		}
+	}
+	// before: R = 0.01·score + bonus·0.01 favoured memory by the bonus mean
+	var r []float64
+	for i := range eps {
+		r = append(r, EpisodeReward(&eps[i], 0.01))
+	}
+	if math.Abs(r[0]-r[2]-0.01) > 1e-12 || math.Abs(r[1]-r[3]-0.002) > 1e-12 {
+		t.Fatalf("episode rewards %v (metrics: score and mean bonus on the reward scale)", r)
+	}
+}
+
+// TestPerStepBonus: the bonus is per step: within a memory episode, a step
+// that saw fewer tips earns more, and the episode's steps get different
+// advantages around its extrinsic one; coef 0 (no bonus) gives GRPO on the
+// score alone.
+func TestPerStepBonus(t *testing.T) {
+	mk := func(b0, b1 float64) rollout.Episode {
+		return rollout.Episode{Job: rollout.Job{UseMemory: true}, Steps: []rollout.StepRecord{{Intrinsic: b0}, {Intrinsic: b1}}}
+	}
+	eps := []rollout.Episode{mk(1, 1.0/11), mk(0.5, 0.5), mk(0, 0)}
+	eps[0].Score, eps[1].Score, eps[2].Score = 50, 40, 45
+	eps[2].UseMemory = false
+	adv, _, _ := GroupAdvantages(eps, 0.01, false, 0)
+	// E − mean(E) = .05, −.05, 0; B = mean(mean(1, 1/11), .5) = (6/11 + .5)/2
+	B := (6.0/11 + 0.5) / 2
+	want := [][]float64{{0.05 + 0.01*(1-B), 0.05 + 0.01*(1.0/11-B)}, {-0.05 + 0.01*(0.5-B), -0.05 + 0.01*(0.5-B)}, {0, 0}}
+	for i := range want {
+		for k := range want[i] {
+			if math.Abs(adv[i][k]-want[i][k]) > 1e-12 {
+				t.Fatalf("adv %v, want %v", adv, want)
+			}
+		}
+	}
+	for i := range eps {
+		for k := range eps[i].Steps {
+			eps[i].Steps[k].Intrinsic = 0
+		}
+	}
+	adv, _, _ = GroupAdvantages(eps, 0.01, false, 0)
+	if math.Abs(adv[0][0]-0.05) > 1e-15 || adv[0][0] != adv[0][1] || math.Abs(adv[1][1]+0.05) > 1e-15 {
+		t.Fatalf("no bonus: %v", adv)
 	}
 }
 
@@ -231,7 +356,7 @@ func TestPackingSameGradients(t *testing.T) {
 	// BuildSamples: masking "always" needs them there, with a threshold
 	// that masks nothing)
 	cfgNow := cfg
-	cfgNow.LowProbMask, cfgNow.LowProbThreshold = "always", -1e30
+	cfgNow.LowProbMask, cfgNow.LowProbThreshold = MaskEveryStep, -1e30
 	packedNow, flatNow, _, _ := buildPackedAndFlat(t, eps, modes, cfgNow, pol)
 	for _, s := range packedNow {
 		for j, span := range s.Spans {
@@ -270,7 +395,7 @@ func TestPackingSameGradients(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	us, err := RunUpdates(u, packed, 2, 2, rand.New(rand.NewPCG(1, 1)))
+	us, err := RunUpdates(u, packed, 2, 2, rand.New(rand.NewPCG(1, 1)), Progress{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +423,7 @@ func TestPackingSameGradients(t *testing.T) {
 			packed[i].Seq.OldLogp[t] -= 0.3
 		}
 	}
-	us, err = RunUpdates(u, packed, 1, 0, rand.New(rand.NewPCG(1, 1)))
+	us, err = RunUpdates(u, packed, 1, 0, rand.New(rand.NewPCG(1, 1)), Progress{})
 	if err != nil || us.First.ApproxKL < 1e-3 {
 		t.Fatalf("shifted π_old: KL %v, %v", us.First.ApproxKL, err)
 	}

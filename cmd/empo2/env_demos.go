@@ -160,7 +160,7 @@ func envDemos(c *cli.Context) error {
 			return err
 		}
 		defer os.RemoveAll(dir)
-		mem, err = memstore.Open(filepath.Join(dir, "tips.db"), memstore.NewHashEmbedder(memstore.DefaultDim))
+		mem, err = memstore.Open(filepath.Join(dir, "tips.db"), memstore.NewHashEmbedder(memstore.DefaultDim).WithMaxPieces(rollout.DefaultKeyPieces))
 		if err != nil {
 			return err
 		}

@@ -79,7 +79,7 @@ func TestEvalRefusesUnclearSettings(t *testing.T) {
 		want string
 	}{
 		{[]string{"--run", run, "--checkpoint", "-1"}, `checkpoint "-1": want latest, base or a step number ≥ 0`},
-		{[]string{"--model", model, "--success-score", "NaN"}, "rollout.success_score NaN: want a finite score"},
+		{[]string{"--model", model, "--success-score", "NaN"}, "rollout.success_score = .nan is not a finite number"},
 		{[]string{"--model", model, "--ood", "--trials", "1000000000"}, "trials 1000000000: want 1..1000"},
 		{[]string{"--model", model, "--set", "eval.split=holdout"}, `eval.split "holdout"`},
 	} {

@@ -320,7 +320,7 @@ type memSearchReport struct {
 func memSearch(c *cli.Context) error {
 	// Check the arguments before touching the database.
 	thr := c.Float64(memThreshFlag.Name)
-	q := memstore.Query{K: c.Int(memKFlag.Name), Threshold: float32(thr)}
+	q := memstore.Query{K: c.Int(memKFlag.Name), Threshold: float32(thr), Order: memstore.OrderByScoreStable}
 	if q.K <= 0 {
 		return fmt.Errorf("--k %d: want a positive number", q.K)
 	}
@@ -358,9 +358,9 @@ func memSearch(c *cli.Context) error {
 	w := c.App.Writer
 	if c.Bool(memJSONFlag.Name) {
 		return printJSON(w, memSearchReport{Namespace: ns, Query: text, Threshold: thr, K: q.K,
-			Count: res.Count, IntrinsicReward: rollout.IntrinsicReward(res.Count, 1), Entries: res.Entries})
+			Count: res.Count, IntrinsicReward: rollout.IntrinsicReward(len(res.Entries), 1), Entries: res.Entries})
 	}
-	fmt.Fprintf(w, "%d entries above %.3g in %s; showing %d; intrinsic reward %.4g\n", res.Count, thr, ns, len(res.Entries), rollout.IntrinsicReward(res.Count, 1))
+	fmt.Fprintf(w, "%d entries above %.3g in %s; showing %d; intrinsic reward %.4g\n", res.Count, thr, ns, len(res.Entries), rollout.IntrinsicReward(len(res.Entries), 1))
 	if len(res.Entries) == 0 {
 		return nil
 	}

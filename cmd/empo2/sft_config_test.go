@@ -87,7 +87,7 @@ func TestSFTRefusesUnclearSettings(t *testing.T) {
 		{[]string{"--max-len", "-5"}, "max length (max_len) -5: want at least 2"},
 		{[]string{"--micro-tokens", "-1"}, "micro_tokens -1: want at least 1"},
 		{[]string{"--lr", "1e30"}, "learning rate (lr) 1e+30: want a rate in (0, 1]"},
-		{[]string{"--lr", "NaN"}, "learning rate (lr) NaN"},
+		{[]string{"--lr", "NaN"}, "lr = .nan is not a finite number"},
 		{[]string{"--alpha", "-1"}, "lora.alpha -1"},
 		{[]string{"--set", "lora.targets=[q, zz]"}, "lora.targets [q zz]"},
 	} {

@@ -2,11 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/signal"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,24 +17,22 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
-	"github.com/empo2/empo2/gguf"
+	"github.com/empo2/empo2/internal/safefile"
+	"github.com/empo2/empo2/runfiles"
 	"github.com/empo2/empo2/trainer"
 	"github.com/empo2/empo2/trainer/evaluate"
 	"github.com/empo2/empo2/trainer/presets"
 )
 
 var (
-	trainConfigFlag = &cli.StringFlag{Name: "config", Aliases: []string{"c"}, Usage: "run configuration YAML `FILE` (optional: a preset and flags suffice)"}
 	trainPresetFlag = &cli.StringFlag{Name: "preset", Usage: "preset: " + strings.Join(presets.Names(), " | ") + " (default: the config's preset key, else empo2)"}
-	trainRunDirFlag = &cli.StringFlag{Name: "run-dir", Usage: "run `DIR`: config.yaml, memory.db, metrics.jsonl, eval.jsonl, checkpoints/"}
+	trainRunDirFlag = &cli.StringFlag{Name: "run-dir", Usage: "run `DIR`: config.yaml, memory.db, metrics.jsonl, eval.jsonl, checkpoints/ (a new run needs a missing or empty DIR)"}
 	trainResumeFlag = &cli.BoolFlag{Name: "resume", Usage: "continue the run in --run-dir from its latest checkpoint (its config.yaml; --steps and --set may change it)"}
 	trainModelFlag  = &cli.StringFlag{Name: "model", Aliases: []string{"m"}, Usage: "base model GGUF `FILE` (model:)"}
 	trainEnvFlag    = &cli.StringFlag{Name: "env", Usage: "environment: textlab | webshop | scienceworld (env:)"}
 	trainTasksFlag  = &cli.StringSliceFlag{Name: "tasks", Usage: "task `NAMES`, comma-separated or repeated; task/N = one variation (tasks:)"}
 	trainStepsFlag  = &cli.IntFlag{Name: "steps", Usage: "training steps (steps:)"}
 	trainSeedFlag   = &cli.Int64Flag{Name: "seed", Usage: "run seed (seed:)"}
-	trainSetFlag    = &cli.StringSliceFlag{Name: "set", Usage: "override one key, `KEY=VALUE` (YAML value; repeatable), e.g. --set update.lr=5e-5"}
-	trainPrintFlag  = &cli.BoolFlag{Name: "print-config", Usage: "print the resolved configuration, every key documented, and exit"}
 )
 
 func init() {
@@ -50,8 +48,8 @@ func init() {
 			"   empo2 train --preset grpo -m tiny.gguf --env textlab --tasks melt,boil --run-dir g --set batch.rollouts=8\n" +
 			"   empo2 train --run-dir r --resume --steps 10\n" +
 			"   empo2 train --preset memory-only --print-config",
-		Flags: []cli.Flag{trainConfigFlag, trainPresetFlag, trainRunDirFlag, trainResumeFlag, trainModelFlag, trainEnvFlag,
-			trainTasksFlag, trainStepsFlag, trainSeedFlag, llmThreadsFlag, trainSetFlag, trainPrintFlag},
+		Flags: append([]cli.Flag{trainPresetFlag, trainRunDirFlag, trainResumeFlag, trainModelFlag, trainEnvFlag,
+			trainTasksFlag, trainStepsFlag, trainSeedFlag, llmThreadsFlag, envJarFlag, envDataFlag}, configFlags("run")...),
 		Action: trainAction,
 	})
 }
@@ -59,13 +57,16 @@ func init() {
 // trainSets turns the common flags into --set overrides (applied after
 // the explicit ones, so a flag wins).
 func trainSets(c *cli.Context) []string {
-	sets := append([]string(nil), c.StringSlice(trainSetFlag.Name)...)
-	if c.IsSet(trainModelFlag.Name) {
-		sets = append(sets, "model="+strconv.Quote(c.String(trainModelFlag.Name)))
+	sets := configSets(c)
+	str := func(f *cli.StringFlag, key string) {
+		if c.IsSet(f.Name) {
+			sets = append(sets, key+"="+strconv.Quote(c.String(f.Name)))
+		}
 	}
-	if c.IsSet(trainEnvFlag.Name) {
-		sets = append(sets, "env="+strconv.Quote(c.String(trainEnvFlag.Name)))
-	}
+	str(trainModelFlag, "model")
+	str(trainEnvFlag, "env")
+	str(envJarFlag, "env_options.jar")
+	str(envDataFlag, "env_options.data_dir")
 	if c.IsSet(trainTasksFlag.Name) {
 		var ts []string
 		for _, t := range c.StringSlice(trainTasksFlag.Name) {
@@ -104,23 +105,17 @@ func trainAction(c *cli.Context) error {
 		if dir == "" {
 			return errors.New("--resume needs --run-dir")
 		}
-		if c.IsSet(trainConfigFlag.Name) || c.IsSet(trainPresetFlag.Name) {
+		if c.IsSet(configFlagName) || c.IsSet(trainPresetFlag.Name) {
 			return errors.New("--resume uses the run's own config.yaml: drop --config and --preset (change keys with --set)")
 		}
-		old, err := trainer.LoadRunConfig(dir, nil)
-		if err != nil {
-			return err
-		}
+		// trainer.Train checks what a resume may not change
 		if cfg, err = trainer.LoadRunConfig(dir, trainSets(c)); err != nil {
 			return err
 		}
-		if cfg.Model != old.Model || cfg.Env != old.Env || cfg.Seed != old.Seed || !slices.Equal(cfg.Tasks, old.Tasks) || cfg.LoRA.Rank != old.LoRA.Rank {
-			return fmt.Errorf("--resume cannot change the run's model, env, tasks, seed or LoRA rank (see %s/config.yaml)", dir)
-		}
-	} else if cfg, err = trainer.LoadConfig(c.String(trainConfigFlag.Name), c.String(trainPresetFlag.Name), trainSets(c)); err != nil {
+	} else if cfg, err = trainer.LoadConfig(configFile(c), c.String(trainPresetFlag.Name), trainSets(c)); err != nil {
 		return err
 	}
-	if c.Bool(trainPrintFlag.Name) {
+	if printConfig(c) {
 		return trainer.PrintConfig(c.App.Writer, cfg)
 	}
 	if dir == "" {
@@ -129,17 +124,15 @@ func trainAction(c *cli.Context) error {
 	if cfg.Model == "" {
 		return errors.New("no model: give -m FILE (or model: in --config)")
 	}
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
 	// SIGINT/SIGTERM finish or abandon the step, checkpoint and exit 0: a
 	// checkpoint being written must complete, not lose its files.
-	gguf.SetSignalCleanup(false)
-	defer gguf.SetSignalCleanup(true)
+	safefile.SetSignalCleanup(false)
+	defer safefile.SetSignalCleanup(true)
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
 	var bar *progressbar.ProgressBar
+	updates := 0
 	opts := trainer.RunOptions{Dir: dir, Config: cfg, Resume: resume}
 	opts.OnStart = func(first, last int) {
 		log.Info().Str("run_dir", dir).Str("preset", cfg.Preset).Str("env", cfg.Env).Int("first_step", first).Int("steps", last).
@@ -151,17 +144,19 @@ func trainAction(c *cli.Context) error {
 		}
 	}
 	opts.OnStep = func(m trainer.StepMetrics) {
+		updates += m.Updates
 		if bar != nil {
-			bar.Describe(fmt.Sprintf("step %d/%d %s score %.1f succ %.2f loss %.4f", m.Step, cfg.Steps, m.Mode, m.ScoreMean, m.SuccessRate, m.Loss))
+			bar.Describe(fmt.Sprintf("step %d/%d %s score %.1f succ %.2f loss %.4f updates %d", m.Step, cfg.Steps, m.Mode, m.ScoreMean, m.SuccessRate, m.Loss, updates))
 			_ = bar.Add(1)
 			return
 		}
-		log.Info().Int("step", m.Step).Int("steps", cfg.Steps).Str("mode", string(m.Mode)).Float64("score", m.ScoreMean).
+		log.Info().Int("step", m.Step).Int("steps", cfg.Steps).Str("mode", m.Mode).Float64("score", m.ScoreMean).
 			Float64("success", m.SuccessRate).Float64("reward", m.RewardMean).Float64("loss", m.Loss).Float64("kl", m.ApproxKL).
-			Float64("clip", m.ClipFrac).Int("tips_written", m.TipsWritten).Float64("t_step", m.TStep).Msg("step")
+			Float64("clip", m.ClipFrac).Int("updates", m.Updates).Int("zero_var_groups", m.ZeroVarGroups).Int("tips_written", m.TipsWritten).
+			Float64("t_step", m.TStep).Msg("step")
 	}
 	opts.OnEval = func(l evaluate.Line) {
-		log.Info().Int("step", l.Step).RawJSON("memory_off", orNull(l.MemoryOff)).RawJSON("memory_on", orNull(l.MemoryOn)).Msg("eval")
+		log.Info().Int("step", l.Step).RawJSON("memory_off", jsonOrNull(l.MemoryOff)).RawJSON("memory_on", jsonOrNull(l.MemoryOn)).Msg("eval")
 	}
 	res, err := trainer.Train(ctx, opts)
 	if bar != nil {
@@ -179,12 +174,34 @@ func trainAction(c *cli.Context) error {
 			Msg("interrupted: checkpointed; continue with empo2 train --run-dir " + dir + " --resume")
 		return nil
 	}
-	fmt.Fprintf(c.App.Writer, "trained steps %d..%d; run directory %s; checkpoint %s\n", res.FirstStep, res.LastStep, dir, res.Checkpoint)
+	fmt.Fprintf(c.App.Writer, "trained steps %d..%d with %d updates; run directory %s; checkpoint %s\n", res.FirstStep, res.LastStep, res.Updates, dir, res.Checkpoint)
+	if why := nothingLearned(cfg, res); why != "" {
+		fmt.Fprintln(c.App.Writer, why)
+	}
 	return nil
 }
 
-func orNull(b []byte) []byte {
-	if len(b) == 0 {
+// nothingLearned explains a run that made no update ("" when it made some,
+// ran no step, or is not meant to update).
+func nothingLearned(cfg trainer.Config, res trainer.RunResult) string {
+	if res.Updates > 0 || res.LastStep < res.FirstStep || !cfg.Mode.Update {
+		return ""
+	}
+	if res.ZeroVarGroups == res.Groups {
+		return fmt.Sprintf("0 updates: in all %d groups every episode had equal scores (zero variance), so every GRPO advantage was 0 and there was nothing to learn.\n"+
+			"A policy that never scores cannot improve by reinforcement alone: warm-start it with `empo2 sft` (docs/sft.md; then lora.init or an SFT'd model),\n"+
+			"or give each group more episodes (--set batch.rollouts=8) so that some score differently.", res.Groups)
+	}
+	return "0 updates: every training response was masked (update.low_prob_threshold and update.low_prob_mask decide which) or no sample was built; see metrics.jsonl (masked_seqs, zero_var_groups)."
+}
+
+// jsonOrNull is v's JSON, or null for a nil pointer.
+func jsonOrNull(v *runfiles.EvalResult) []byte {
+	if v == nil {
+		return []byte("null")
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
 		return []byte("null")
 	}
 	return b

@@ -12,10 +12,14 @@ import (
 	"github.com/empo2/empo2/modelgen"
 )
 
+// trainModel writes the generated tiny model with a 2048-token context:
+// the first prompts of every textlab task fit (some exceed 512 tokens).
 func trainModel(t *testing.T) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "tiny.gguf")
-	if err := modelgen.Write(p, modelgen.DefaultConfig()); err != nil {
+	cfg := modelgen.DefaultConfig()
+	cfg.Ctx = 2048
+	if err := modelgen.Write(p, cfg); err != nil {
 		t.Fatal(err)
 	}
 	return p

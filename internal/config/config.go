@@ -16,6 +16,14 @@
 // documentation and, where it differs, its default) and the Markdown
 // reference table. Every error wraps the Schema's sentinel.
 //
+// Values are checked where every command benefits: decoding refuses a
+// fraction in an integer key (YAML decoders truncate 1.5 to 1) and a
+// non-finite number; Check refuses non-finite floats built in Go and any
+// value outside its key's `range:"[lo,hi]"` tag ("(" and ")" for open ends,
+// an empty bound for none: `range:"(0,]"` is > 0); errors name the key and
+// the value. Checks that span keys belong to the configuration's own
+// Validate.
+//
 // Pure Go (go.yaml.in/yaml/v3 and reflection); nothing here knows a model.
 package config
 
@@ -35,16 +43,20 @@ import (
 // Schema describes the configuration type T: its documented keys and its
 // defaults.
 type Schema[T any] struct {
-	def  func() T
-	err  error
-	docs map[string]string // dotted key → documentation, every key of T
-	keys []string          // every key of T in field order
+	def    func() T
+	err    error
+	docs   map[string]string       // dotted key → documentation, every key of T
+	keys   []string                // every key of T in field order
+	types  map[string]reflect.Type // dotted key → its Go type
+	ranges map[string]interval     // keys with a `range` tag
 }
 
 // New makes the schema of T from its struct tags; def returns the default
-// configuration and err is the sentinel that every error wraps.
+// configuration and err is the sentinel that every error wraps. A
+// malformed `range` tag panics (a programmer's mistake, like
+// regexp.MustCompile's).
 func New[T any](def func() T, err error) *Schema[T] {
-	s := &Schema[T]{def: def, err: err, docs: map[string]string{}}
+	s := &Schema[T]{def: def, err: err, docs: map[string]string{}, types: map[string]reflect.Type{}, ranges: map[string]interval{}}
 	var walk func(t reflect.Type, prefix string)
 	walk = func(t reflect.Type, prefix string) {
 		for i := 0; i < t.NumField(); i++ {
@@ -62,6 +74,14 @@ func New[T any](def func() T, err error) *Schema[T] {
 			key := prefix + name
 			s.keys = append(s.keys, key)
 			s.docs[key] = f.Tag.Get("doc")
+			s.types[key] = f.Type
+			if r, ok := f.Tag.Lookup("range"); ok {
+				iv, err := parseInterval(r)
+				if err != nil {
+					panic(fmt.Sprintf("config: key %s: %v", key, err))
+				}
+				s.ranges[key] = iv
+			}
 			if f.Type.Kind() == reflect.Struct {
 				walk(f.Type, key+".")
 			}
@@ -86,10 +106,22 @@ func (s *Schema[T]) Keys() []string {
 func (s *Schema[T]) Doc(key string) string { return s.docs[key] }
 
 // Decode decodes one YAML document from r onto c strictly: an unknown key
-// is an error naming it and its line. what names the source in errors.
-// An empty document leaves c as it is.
+// is an error naming it and its line, and so is a fraction in an integer
+// key (never truncated) or a non-finite number (.nan, .inf) in a float key.
+// what names the source in errors. An empty document leaves c as it is.
 func (s *Schema[T]) Decode(r io.Reader, c *T, what string) error {
-	d := yaml.NewDecoder(r)
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", s.err, what, err)
+	}
+	var n yaml.Node
+	if err := yaml.Unmarshal(b, &n); err != nil {
+		return fmt.Errorf("%w: %s: %w", s.err, what, err)
+	}
+	if err := s.checkNode(&n, reflect.TypeFor[T](), "", what, true); err != nil {
+		return err
+	}
+	d := yaml.NewDecoder(bytes.NewReader(b))
 	d.KnownFields(true)
 	if err := d.Decode(c); err != nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("%w: %s: %w", s.err, what, err)
@@ -122,6 +154,9 @@ func (s *Schema[T]) Set(c *T, kv string) error {
 		nv = vn.Content[0]
 	} else {
 		nv = &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Value: ""}
+	}
+	if err := s.checkNode(nv, s.types[key], key, "--set", false); err != nil {
+		return err
 	}
 	m := &root
 	parts := strings.Split(key, ".")

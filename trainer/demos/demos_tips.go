@@ -28,13 +28,17 @@ import (
 //     got; their entries carry their (low) final score.
 //   - the demonstration itself, a successful earlier attempt (score 100).
 //
-// Entries are rollout.EpisodeEntries (key = the step's rollout.MemoryKey,
-// content = rollout.TipContent), stored in a per-variation namespace exactly as WriteTips
-// stores the RL episodes' tips. For cfg.Records steps of the demo (drawn
-// without replacement) one per-step record is written: the prompt of that
-// step (rollout.Messages with its history) with the tips retrieved for its
-// key (cfg.TopK, cfg.Threshold, best-scored first, rollout.FormatTips), and the demo's
-// action as the answer. Records alternate between two memories: one with
+// Entries are rollout.EpisodeEntries (key: the episode's final
+// conversation, or each step's rollout.MemoryKey with cfg.Key
+// "observation"; content: rollout.TipContent), stored in a per-variation
+// namespace exactly as WriteTips stores the RL episodes' tips. For
+// cfg.Records steps of the demo (drawn without replacement) one per-step
+// record is written: the prompt of that step (rollout.Messages with its
+// history) with, as the rollouts put them, the tips retrieved for the key
+// of every step up to it (cfg.TopK above cfg.Threshold, best-scored first
+// and ties oldest first, rollout.FormatTips) at the end of the user message
+// each step answered (cfg.TipsIn "last-turn": only the last), and the
+// demo's action as the answer. Records alternate between two memories: one with
 // the successful demo (the answer is then also the top tip's action) and
 // one with only the failed attempts (their actions are often wrong: the
 // answer is the demo's, not the tip's), so the model learns to follow a
@@ -54,16 +58,23 @@ type TipRecordConfig struct {
 	FailureSteps int     // random actions after a failed attempt's prefix
 	TopK         int     // tips per prompt (memory.top_k)
 	Threshold    float64 // retrieval cosine threshold (memory.threshold)
-	Seed         int64   // reset seed of the demo (the failed attempts replay it) and of the draws
-	FailureTips  bool    // also write each failed attempt's tip-writing turn (rollout.TipMessages + its Tip)
+	// Key and TipsIn are memory.key and memory.tips_in (DefaultTipRecordConfig:
+	// rollout.DefaultMemoryConfig's). The store given to TipRecords
+	// must embed as the trainer's does (rollout.OpenEmbedder of the same
+	// memory section: the hash embedder reads the first key_pieces pieces).
+	Key         rollout.KeyKind
+	TipsIn      rollout.TipsIn
+	Seed        int64 // reset seed of the demo (the failed attempts replay it) and of the draws
+	FailureTips bool  // also write each failed attempt's tip-writing turn (rollout.TipMessages + its Tip)
 }
 
 // DefaultTipRecordConfig: no records; when asked for, 2 failed attempts of
 // up to 8 random actions per demo, retrieval as the memory section's
-// defaults (top_k, threshold), the default prompt.
+// defaults (top_k, threshold, key, tips_in), the default prompt.
 func DefaultTipRecordConfig() TipRecordConfig {
 	m := rollout.DefaultMemoryConfig()
-	return TipRecordConfig{Prompt: rollout.DefaultPromptConfig(), Failures: 2, FailureSteps: 8, TopK: m.TopK, Threshold: m.Threshold}
+	return TipRecordConfig{Prompt: rollout.DefaultPromptConfig(), Failures: 2, FailureSteps: 8, TopK: m.TopK, Threshold: m.Threshold,
+		Key: m.Key, TipsIn: m.TipsIn}
 }
 
 // Check validates c; with Records 0 (no tip records) only that
@@ -85,31 +96,39 @@ func (c TipRecordConfig) Check() error {
 		return bad("top-k %d: want at least 1 tip per prompt", c.TopK)
 	case !(c.Threshold >= -1 && c.Threshold <= 1):
 		return bad("threshold %g: want a cosine in [-1, 1]", c.Threshold)
+	case !c.Key.Valid() || !c.TipsIn.Valid():
+		return bad("key %q, tips_in %q: want memory.key and memory.tips_in values", c.Key, c.TipsIn)
 	case c.Prompt.History != "" && c.Prompt.History != rollout.HistoryFull:
 		return bad("tip records need history %s (the prompt of a step with tips must extend the history)", rollout.HistoryFull)
 	}
 	return nil
 }
 
-// stepKeys are the memory keys of a demo's steps: the task and the
-// observation the agent saw before acting (rollout.MemoryKey, as in rollouts).
-func stepKeys(d Demo) []string {
-	keys := make([]string, len(d.Steps))
-	obs := d.FirstObs
-	for i, s := range d.Steps {
-		keys[i] = rollout.MemoryKey(d.Desc, obs)
-		obs = s.Observation
+// stepKeys are the retrieval keys before each of a demo's actions and,
+// last, after its final observation (rollout.StepKey, as in rollouts: the
+// conversation so far with the actions as the policy writes them, or the
+// task and the latest observation).
+func stepKeys(pc rollout.PromptConfig, k rollout.KeyKind, d Demo) []string {
+	turns := actionTurns(pc, d)
+	keys := make([]string, len(d.Steps)+1)
+	for i := range keys {
+		keys[i] = rollout.StepKey(k, pc, d.Desc, d.FirstObs, turns[:i])
 	}
 	return keys
 }
 
 // demoEntries are the memory entries of a played episode
-// (rollout.EpisodeEntries with its Tip).
-func demoEntries(d Demo, episode string) []memstore.Entry {
-	keys := stepKeys(d)
+// (rollout.EpisodeEntries with its Tip): every step under the final
+// conversation, or each under its own key (KeyObservation), as WriteTips
+// stores them.
+func demoEntries(pc rollout.PromptConfig, k rollout.KeyKind, d Demo, episode string) []memstore.Entry {
+	keys := stepKeys(pc, k, d)
 	steps := make([]rollout.TipStep, len(d.Steps))
 	for i, s := range d.Steps {
 		steps[i] = rollout.TipStep{Context: keys[i], Action: s.Action}
+		if k == rollout.KeyConversation {
+			steps[i].Context = keys[len(d.Steps)]
+		}
 	}
 	return rollout.EpisodeEntries(Tip(d), steps, d.Score, 0, episode)
 }
@@ -187,39 +206,50 @@ func TipRecords(ctx context.Context, env environments.Env, d Demo, mem *memstore
 			out = append(out, sft.ChatRecord{Messages: msgs, Meta: meta(map[string]any{
 				"score": f.Score, "done": f.Done, "steps": len(f.Steps), "tip": true, "failed": true})})
 		}
-		es := demoEntries(f, ns+"/fail"+strconv.Itoa(k))
+		es := demoEntries(pc, cfg.Key, f, ns+"/fail"+strconv.Itoa(k))
 		for _, space := range []string{"fail|" + ns, "all|" + ns} {
 			if _, err := mem.Add(ctx, space, es); err != nil {
 				return nil, fmt.Errorf("%w: storing tips: %w", ErrDemo, err)
 			}
 		}
 	}
-	if _, err := mem.Add(ctx, "all|"+ns, demoEntries(d, ns+"/demo")); err != nil {
+	if _, err := mem.Add(ctx, "all|"+ns, demoEntries(pc, cfg.Key, d, ns+"/demo")); err != nil {
 		return nil, fmt.Errorf("%w: storing tips: %w", ErrDemo, err)
 	}
 
-	keys := stepKeys(d)
+	keys := stepKeys(pc, cfg.Key, d)
 	turns := actionTurns(pc, d)
 	steps := rng.Perm(len(d.Steps))[:min(cfg.Records, len(d.Steps))]
 	first := rng.IntN(2) // which memory the first record uses
+	q := memstore.Query{K: cfg.TopK, Threshold: float32(cfg.Threshold), Order: memstore.OrderByScoreStable}
 	for r, i := range steps {
 		space := "all"
 		if (r+first)%2 == 1 {
 			space = "fail"
 		}
-		res, err := mem.RetrieveText(ctx, space+"|"+ns, keys[i], memstore.Query{
-			K: cfg.TopK, Threshold: float32(cfg.Threshold), Order: memstore.OrderByScore,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("%w: retrieval: %w", ErrDemo, err)
+		// the tips of every step up to i, as the rollout retrieves them
+		blocks := make([]string, i+1)
+		var last memstore.Result
+		for j := range blocks {
+			if j < i && cfg.TipsIn != rollout.TipsEveryTurn {
+				continue
+			}
+			res, err := mem.RetrieveText(ctx, space+"|"+ns, keys[j], q)
+			if err != nil {
+				return nil, fmt.Errorf("%w: retrieval: %w", ErrDemo, err)
+			}
+			blocks[j], last = rollout.FormatTips(res.Entries), res
 		}
-		tips := rollout.FormatTips(res.Entries)
-		if tips == "" {
+		if blocks[i] == "" {
 			continue
 		}
-		msgs := append(rollout.Messages(pc, d.Desc, d.FirstObs, turns[:i], tips), llama.Message{Role: sft.RoleAssistant, Content: turns[i].Action})
+		shown := append([]rollout.Turn(nil), turns[:i]...)
+		for j := range shown {
+			shown[j].Tips = blocks[j]
+		}
+		msgs := append(rollout.Messages(pc, d.Desc, d.FirstObs, shown, blocks[i]), llama.Message{Role: sft.RoleAssistant, Content: turns[i].Action})
 		out = append(out, sft.ChatRecord{Messages: msgs, Meta: meta(map[string]any{
-			"score": d.Score, "done": d.Done, "step": i + 1, "tips": len(res.Entries), "memory": space})})
+			"score": d.Score, "done": d.Done, "step": i + 1, "tips": len(last.Entries), "memory": space})})
 	}
 	return out, nil
 }

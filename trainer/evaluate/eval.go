@@ -12,7 +12,9 @@ import (
 	"strings"
 
 	"github.com/empo2/empo2/environments"
+	"github.com/empo2/empo2/internal/stats"
 	"github.com/empo2/empo2/memstore"
+	"github.com/empo2/empo2/runfiles"
 	"github.com/empo2/empo2/trainer/rollout"
 )
 
@@ -78,30 +80,17 @@ func DefaultConfig() Config {
 	return Config{Every: 0, Protocol: Protocol{Episodes: 1, MaxVariations: 2, Split: environments.Dev, Temperature: 0.4, Memory: MemoryBoth}}
 }
 
-// TaskResult is one task's (or the overall) result.
-type TaskResult struct {
-	ScoreMean   float64 `json:"score_mean"`
-	SuccessRate float64 `json:"success_rate"`
-	Episodes    int     `json:"episodes"`
-	StepsMean   float64 `json:"steps_mean"`
-}
+// TaskResult is one task's (or the overall) result (the run-files record).
+type TaskResult = runfiles.TaskResult
 
 // Result is one memory setting's result: overall and per task (the JSON
-// object of `empo2 eval --json`, one per memory setting).
-type Result struct {
-	TaskResult
-	Tasks map[string]TaskResult `json:"tasks"`
-	// TipsRetrievedMean: tips counted above threshold per step (memory on).
-	TipsRetrievedMean float64 `json:"tips_retrieved_mean"`
-}
+// object of `empo2 eval --json`, one per memory setting; runfiles.EvalResult).
+type Result = runfiles.EvalResult
 
-// Report is Evaluate's result; `empo2 eval --json` writes it.
+// Report is Evaluate's result; `empo2 eval --json` writes its record
+// (runfiles.EvalReport).
 type Report struct {
-	MemoryOff   *Result `json:"memory_off,omitempty"`
-	MemoryOn    *Result `json:"memory_on,omitempty"`
-	Split       string  `json:"split"`
-	Temperature float64 `json:"temperature"`
-	Seed        int64   `json:"seed"`
+	runfiles.EvalReport
 	// Stats: rollout counters over both settings.
 	Stats rollout.Stats `json:"-"`
 	// Episodes per setting (for callers that look at the trajectories).
@@ -223,7 +212,7 @@ func Evaluate(ctx context.Context, r *rollout.Roller, cfg Config) (*Report, erro
 			jobs = append(jobs, rollout.Job{Task: task, Variation: v, Group: g, Seed: evalSeed(cfg.Seed, task, v, e)})
 		}
 	}
-	rep := &Report{Split: string(cfg.Split), Temperature: cfg.Temperature, Seed: cfg.Seed}
+	rep := &Report{EvalReport: runfiles.EvalReport{Split: string(cfg.Split), Temperature: cfg.Temperature, Seed: cfg.Seed}}
 	settings := []bool{false, true}
 	switch cfg.Memory {
 	case MemoryOff:
@@ -272,45 +261,36 @@ func Evaluate(ctx context.Context, r *rollout.Roller, cfg Config) (*Report, erro
 	return rep, nil
 }
 
-// summarize computes the mean score, success rate (Episode.Success) and
-// steps, overall and per task.
+// summarize computes the mean score, success rate (Episode.Success, as
+// rollout.Succeeded decided it) and steps, overall and per task.
 func summarize(eps []rollout.Episode) *Result {
-	res := &Result{Tasks: map[string]TaskResult{}}
-	var retrieved, steps float64
-	add := func(tr *TaskResult, ep *rollout.Episode) {
-		tr.Episodes++
-		tr.ScoreMean += ep.Score
-		tr.StepsMean += float64(len(ep.Steps))
-		if ep.Success {
-			tr.SuccessRate++
-		}
-	}
+	type means struct{ score, succ, steps stats.Mean }
+	all, per := &means{}, map[string]*means{}
+	var retrieved stats.Mean
 	for i := range eps {
 		ep := &eps[i]
-		add(&res.TaskResult, ep)
-		tr := res.Tasks[ep.Task]
-		add(&tr, ep)
-		res.Tasks[ep.Task] = tr
+		if per[ep.Task] == nil {
+			per[ep.Task] = &means{}
+		}
+		ok := 0.0
+		if ep.Success {
+			ok = 1
+		}
+		for _, m := range []*means{all, per[ep.Task]} {
+			m.score.Add(ep.Score, 1)
+			m.steps.Add(float64(len(ep.Steps)), 1)
+			m.succ.Add(ok, 1)
+		}
 		for _, s := range ep.Steps {
-			retrieved += float64(s.Retrieved)
-			steps++
+			retrieved.Add(float64(s.Retrieved), 1)
 		}
 	}
-	norm := func(tr *TaskResult) {
-		if tr.Episodes > 0 {
-			n := float64(tr.Episodes)
-			tr.ScoreMean /= n
-			tr.SuccessRate /= n
-			tr.StepsMean /= n
-		}
+	result := func(m *means) TaskResult {
+		return TaskResult{ScoreMean: m.score.Value(), SuccessRate: m.succ.Value(), Episodes: int(m.score.Weight()), StepsMean: m.steps.Value()}
 	}
-	norm(&res.TaskResult)
-	for k, tr := range res.Tasks {
-		norm(&tr)
-		res.Tasks[k] = tr
-	}
-	if steps > 0 {
-		res.TipsRetrievedMean = retrieved / steps
+	res := &Result{TaskResult: result(all), Tasks: map[string]TaskResult{}, TipsRetrievedMean: retrieved.Value()}
+	for k, m := range per {
+		res.Tasks[k] = result(m)
 	}
 	return res
 }
@@ -332,23 +312,11 @@ type OODConfig struct {
 	Progress func(done, total int)
 }
 
-// OODSeries is one setting's trial curve.
-type OODSeries struct {
-	ScorePerTrial   []float64 `json:"score_per_trial"`   // mean over variations, trial 1..K
-	SuccessPerTrial []float64 `json:"success_per_trial"` // success rate per trial
-	TipsPerTrial    []int     `json:"tips_per_trial"`    // tips written after each trial (memory on)
-	Improvement     float64   `json:"improvement"`       // score of trial K − score of trial 1
-	ImprovementPct  float64   `json:"improvement_pct"`   // 100·Improvement/|score of trial 1| (0 when that is 0)
-}
+// OODSeries is one setting's trial curve (the run-files record).
+type OODSeries = runfiles.OODSeries
 
-// OODReport is EvaluateOOD's result.
-type OODReport struct {
-	Tasks      []string  `json:"tasks"`
-	Variations int       `json:"variations"`
-	Trials     int       `json:"trials"`
-	MemoryOn   OODSeries `json:"memory_on"`
-	MemoryOff  OODSeries `json:"memory_off"` // the control: same trials, no memory, no tips
-}
+// OODReport is EvaluateOOD's result (the run-files record).
+type OODReport = runfiles.OODReport
 
 // EvaluateOOD runs K consecutive trials per held-out variation with memory
 // on and no weight updates: before trial k+1 every variation's trial-k

@@ -98,7 +98,7 @@ func TestEvaluateMemoryOnlyChangesTipBlock(t *testing.T) {
 		assert.Equal(t, off.Job.Seed, on.Job.Seed)
 		// the first prompts differ exactly by the tip block
 		assert.Equal(t, off.Steps[0].Prompt, on.Steps[0].PromptWithoutTips())
-		if on.Steps[0].TipSpan != [2]int{} {
+		if len(on.Steps[0].TipSpans) > 0 {
 			withTips++
 			continue
 		}

@@ -2,22 +2,17 @@ package evaluate
 
 import (
 	"context"
-	"encoding/json"
 	"time"
 
 	"github.com/empo2/empo2/environments"
+	"github.com/empo2/empo2/runfiles"
 	"github.com/empo2/empo2/trainer/rollout"
 )
 
-// Line is one line of a run's eval.jsonl: the periodic evaluation after
-// step Step, with memory off and on (each a Result's JSON object; absent
-// when eval.memory excludes it).
-type Line struct {
-	Step      int             `json:"step"`
-	Time      string          `json:"time"`
-	MemoryOff json.RawMessage `json:"memory_off,omitempty"`
-	MemoryOn  json.RawMessage `json:"memory_on,omitempty"`
-}
+// Line is one line of a run's eval.jsonl (the run-files record
+// runfiles.EvalLine): the periodic evaluation after step Step, with memory
+// off and on (absent when eval.memory excludes it).
+type Line = runfiles.EvalLine
 
 // Periodic runs a training run's periodic evaluation after step: Evaluate
 // on cfg.Split of cfg.Tasks (a name "task/N", which trains one variation,
@@ -37,12 +32,7 @@ func Periodic(ctx context.Context, r *rollout.Roller, cfg Config, step int) (Lin
 	if err != nil {
 		return line, err
 	}
-	if rep.MemoryOff != nil {
-		line.MemoryOff, _ = json.Marshal(rep.MemoryOff)
-	}
-	if rep.MemoryOn != nil {
-		line.MemoryOn, _ = json.Marshal(rep.MemoryOn)
-	}
+	line.MemoryOff, line.MemoryOn = rep.MemoryOff, rep.MemoryOn
 	line.Time = time.Now().UTC().Format(time.RFC3339)
 	return line, nil
 }

@@ -426,7 +426,7 @@ func Run(ctx context.Context, cfg RunConfig) (res *RunResult, err error) {
 		}
 	}
 	if memory {
-		emb, closeEmb, err := rollout.OpenEmbedder(cfg.Memory.Embedder, o.model, threads)
+		emb, closeEmb, err := rollout.OpenEmbedder(cfg.Memory, o.model, threads)
 		if err != nil {
 			return nil, err
 		}
@@ -463,7 +463,7 @@ func Run(ctx context.Context, cfg RunConfig) (res *RunResult, err error) {
 	}
 	var out any
 	if cfg.OOD {
-		emb, closeEmb, err := rollout.OpenEmbedder(cfg.Memory.Embedder, o.model, threads)
+		emb, closeEmb, err := rollout.OpenEmbedder(cfg.Memory, o.model, threads)
 		if err != nil {
 			return nil, err
 		}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/empo2/empo2/gguf"
+	"github.com/empo2/empo2/internal/safefile"
+	"github.com/empo2/empo2/runfiles"
 )
 
 // ErrCheckpoint: a checkpoint cannot be written, or the run directory's
@@ -25,14 +27,15 @@ var ErrCheckpoint = errors.New("trainer: checkpoint")
 //	checkpoints/step-000123/checkpoint.json  {"step", "updates", "seed", "time"}
 //	checkpoints/latest                       "step-000123\n": the newest complete checkpoint
 //
-// A checkpoint is written into checkpoints/.tmp-step-000123, every file
-// fsynced, then renamed into place and the directory fsynced; only then is
-// `latest` replaced (temporary file, fsync, rename). A crash at any moment
-// leaves `latest` naming a complete checkpoint (or no `latest` at all).
-// Every random draw of a step derives from (seed, step) (see stepRNG), so a
-// checkpoint needs no RNG state beyond its step number.
+// A checkpoint is written into a staging folder beside its final name
+// (safefile.CreateDir), every file fsynced, then renamed into place and the
+// directory fsynced; only then is `latest` replaced (safefile.WriteFile:
+// temporary file, fsync, rename). A crash at any moment leaves `latest`
+// naming a complete checkpoint (or no `latest` at all). Every random draw
+// of a step derives from (seed, step) (see stepRNG), so a checkpoint needs
+// no RNG state beyond its step number.
 const (
-	CheckpointsDir = "checkpoints"
+	CheckpointsDir = runfiles.CheckpointsDir
 	LatestFile     = "latest"
 	AdapterFile    = "adapter.gguf"
 	StateFile      = "state.gguf"
@@ -55,53 +58,45 @@ func CheckpointName(step int) string { return fmt.Sprintf("step-%06d", step) }
 // points `latest` at it, then removes all but the newest keep checkpoints.
 func WriteCheckpoint(runDir string, step int, seed int64, u *Updater, keep int) (string, error) {
 	root := filepath.Join(runDir, CheckpointsDir)
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		return "", fmt.Errorf("%w: %w", ErrCheckpoint, err)
-	}
 	name := CheckpointName(step)
 	final := filepath.Join(root, name)
-	tmp := filepath.Join(root, ".tmp-"+name)
-	if err := os.RemoveAll(tmp); err != nil {
+	// A folder of this step left by a run that was resumed from an earlier
+	// checkpoint is not `latest`'s: replaced as a whole.
+	if err := os.RemoveAll(final); err != nil {
 		return "", fmt.Errorf("%w: %w", ErrCheckpoint, err)
 	}
-	if err := os.MkdirAll(tmp, 0o755); err != nil {
+	d, err := safefile.CreateDir(final)
+	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrCheckpoint, err)
 	}
+	defer d.Abort()
 	a, err := u.Adapter()
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrCheckpoint, err)
 	}
-	if err := a.Write(filepath.Join(tmp, AdapterFile), gguf.TypeF32); err != nil {
+	if err := a.Write(filepath.Join(d.Path(), AdapterFile), gguf.TypeF32); err != nil {
 		return "", fmt.Errorf("%w: adapter: %w", ErrCheckpoint, err)
 	}
-	if err := u.Save(filepath.Join(tmp, StateFile)); err != nil {
+	if err := u.Save(filepath.Join(d.Path(), StateFile)); err != nil {
 		return "", fmt.Errorf("%w: state: %w", ErrCheckpoint, err)
 	}
 	info := CheckpointInfo{Step: step, Updates: u.Step, Seed: seed, Time: time.Now().UTC()}
 	b, _ := json.MarshalIndent(info, "", "  ")
-	if err := writeFileSync(filepath.Join(tmp, CheckpointMeta), append(b, '\n')); err != nil {
-		return "", err
-	}
-	if err := syncDir(tmp); err != nil {
-		return "", err
-	}
-	if err := os.RemoveAll(final); err != nil {
+	if err := os.WriteFile(filepath.Join(d.Path(), CheckpointMeta), append(b, '\n'), 0o644); err != nil {
 		return "", fmt.Errorf("%w: %w", ErrCheckpoint, err)
 	}
-	if err := os.Rename(tmp, final); err != nil {
+	if err := d.Commit(); err != nil {
 		return "", fmt.Errorf("%w: %w", ErrCheckpoint, err)
 	}
-	if err := syncDir(root); err != nil {
-		return "", err
-	}
-	if err := WriteFileAtomic(filepath.Join(root, LatestFile), []byte(name+"\n")); err != nil {
-		return "", err
+	if err := safefile.WriteFile(filepath.Join(root, LatestFile), []byte(name+"\n"), 0o644); err != nil {
+		return "", fmt.Errorf("%w: %w", ErrCheckpoint, err)
 	}
 	return final, pruneCheckpoints(root, keep)
 }
 
 // pruneCheckpoints removes all but the newest keep step-* directories and
-// any leftover temporary directory.
+// any staging folder left by a writer that died (the run's lock makes this
+// process the only writer).
 func pruneCheckpoints(root string, keep int) error {
 	ents, err := os.ReadDir(root)
 	if err != nil {
@@ -109,7 +104,7 @@ func pruneCheckpoints(root string, keep int) error {
 	}
 	var steps []int
 	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), ".tmp-") {
+		if strings.HasPrefix(e.Name(), ".") && strings.Contains(e.Name(), ".tmp-") {
 			_ = os.RemoveAll(filepath.Join(root, e.Name()))
 			continue
 		}
@@ -136,11 +131,33 @@ func parseCheckpointName(s string) (int, bool) {
 	return n, err == nil && n >= 0
 }
 
-// LatestCheckpoint reads `latest` of runDir; ok is false when the run has
-// no checkpoint yet.
+// CheckpointSteps lists the steps of runDir's step-* checkpoint folders,
+// ascending (none when there is no checkpoints folder).
+func CheckpointSteps(runDir string) ([]int, error) {
+	ents, err := os.ReadDir(filepath.Join(runDir, CheckpointsDir))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCheckpoint, err)
+	}
+	var steps []int
+	for _, e := range ents {
+		if n, ok := parseCheckpointName(e.Name()); ok && e.IsDir() {
+			steps = append(steps, n)
+		}
+	}
+	sort.Ints(steps)
+	return steps, nil
+}
+
+// LatestCheckpoint reads `latest` of runDir and the checkpoint.json it
+// names; ok is false when the run has no `latest` yet. A checkpoint.json
+// whose step is not its folder's is an error.
 func LatestCheckpoint(runDir string) (info CheckpointInfo, ok bool, err error) {
 	root := filepath.Join(runDir, CheckpointsDir)
-	b, err := os.ReadFile(filepath.Join(root, LatestFile))
+	latest := filepath.Join(root, LatestFile)
+	b, err := os.ReadFile(latest)
 	if errors.Is(err, os.ErrNotExist) {
 		return info, false, nil
 	}
@@ -148,60 +165,22 @@ func LatestCheckpoint(runDir string) (info CheckpointInfo, ok bool, err error) {
 		return info, false, fmt.Errorf("%w: %w", ErrCheckpoint, err)
 	}
 	name := strings.TrimSpace(string(b))
-	if _, valid := parseCheckpointName(name); !valid {
-		return info, false, fmt.Errorf("%w: %s names %q, not a checkpoint", ErrCheckpoint, filepath.Join(root, LatestFile), name)
+	step, valid := parseCheckpointName(name)
+	if !valid {
+		return info, false, fmt.Errorf("%w: %s names %q, not a checkpoint", ErrCheckpoint, latest, name)
 	}
 	dir := filepath.Join(root, name)
-	mb, err := os.ReadFile(filepath.Join(dir, CheckpointMeta))
+	meta := filepath.Join(dir, CheckpointMeta)
+	mb, err := os.ReadFile(meta)
 	if err != nil {
-		return info, false, fmt.Errorf("%w: %w", ErrCheckpoint, err)
+		return info, false, fmt.Errorf("%w: %s names %s: %w", ErrCheckpoint, latest, name, err)
 	}
 	if err := json.Unmarshal(mb, &info); err != nil {
-		return info, false, fmt.Errorf("%w: %s: %w", ErrCheckpoint, filepath.Join(dir, CheckpointMeta), err)
+		return info, false, fmt.Errorf("%w: %s: %w", ErrCheckpoint, meta, err)
+	}
+	if info.Step != step {
+		return info, false, fmt.Errorf("%w: %s says step %d, but it is the checkpoint of step %d (%s)", ErrCheckpoint, meta, info.Step, step, name)
 	}
 	info.Dir = dir
 	return info, true, nil
-}
-
-// WriteFileAtomic writes data to path through a temporary file in the same
-// directory: write, fsync, rename, fsync of the directory.
-func WriteFileAtomic(path string, data []byte) error {
-	tmp := path + ".tmp"
-	if err := writeFileSync(tmp, data); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("%w: %w", ErrCheckpoint, err)
-	}
-	return syncDir(filepath.Dir(path))
-}
-
-func writeFileSync(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrCheckpoint, err)
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrCheckpoint, err)
-	}
-	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrCheckpoint, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("%w: fsync %s: %w", ErrCheckpoint, dir, err)
-	}
-	return nil
 }

@@ -69,7 +69,7 @@ func (u *FullUpdater) Config() Config { return u.cfg }
 // tokens is skipped; a non-finite gradient norm returns ErrNonFinite and
 // changes nothing.
 func (u *FullUpdater) Update(batch []cgo.Sequence) (Metrics, error) {
-	m, err := accumulate(u.Policy, u.cfg, u.Step, batch)
+	m, err := accumulate(u.Policy, u.cfg, u.Step, u.cfg.Schedule.LR(u.Step), batch)
 	if err != nil || m.Skipped {
 		return m, err
 	}

@@ -4,29 +4,35 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"path/filepath"
 	"testing"
 
 	"github.com/empo2/empo2/cgo"
+	"github.com/empo2/empo2/modelgen"
+	"github.com/empo2/empo2/trainer/internal/testutil"
 )
 
 var _ BackendOptimizer = (*cgo.Model)(nil) // the training graph steps on its backend
 
-// TestBackendAdamWMatchesHost: the backend AdamW (ggml's
-// GGML_OP_OPT_STEP_ADAMW in float32, norm and clipping on the backend) and
-// the Go AdamW (float64 per element, the reference checked against
-// PyTorch's formula in optim_test.go) agree over 8 steps with weight decay,
-// clipping on some steps and not on others, and changing gradients: the bias
-// correction step count, hyperparameter order and the clipping coefficient
-// are all exercised. Moments are compared too.
+// TestBackendAdamWMatchesHost: the backend AdamW of the training graph
+// (*cgo.Model.AdamWStep: ggml's GGML_OP_OPT_STEP_ADAMW in float32, norm
+// and clipping on the backend) and the Go AdamW (float64 per element, the
+// reference checked against PyTorch's formula in optim_test.go) agree over
+// 8 steps with weight decay, clipping on the later steps and not the
+// first, and changing gradients (the policy's own, scaled up step by step):
+// the bias correction step count, hyperparameter order and the clipping
+// coefficient are all exercised. Moments are compared too, and a
+// non-finite gradient is refused with nothing changed.
 func TestBackendAdamWMatchesHost(t *testing.T) {
-	sizes := []int{37, 5, 300, 64}
-	o, err := cgo.NewOptimizer(sizes, cgo.Options{Threads: 1})
+	pol, err := cgo.Load(testutil.TinyModelFile(t), cgo.LoRAConfig{Rank: 4, Alpha: 8, Seed: 1}, testutil.CgoOptions)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer o.Close()
-	cfg := AdamWConfig{Beta1: 0.9, Beta2: 0.99, Eps: 1e-8, WeightDecay: 0.05}
-	host, _ := NewAdamW(cfg, sizes)
+	defer pol.Close()
+	var sizes []int
+	for _, p := range pol.Params() {
+		sizes = append(sizes, p.Shape[0]*p.Shape[1])
+	}
 	rng := rand.New(rand.NewPCG(4, 2))
 	mk := func(scale float64) [][]float32 {
 		out := make([][]float32, len(sizes))
@@ -38,18 +44,39 @@ func TestBackendAdamWMatchesHost(t *testing.T) {
 		}
 		return out
 	}
-	params := mk(0.5)
-	if err := o.Set(cgo.OptParam, params); err != nil {
+	params := mk(0.1) // A and B nonzero: every tensor gets a gradient
+	if err := pol.WriteParams(params); err != nil {
 		t.Fatal(err)
 	}
-	for step := 1; step <= 8; step++ {
-		grads := mk(0.1 * float64(step))
-		if err := o.Set(cgo.OptGrad, grads); err != nil {
+	if err := pol.SetMoments(nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	obj := cgo.DefaultObjective()
+	// the gradient at the current parameters, on-policy (π_old = π: ratios
+	// 1, so the PPO clip never zeroes it)
+	grad := func(scale float32) [][]float32 {
+		t.Helper()
+		batch := rlBatch(t, pol, []int32{1, 2, 3, 4, 5}, []int32{6, 7, 8}, 1)
+		if err := pol.ZeroGrads(); err != nil {
 			t.Fatal(err)
 		}
-		maxNorm := 3.0 // clips the larger gradients of later steps only
+		if _, err := pol.ForwardBackward(batch, obj, scale); err != nil {
+			t.Fatal(err)
+		}
+		g, err := pol.Grads()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	n0, _, _ := ClipGradNorm(grad(1), 0)
+	maxNorm := 1.5 * n0 // clips the larger gradients of later steps only (the norm doubles over the 8)
+	cfg := AdamWConfig{Beta1: 0.9, Beta2: 0.99, Eps: 1e-8, WeightDecay: 0.05}
+	host, _ := NewAdamW(cfg, sizes)
+	for step := 1; step <= 8; step++ {
+		grads := grad(float32(step))
 		lr := 1e-2 / float64(step)
-		gn, gc, err := o.Step(cgo.AdamWParams{LR: lr, Beta1: cfg.Beta1, Beta2: cfg.Beta2, Eps: cfg.Eps,
+		gn, gc, err := pol.AdamWStep(cgo.AdamWParams{LR: lr, Beta1: cfg.Beta1, Beta2: cfg.Beta2, Eps: cfg.Eps,
 			WeightDecay: cfg.WeightDecay, Step: int64(step), MaxGradNorm: maxNorm})
 		if err != nil {
 			t.Fatal(err)
@@ -68,13 +95,14 @@ func TestBackendAdamWMatchesHost(t *testing.T) {
 			t.Fatalf("step %d: clipping %v: the test does not cover both cases", step, gc)
 		}
 	}
-	got := mk(0)
-	if err := o.Get(cgo.OptParam, got); err != nil {
+	got, err := pol.ReadParams()
+	if err != nil {
 		t.Fatal(err)
 	}
-	gm, gv := mk(0), mk(0)
-	_ = o.Get(cgo.OptM, gm)
-	_ = o.Get(cgo.OptV, gv)
+	gm, gv, err := pol.Moments()
+	if err != nil {
+		t.Fatal(err)
+	}
 	// θ: absolute difference; m, v: largest difference relative to the
 	// largest moment (m crosses zero, so elementwise relative errors are
 	// meaningless there)
@@ -95,74 +123,73 @@ func TestBackendAdamWMatchesHost(t *testing.T) {
 		t.Fatalf("backend and host AdamW disagree: |Δθ| %.2e, Δm %.2e, Δv %.2e", worst, worstM, worstV)
 	}
 
-	// a non-finite gradient is refused before anything changes
-	bad := mk(1)
-	bad[2][7] = float32(math.Inf(1))
-	_ = o.Set(cgo.OptGrad, bad)
-	if _, _, err := o.Step(cgo.AdamWParams{LR: 1, Beta1: 0.9, Beta2: 0.99, Eps: 1e-8, Step: 9}); !errors.Is(err, cgo.ErrNonFinite) {
+	// a non-finite gradient is refused before anything changes: the loss
+	// scaled by the largest float32 overflows the gradient to ±Inf
+	grad(math.MaxFloat32)
+	if _, _, err := pol.AdamWStep(cgo.AdamWParams{LR: 1, Beta1: 0.9, Beta2: 0.99, Eps: 1e-8, Step: 9}); !errors.Is(err, cgo.ErrNonFinite) {
 		t.Fatalf("Inf gradient: %v", err)
 	}
-	after := mk(0)
-	_ = o.Get(cgo.OptParam, after)
+	after, _ := pol.ReadParams()
 	for i := range after {
 		if !bitsEq(after[i], got[i]) {
 			t.Fatal("a refused step changed the parameters")
 		}
 	}
-	if _, _, err := o.Step(cgo.AdamWParams{LR: 1, Beta1: 0.9, Beta2: 0.99, Eps: 1e-8, Step: 0}); !errors.Is(err, cgo.ErrConfig) {
+	if _, _, err := pol.AdamWStep(cgo.AdamWParams{LR: 1, Beta1: 0.9, Beta2: 0.99, Eps: 1e-8, Step: 0}); !errors.Is(err, cgo.ErrConfig) {
 		t.Errorf("step 0: %v", err)
 	}
 }
 
-// qwen7BRank8Sizes: the LoRA tensors of Qwen2.5-7B at rank 8 on all seven
-// projections (28 layers × 720,896 = 20.2 M parameters).
-func qwen7BRank8Sizes() []int {
-	const layers, r = 28, 8
-	shapes := [][2]int{{3584, 3584}, {3584, 512}, {3584, 512}, {3584, 3584}, {3584, 18944}, {3584, 18944}, {18944, 3584}}
-	var sizes []int
-	for l := 0; l < layers; l++ {
-		for _, s := range shapes {
-			sizes = append(sizes, s[0]*r, r*s[1])
-		}
-	}
-	return sizes
-}
-
 // BenchmarkAdamWBackend7BRank8 is BenchmarkAdamWStep7BRank8 (the Go AdamW
-// on host memory, the old path) on the training backend: gradient norm,
-// clipping and GGML_OP_OPT_STEP_ADAMW over the same 20.2 M parameters, with
-// parameters, gradients and moments resident in the backend's buffers (CPU
-// here; 1 thread and all cores: ggml's spinning thread barriers make the
-// multi-threaded run slow when the cores are shared).
+// on host memory) on the training backend: gradient norm, clipping and
+// GGML_OP_OPT_STEP_ADAMW over as many LoRA parameters (20.2 M), resident in
+// the backend's buffers (CPU here; 1 thread and all cores: ggml's spinning
+// thread barriers make the multi-threaded run slow when the cores are
+// shared). The parameters are those of a generated one-layer model of
+// Qwen2.5-7B's width at rank 224 (the 7B's 28 layers × rank 8 hold the
+// same count; the per-tensor sizes differ, the bytes touched do not).
 func BenchmarkAdamWBackend7BRank8(b *testing.B) {
-	b.Run("threads=1", func(b *testing.B) { benchAdamWBackend(b, 1) })
-	b.Run("threads=all", func(b *testing.B) { benchAdamWBackend(b, 0) })
+	p := filepath.Join(b.TempDir(), "wide.gguf")
+	mc := modelgen.Config{Layers: 1, Hidden: 3584, Heads: 28, KVHeads: 4, FFN: 18944, Vocab: 512, Ctx: 512, Seed: 1, DType: "f16"}
+	if err := modelgen.Write(p, mc); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("threads=1", func(b *testing.B) { benchAdamWBackend(b, p, 1) })
+	b.Run("threads=all", func(b *testing.B) { benchAdamWBackend(b, p, 0) })
 }
 
-func benchAdamWBackend(b *testing.B, threads int) {
-	sizes := qwen7BRank8Sizes()
-	o, err := cgo.NewOptimizer(sizes, cgo.Options{Threads: threads})
+func benchAdamWBackend(b *testing.B, model string, threads int) {
+	pol, err := cgo.Load(model, cgo.LoRAConfig{Rank: 224, Alpha: 16, Seed: 1}, cgo.Options{Threads: threads, Device: "cpu"})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer o.Close()
-	rng := rand.New(rand.NewPCG(1, 1))
-	grads := make([][]float32, len(sizes))
+	defer pol.Close()
 	n := 0
-	for i, s := range sizes {
-		grads[i] = make([]float32, s)
-		for j := range grads[i] {
-			grads[i][j] = float32(rng.NormFloat64())
-		}
-		n += s
+	for _, p := range pol.Params() {
+		n += p.Shape[0] * p.Shape[1]
 	}
-	if err := o.Set(cgo.OptGrad, grads); err != nil {
+	// a gradient on every parameter: one backward pass with A and B nonzero
+	rng := rand.New(rand.NewPCG(1, 1))
+	vals, err := pol.ReadParams()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, v := range vals {
+		for j := range v {
+			v[j] = float32(rng.NormFloat64() * 0.01)
+		}
+	}
+	if err := pol.WriteParams(vals); err != nil {
+		b.Fatal(err)
+	}
+	seq := cgo.Sequence{Tokens: []int32{1, 2, 3, 4}, Trained: []bool{false, true, true, true}, OldLogp: make([]float32, 4), Advantage: []float32{0, 1, 1, 1}}
+	if _, err := pol.ForwardBackward([]cgo.Sequence{seq}, cgo.DefaultObjective(), 1); err != nil {
 		b.Fatal(err)
 	}
 	b.SetBytes(int64(n) * 4)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, _, err := o.Step(cgo.AdamWParams{LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Step: int64(i + 1), MaxGradNorm: 1e9}); err != nil {
+		if _, _, err := pol.AdamWStep(cgo.AdamWParams{LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Step: int64(i + 1), MaxGradNorm: 1e9}); err != nil {
 			b.Fatal(err)
 		}
 	}

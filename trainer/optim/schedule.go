@@ -59,20 +59,34 @@ func (s Schedule) Validate() error {
 	return nil
 }
 
-// LR returns the learning rate for update index step (0-based).
+// LR returns the learning rate for update index step (0-based): LRAt with
+// the progress p = (step−Warmup)/(Total−Warmup).
 func (s Schedule) LR(step int64) float64 {
 	if step < 0 {
 		step = 0
 	}
+	p := 0.0
+	if s.Total > s.Warmup {
+		p = float64(step-int64(s.Warmup)) / float64(s.Total-s.Warmup)
+	}
+	return s.LRAt(step, p)
+}
+
+// LRAt returns the learning rate of update index step (0-based) taken at
+// progress p of the run (clamped to [0,1]; Total is not used): the
+// warmup factor min(1, (step+1)/(Warmup+1)) times BaseLR (constant) or
+// times the cosine MinLR + (BaseLR−MinLR)·(1+cos(π·p))/2. A trainer whose
+// optimizer steps per training step vary passes the fraction of the run's
+// training steps done, so that the schedule ends at MinLR with its last
+// update however many there were.
+func (s Schedule) LRAt(step int64, p float64) float64 {
+	f := 1.0
 	if step < int64(s.Warmup) {
-		return s.BaseLR * float64(step+1) / float64(s.Warmup+1)
+		f = float64(max(step, 0)+1) / float64(s.Warmup+1)
 	}
 	if s.Kind != ScheduleCosine {
-		return s.BaseLR
+		return s.BaseLR * f
 	}
-	p := float64(step-int64(s.Warmup)) / float64(s.Total-s.Warmup)
-	if p > 1 {
-		p = 1
-	}
-	return s.MinLR + (s.BaseLR-s.MinLR)*0.5*(1+math.Cos(math.Pi*p))
+	p = min(max(p, 0), 1)
+	return f * (s.MinLR + (s.BaseLR-s.MinLR)*0.5*(1+math.Cos(math.Pi*p)))
 }

@@ -52,3 +52,30 @@ func TestScheduleValidate(t *testing.T) {
 		t.Errorf("good schedule rejected: %v", err)
 	}
 }
+
+// TestLRAt: the warmup factor times the cosine at the given progress; LR
+// is LRAt at the update index's own progress.
+func TestLRAt(t *testing.T) {
+	s := Schedule{Kind: ScheduleCosine, BaseLR: 1, MinLR: 0.1, Warmup: 3, Total: 13}
+	for _, c := range []struct {
+		step int64
+		p    float64
+		want float64
+	}{
+		{0, 0, 0.25}, {2, 0, 0.75}, {3, 0, 1}, {100, 0, 1}, {100, 0.5, 0.55}, {100, 1, 0.1}, {100, 2, 0.1}, {0, 1, 0.025}, {5, -1, 1},
+	} {
+		if got := s.LRAt(c.step, c.p); math.Abs(got-c.want) > 1e-12 {
+			t.Errorf("LRAt(%d, %v) = %v, want %v", c.step, c.p, got, c.want)
+		}
+	}
+	for step := int64(0); step < 20; step++ {
+		p := float64(step-3) / 10
+		if a, b := s.LR(step), s.LRAt(step, p); a != b {
+			t.Errorf("LR(%d) = %v, LRAt = %v", step, a, b)
+		}
+	}
+	c := Schedule{Kind: ScheduleConstant, BaseLR: 2, Warmup: 1}
+	if c.LRAt(0, 0.9) != 1 || c.LRAt(1, 0.9) != 2 {
+		t.Errorf("constant: %v %v", c.LRAt(0, 0.9), c.LRAt(1, 0.9))
+	}
+}

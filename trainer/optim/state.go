@@ -3,6 +3,7 @@ package optim
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 
@@ -81,6 +82,18 @@ func (s *State) check() error {
 	for i, r := range infos {
 		if len(s.Opt.M[i]) != len(data[i]) || len(s.Opt.V[i]) != len(data[i]) {
 			return fmt.Errorf("%w: moments of %s have %d/%d values, tensor %d", ErrState, r.Name, len(s.Opt.M[i]), len(s.Opt.V[i]), len(data[i]))
+		}
+		// AdamW keeps every value finite and v ≥ 0 (v is a mean of squares)
+		for _, t := range []struct {
+			what   string
+			x      []float32
+			nonNeg bool
+		}{{r.Name, data[i], false}, {r.Name + suffixM, s.Opt.M[i], false}, {r.Name + suffixV, s.Opt.V[i], true}} {
+			for j, v := range t.x {
+				if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) || (t.nonNeg && v < 0) {
+					return fmt.Errorf("%w: %s[%d] = %v: the weights and AdamW moments must be finite (and the second moment ≥ 0)", ErrState, t.what, j, v)
+				}
+			}
 		}
 	}
 	if s.Step < 0 || s.Opt.Steps < 0 {
@@ -262,7 +275,7 @@ func Load(path string) (*State, error) {
 		}
 	}
 	if err := s.check(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return s, nil
 }

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/empo2/empo2/cgo"
+	"github.com/empo2/empo2/internal/stats"
 	"github.com/empo2/empo2/lora"
 )
 
@@ -41,8 +42,8 @@ type TensorSink interface {
 // BackendOptimizer is a Policy whose AdamW step runs where its parameters
 // live (*cgo.Model: GGML_OP_OPT_STEP_ADAMW on the training backend, moments
 // resident beside the parameters, gradient norm and clipping there too). The
-// Updater uses it unless Config.HostOptimizer is set; the Go AdamW
-// (optim.go) is then only the reference and the fallback for other policies.
+// Updater uses it whenever the policy is one; the Go AdamW (optim.go) is
+// the reference and the optimizer of other policies.
 type BackendOptimizer interface {
 	AdamWStep(p cgo.AdamWParams) (gradNorm float64, clipped bool, err error)
 	Moments() (m, v [][]float32, err error)
@@ -66,9 +67,6 @@ type Config struct {
 	// MicroBatch is the number of sequences per ForwardBackward call
 	// (gradient accumulation); ≤ 0 puts the whole mini-batch in one call.
 	MicroBatch int
-	// HostOptimizer runs AdamW in Go on host copies of the gradients even
-	// when the policy can step on its backend (for comparison benchmarks).
-	HostOptimizer bool
 }
 
 // Metrics describes one update. Policy statistics (clip fraction, KL,
@@ -107,9 +105,10 @@ type Updater struct {
 	RNG  *rand.PCG // the training loop's random source, saved in the state
 	Meta map[string]string
 
-	cfg     Config
-	infos   []cgo.ParamInfo // = adapter.Params() = Policy.Params(), canonical order
-	adapter *lora.Adapter   // current parameters (the one representation)
+	cfg      Config
+	progress float64         // SetProgress; < 0: the schedule by update index
+	infos    []cgo.ParamInfo // = adapter.Params() = Policy.Params(), canonical order
+	adapter  *lora.Adapter   // current parameters (the one representation)
 }
 
 // NewUpdater makes an Updater over policy with fresh AdamW moments; the
@@ -130,7 +129,7 @@ func NewUpdater(p Policy, cfg Config) (*Updater, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: the policy's parameters: %w", ErrUpdate, err)
 	}
-	u := &Updater{Policy: p, cfg: cfg, infos: infos, adapter: a, Meta: map[string]string{}}
+	u := &Updater{Policy: p, cfg: cfg, progress: -1, infos: infos, adapter: a, Meta: map[string]string{}}
 	sizes := make([]int, len(vals))
 	for i, v := range vals {
 		sizes[i] = len(v)
@@ -151,9 +150,6 @@ func NewUpdater(p Policy, cfg Config) (*Updater, error) {
 
 // backend returns the policy as a BackendOptimizer, or nil when AdamW runs in Go.
 func (u *Updater) backend() BackendOptimizer {
-	if u.cfg.HostOptimizer {
-		return nil
-	}
 	bo, _ := u.Policy.(BackendOptimizer)
 	return bo
 }
@@ -165,12 +161,25 @@ func (u *Updater) Config() Config { return u.cfg }
 // aliasing the updater's adapter; do not modify.
 func (u *Updater) Params() [][]float32 { return u.adapter.Tensors() }
 
+// SetProgress makes the next updates take their learning rate at progress
+// p ∈ [0,1] of the run (Schedule.LRAt) instead of from their index alone;
+// p < 0 goes back to Schedule.LR(Step).
+func (u *Updater) SetProgress(p float64) { u.progress = p }
+
+// lr is the learning rate of the next update.
+func (u *Updater) lr() float64 {
+	if u.progress >= 0 {
+		return u.cfg.Schedule.LRAt(u.Step, u.progress)
+	}
+	return u.cfg.Schedule.LR(u.Step)
+}
+
 // Update performs one optimizer step on the mini-batch: the gradient of the
 // mini-batch mean loss, accumulated over micro-batches (accumulate), then
 // clipping and AdamW. When no trained token survives, no step is taken
 // (Metrics.Skipped).
 func (u *Updater) Update(batch []cgo.Sequence) (Metrics, error) {
-	m, err := accumulate(u.Policy, u.cfg, u.Step, batch)
+	m, err := accumulate(u.Policy, u.cfg, u.Step, u.lr(), batch)
 	if err != nil || m.Skipped {
 		return m, err
 	}
@@ -245,14 +254,14 @@ type gradAccumulator interface {
 // seq-mean-token-mean, counted after low-probability masking by
 // cgo.CountTrained), so the accumulated gradient is the gradient of the
 // mini-batch mean however it is split; a micro-batch without trained
-// tokens is not run. The returned Metrics carry step, its learning rate
-// (cfg.Schedule) and the statistics of the pass (Loss: the sum of the
+// tokens is not run. The returned Metrics carry step, its learning rate lr
+// and the statistics of the pass (Loss: the sum of the
 // micro-batches' scaled losses, i.e. the mini-batch loss; policy
 // statistics: token-weighted means); GradNorm and GradClipped are left to
 // the caller's optimizer step. When no trained token survives, nothing is
 // run, not even ZeroGrads, and Metrics.Skipped is set.
-func accumulate(p gradAccumulator, cfg Config, step int64, batch []cgo.Sequence) (Metrics, error) {
-	m := Metrics{Step: step, LR: cfg.Schedule.LR(step)}
+func accumulate(p gradAccumulator, cfg Config, step int64, lr float64, batch []cgo.Sequence) (Metrics, error) {
+	m := Metrics{Step: step, LR: lr}
 	obj := cfg.Objective
 	tokens, seqs := cgo.CountTrained(batch, obj)
 	if tokens == 0 {
@@ -271,7 +280,7 @@ func accumulate(p gradAccumulator, cfg Config, step int64, batch []cgo.Sequence)
 	if err := p.ZeroGrads(); err != nil {
 		return m, fmt.Errorf("%w: %w", ErrUpdate, err)
 	}
-	var wsum float64
+	var policyLoss, clip, dualClip, kl, entropy, logp stats.Mean // token-weighted
 	for lo := 0; lo < len(batch); lo += mb {
 		chunk := batch[lo:min(lo+mb, len(batch))]
 		if t, _ := cgo.CountTrained(chunk, obj); t == 0 {
@@ -284,26 +293,19 @@ func accumulate(p gradAccumulator, cfg Config, step int64, batch []cgo.Sequence)
 		}
 		w := float64(st.Tokens)
 		m.Loss += st.Loss
-		m.PolicyLoss += w * st.PolicyLoss
-		m.ClipFrac += w * st.ClipFrac
-		m.DualClipFrac += w * st.DualClipFrac
-		m.ApproxKL += w * st.ApproxKL
-		m.Entropy += w * st.Entropy
-		m.LogpMean += w * st.LogpMean
+		policyLoss.Add(st.PolicyLoss, w)
+		clip.Add(st.ClipFrac, w)
+		dualClip.Add(st.DualClipFrac, w)
+		kl.Add(st.ApproxKL, w)
+		entropy.Add(st.Entropy, w)
+		logp.Add(st.LogpMean, w)
 		m.Tokens += st.Tokens
 		m.Sequences += st.Sequences
 		m.MaskedSequences += st.MaskedSequences
 		m.MicroBatches++
-		wsum += w
 	}
-	if wsum > 0 {
-		m.PolicyLoss /= wsum
-		m.ClipFrac /= wsum
-		m.DualClipFrac /= wsum
-		m.ApproxKL /= wsum
-		m.Entropy /= wsum
-		m.LogpMean /= wsum
-	}
+	m.PolicyLoss, m.ClipFrac, m.DualClipFrac = policyLoss.Value(), clip.Value(), dualClip.Value()
+	m.ApproxKL, m.Entropy, m.LogpMean = kl.Value(), entropy.Value(), logp.Value()
 	return m, nil
 }
 

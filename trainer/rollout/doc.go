@@ -4,13 +4,14 @@
 //   - rollout.go: the Roller runs many episodes at once against one
 //     llama.Context, each with its own KV sequence for its whole life, one
 //     batched decode per turn; memory episodes retrieve tips before every
-//     action (EMPO² §3).
+//     action (EMPO² §3), as the reference code does (conversation keys,
+//     tips kept in every turn; MemoryConfig).
 //   - prompt.go: the one prompt format of empo2 (Messages, Renderer,
 //     ParseAction): rollouts, eval, SFT demonstrations and SFT data all
 //     build their chats with it, so what a model is trained on is token for
 //     token what it sees when it acts.
-//   - tips.go: tip writing and injection (the tip block, its token span,
-//     memory entries of an episode) and the intrinsic reward 1/(count+1).
+//   - tips.go: tip writing and injection (the tip block, memory entries of
+//     an episode) and the intrinsic reward 1/(count+1).
 //   - memory.go: the memory side of a rollout: OpenEmbedder and WriteTips.
 //
 // Conventions:

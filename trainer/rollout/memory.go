@@ -10,44 +10,56 @@ import (
 	"github.com/empo2/empo2/memstore"
 )
 
-// OpenEmbedder makes the retrieval embedder that MemoryConfig.Embedder
-// names: "hash" (or "") is memstore's built-in hash embedder (384 dims);
-// "policy" mean-pools the policy model's own hidden states (base weights,
-// llama.NewEmbedderFromModel); anything else is the path of a BERT-type (or
-// any) GGUF embedding model (llama.NewEmbedder). close releases it.
-func OpenEmbedder(name string, policy *llama.Model, threads int) (emb memstore.Embedder, close func() error, err error) {
+// OpenEmbedder makes the retrieval embedder that mc.Embedder names, reading
+// the first mc.KeyPieces pieces of each text: "hash" is memstore's built-in
+// hash embedder (384 dims; pieces: memstore.CutPieces); "policy" mean-pools
+// the policy model's own hidden states (base weights,
+// llama.NewEmbedderFromModel; pieces: the model's tokens); anything else is
+// the path of a BERT-type (or any) GGUF embedding model (llama.NewEmbedder;
+// pieces: its tokens, [CLS] and [SEP] included as MiniLM counts them, and
+// never more than its learned positions). close releases it.
+func OpenEmbedder(mc MemoryConfig, policy *llama.Model, threads int) (emb memstore.Embedder, close func() error, err error) {
 	nop := func() error { return nil }
-	switch name {
-	case "", EmbedderHash:
-		return memstore.NewHashEmbedder(memstore.DefaultDim), nop, nil
+	if mc.KeyPieces < 1 {
+		return nil, nil, fmt.Errorf("%w: memory.key_pieces %d (want ≥ 1)", ErrRollout, mc.KeyPieces)
+	}
+	opts := llama.EmbedderOptions{Threads: threads, MaxTokens: mc.KeyPieces}
+	switch mc.Embedder {
+	case EmbedderHash:
+		return memstore.NewHashEmbedder(memstore.DefaultDim).WithMaxPieces(mc.KeyPieces), nop, nil
+	case "":
+		return nil, nil, fmt.Errorf("%w: memory.embedder is empty", ErrRollout)
 	case EmbedderPolicy:
 		if policy == nil {
 			return nil, nil, fmt.Errorf("%w: embedder \"policy\" needs the policy model", ErrRollout)
 		}
-		e, err := llama.NewEmbedderFromModel(policy, llama.EmbedderOptions{Threads: threads})
+		e, err := llama.NewEmbedderFromModel(policy, opts)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%w: policy embedder: %w", ErrRollout, err)
 		}
 		return e, e.Close, nil
 	}
-	e, err := llama.NewEmbedder(name, llama.EmbedderOptions{Threads: threads})
+	name := mc.Embedder
+	e, err := llama.NewEmbedder(name, opts)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: embedder %s: %w", ErrRollout, name, err)
 	}
 	return e, e.Close, nil
 }
 
-// WriteTips asks the policy, in each episode's chat, for a one-sentence
-// tip (TipMessages: the episode's history, final observation and
-// TipRequest; batched over episodes in slots, so an episode's KV is reused
-// when its slot still holds it), sets Episode.Tip, and stores one entry per
-// step (EpisodeEntries: key = that step's context, content = tip + the
-// step's action + the final score, score = final score, stamped with
-// trainStep) in the episode's namespace. An episode whose tip is empty
-// after CleanTip gets a plain fallback tip (its final score and length),
-// so every episode with steps writes exactly one tip. written counts the
-// entries the store added (duplicates skipped). The duration is
-// LastTipsDuration.
+// WriteTips asks the policy, in a new user turn after each episode's chat,
+// for a one-line tip (TipMessages: the episode's history with the tips it
+// kept, the final observation, then TipRequest; at most tip_max_tokens,
+// stopping at the end of the line; batched over episodes in slots, so an
+// episode's KV is reused when its slot still holds it), sets Episode.Tip,
+// and stores one entry per step (EpisodeEntries: key = the episode's final
+// conversation under memory.key "conversation", that step's key under
+// "observation"; content = tip + the step's action + the final score;
+// score = final score; stamped with trainStep) in the episode's namespace.
+// An episode whose tip is empty after CleanTip gets a plain fallback tip
+// (its final score and length), so every episode with steps writes
+// exactly one tip. written counts the entries the store added (duplicates
+// skipped). The duration is LastTipsDuration.
 func (r *Roller) WriteTips(ctx context.Context, eps []Episode, trainStep int64) (written int, err error) {
 	t0 := time.Now()
 	defer func() { r.tipsDur = time.Since(t0) }()
@@ -99,7 +111,7 @@ func (r *Roller) WriteTips(ctx context.Context, eps []Episode, trainStep int64) 
 		var seqs []llama.Sequence
 		if len(reqs) > 0 {
 			seqs, err = r.lctx.GenerateSlots(ctx, reqs, llama.SampleParams{
-				Temperature: float32(r.tipTemperature()), MaxTokens: r.cfg.TipMaxTokens,
+				Temperature: float32(r.tipTemperature()), MaxTokens: r.cfg.TipMaxTokens, Stop: []string{"\n"},
 			})
 			if err != nil {
 				return written, fmt.Errorf("%w: tip generation: %w", ErrRollout, err)
@@ -115,9 +127,16 @@ func (r *Roller) WriteTips(ctx context.Context, eps []Episode, trainStep int64) 
 				tip = fmt.Sprintf("I ended with a score of %s after %d steps.", strconv.FormatFloat(ep.Score, 'g', 4, 64), len(ep.Steps))
 			}
 			ep.Tip = tip
+			final := ""
+			if r.opts.MemoryConfig.Key == KeyConversation {
+				final = StepKey(KeyConversation, r.cfg.Prompt, ep.TaskDesc, ep.FirstObs, r.turns(ep))
+			}
 			steps := make([]TipStep, len(ep.Steps))
 			for s, rec := range ep.Steps {
 				steps[s] = TipStep{Context: rec.Key, Action: rec.Action}
+				if final != "" {
+					steps[s].Context = final
+				}
 			}
 			id := fmt.Sprintf("step%d/%s/g%d/s%d", trainStep, ep.Namespace(), ep.Group, ep.Seed)
 			n, err := r.opts.Memory.Add(ctx, ep.Namespace(), EpisodeEntries(tip, steps, ep.Score, trainStep, id))
@@ -142,12 +161,24 @@ func (r *Roller) tipTemperature() float64 {
 // LastTipsDuration is how long the last WriteTips took (Stats.TTips).
 func (r *Roller) LastTipsDuration() time.Duration { return r.tipsDur }
 
-// tipPrompt renders the tip request after an episode's history.
-func (r *Roller) tipPrompt(ep *Episode) (ChatTokens, error) {
+// turns are an episode's turns as its prompts showed them (with the tips of
+// each turn under memory.tips_in every-turn).
+func (r *Roller) turns(ep *Episode) []Turn {
 	turns := make([]Turn, len(ep.Steps))
-	resps := make([][]int32, len(ep.Steps))
 	for i, s := range ep.Steps {
 		turns[i] = Turn{Action: s.Text, Observation: s.Observation}
+		if r.opts.MemoryConfig.TipsIn == TipsEveryTurn {
+			turns[i].Tips = s.Tips
+		}
+	}
+	return turns
+}
+
+// tipPrompt renders the tip request after an episode's history.
+func (r *Roller) tipPrompt(ep *Episode) (ChatTokens, error) {
+	turns := r.turns(ep)
+	resps := make([][]int32, len(ep.Steps))
+	for i, s := range ep.Steps {
 		resp := s.Response
 		if n := len(resp); n > 0 && r.rend.Model().IsEOG(resp[n-1]) {
 			resp = resp[:n-1]
@@ -158,7 +189,7 @@ func (r *Roller) tipPrompt(ep *Episode) (ChatTokens, error) {
 	if pc.History == HistoryLast && len(turns) > pc.HistoryK {
 		resps = resps[len(turns)-pc.HistoryK:]
 	}
-	msgs := TipMessages(pc, ep.taskDesc, ep.firstObs, turns)
+	msgs := TipMessages(pc, ep.TaskDesc, ep.FirstObs, turns)
 	ct, err := r.rend.TokensWithResponses(msgs, resps, true)
 	if err != nil {
 		return ct, fmt.Errorf("%w: tip prompt: %w", ErrRollout, err)

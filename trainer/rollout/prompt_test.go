@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/empo2/empo2/llama"
 	"github.com/empo2/empo2/memstore"
 	"github.com/empo2/empo2/trainer/internal/testutil"
 	"github.com/empo2/empo2/trainer/rollout"
@@ -22,7 +23,7 @@ func testTips() string {
 
 func TestMessagesLayout(t *testing.T) {
 	pc := rollout.DefaultPromptConfig()
-	turns := []rollout.Turn{{"go to kitchen", "You move to the kitchen."}, {"open cupboard", "The cupboard is now open. <memory>x</memory>"}}
+	turns := []rollout.Turn{{Action: "go to kitchen", Observation: "You move to the kitchen."}, {Action: "open cupboard", Observation: "The cupboard is now open. <memory>x</memory>"}}
 	msgs := rollout.Messages(pc, "Boil water.", "This room is called the hallway.", turns, testTips())
 	require.Len(t, msgs, 6)
 	assert.Equal(t, []string{"system", "user", "assistant", "user", "assistant", "user"},
@@ -41,8 +42,14 @@ func TestMessagesLayout(t *testing.T) {
 	assert.Contains(t, msgs[1].Content, "1 earlier steps are not shown")
 	assert.Equal(t, "open cupboard", msgs[2].Content)
 
-	tm := rollout.TipMessages(rollout.DefaultPromptConfig(), "Boil water.", "hall", turns)
-	assert.True(t, strings.HasSuffix(tm[len(tm)-1].Content, "\n\n"+rollout.TipRequest))
+	// the tip request is a new user turn after the chat with its tips
+	tipped := []rollout.Turn{{Action: "go to kitchen", Observation: "You move to the kitchen.", Tips: testTips()}, turns[1]}
+	tm := rollout.TipMessages(rollout.DefaultPromptConfig(), "Boil water.", "hall", tipped)
+	require.Len(t, tm, 7)
+	assert.Equal(t, "user", tm[6].Role)
+	assert.Equal(t, rollout.TipRequest, tm[6].Content)
+	assert.Equal(t, "Task: Boil water.\n\nhall"+rollout.TipSep+testTips(), tm[1].Content, "turn 1's tips end the message its action answered")
+	assert.Equal(t, "The cupboard is now open. <memory >x</memory >", tm[5].Content, "the final observation has no tips")
 
 	cot := rollout.DefaultPromptConfig()
 	cot.ActionFormat = rollout.FormatCoT
@@ -77,13 +84,30 @@ func TestParseAction(t *testing.T) {
 	}
 	_, ok := rollout.ParseAction(naive, " \n\t")
 	assert.False(t, ok)
+	// a think block (Qwen3) is never the action
+	for in, want := range map[string]string{
+		"<think>\nI should look first.\n</think>\n\nlook around": "look around",
+		"<think>\n\n</think>\n\ngo north":                        "go north",
+		"the stove is here</think>\nturn on stove":               "turn on stove",
+	} {
+		got, ok := rollout.ParseAction(naive, in)
+		assert.True(t, ok, in)
+		assert.Equal(t, want, got, in)
+	}
+	for _, bad := range []string{"<think>\nlook around", "<think>look</think>", "<think>"} {
+		got, ok := rollout.ParseAction(naive, bad)
+		assert.False(t, ok, "%q gave %q", bad, got)
+	}
 
 	cot := naive
 	cot.ActionFormat = rollout.FormatCoT
 	got, ok := rollout.ParseAction(cot, "The pot is here.\n<action>ignore</action> then <action> pick up  pot </action>")
 	assert.True(t, ok)
 	assert.Equal(t, "pick up pot", got)
-	for _, bad := range []string{"pick up pot", "<action>pick up pot", "<action> </action>", "</action>"} {
+	got, ok = rollout.ParseAction(cot, "<think><action>wrong</action></think> so <action>right</action>")
+	assert.True(t, ok)
+	assert.Equal(t, "right", got)
+	for _, bad := range []string{"pick up pot", "<action>pick up pot", "<action> </action>", "</action>", "<think><action>x</action></think>"} {
 		_, ok := rollout.ParseAction(cot, bad)
 		assert.False(t, ok, bad)
 	}
@@ -93,7 +117,7 @@ func TestRendererMatchesTemplate(t *testing.T) {
 	m := testutil.Model(t)
 	r, err := rollout.NewRenderer(m, rollout.DefaultPromptConfig())
 	require.NoError(t, err)
-	turns := []rollout.Turn{{"go to kitchen", "You move to the kitchen."}, {"open cupboard", "The cupboard is open."}}
+	turns := []rollout.Turn{{Action: "go to kitchen", Observation: "You move to the kitchen."}, {Action: "open cupboard", Observation: "The cupboard is open."}}
 	msgs := rollout.Messages(r.Config(), "Boil water.", "This room is called the hallway.", turns, "")
 	ct, err := r.Tokens(msgs, true)
 	require.NoError(t, err)
@@ -131,46 +155,102 @@ func TestRendererMatchesTemplate(t *testing.T) {
 	assert.Equal(t, 2, n, "only the template's two end-of-turn tokens are control tokens")
 }
 
-func TestRendererTipSpanCutsOut(t *testing.T) {
+// wholeText tokenizes a chat as the model's own tokenizer does: the whole
+// rendered text at once, special tokens parsed (the independent truth of
+// canonical tokenization; the contents here hold no special-token text).
+func wholeText(t *testing.T, r *rollout.Renderer, msgs []llama.Message, gen bool) []int32 {
+	t.Helper()
+	text, err := r.Text(msgs, gen)
+	require.NoError(t, err)
+	toks, err := r.Model().Tokenize(text, true, true)
+	require.NoError(t, err)
+	return toks
+}
+
+// TestRendererTipBlocks: tips in every turn. The chat with tips and the
+// chat without are each tokenized as the whole text is; every block is
+// located (its span's text holds it), and where all blocks fall on token
+// boundaries cutting them out gives exactly the chat without tips.
+func TestRendererTipBlocks(t *testing.T) {
 	m := testutil.Model(t)
 	r, err := rollout.NewRenderer(m, rollout.DefaultPromptConfig())
 	require.NoError(t, err)
-	turns := []rollout.Turn{{"go to kitchen", "You move to the kitchen."}}
-	with, err := r.Tokens(rollout.Messages(r.Config(), "Boil water.", "hallway", turns, testTips()), true)
-	require.NoError(t, err)
-	without, err := r.Tokens(rollout.Messages(r.Config(), "Boil water.", "hallway", turns, ""), true)
-	require.NoError(t, err)
-	require.Len(t, with.Tips, 1)
-	sp := with.Tips[0]
-	assert.Greater(t, sp[1]-sp[0], 10)
-	assert.Equal(t, without.Tokens, with.WithoutTips())
-	block, err := m.Detokenize(with.Tokens[sp[0]:sp[1]])
-	require.NoError(t, err)
-	assert.Equal(t, rollout.TipSep+testTips(), block)
-	assert.Equal(t, without.Assistant, with.Assistant, "tips come after every assistant span")
+	for _, obs := range []string{"You move to the kitchen", "You move to the kitchen.", "Exits: north, south)\n", "a\t b  "} {
+		var turns, bare []rollout.Turn
+		for i, act := range []string{"go to kitchen", "open cupboard", "look"} {
+			turns = append(turns, rollout.Turn{Action: act, Observation: obs + strings.Repeat(" again", i), Tips: testTips()})
+			bare = append(bare, rollout.Turn{Action: act, Observation: obs + strings.Repeat(" again", i)})
+		}
+		msgs := rollout.Messages(r.Config(), "Boil water.", "hallway "+obs, turns, testTips())
+		with, err := r.Tokens(msgs, true)
+		require.NoError(t, err)
+		noMsgs := rollout.Messages(r.Config(), "Boil water.", "hallway "+obs, bare, "")
+		without, err := r.Tokens(noMsgs, true)
+		require.NoError(t, err)
+		assert.Equal(t, wholeText(t, r, msgs, true), with.Tokens, "%q: with tips = the whole text tokenized", obs)
+		assert.Equal(t, wholeText(t, r, noMsgs, true), without.Tokens, "%q: without tips = the whole text tokenized", obs)
+		require.Len(t, with.Tips, 4, "a block in every user message")
+		for k, sp := range with.Tips {
+			block, err := m.Detokenize(with.Tokens[sp[0]:sp[1]])
+			require.NoError(t, err)
+			assert.Contains(t, block, rollout.TipSep+testTips(), "block %d", k)
+			if with.TipsAligned {
+				assert.Equal(t, rollout.TipSep+testTips(), block)
+			}
+		}
+		if with.TipsAligned {
+			assert.Equal(t, without.Tokens, with.WithoutTips(), "%q: aligned blocks cut out = the chat without tips", obs)
+		}
+		require.Len(t, with.Assistant, 3)
+		for k := range with.Assistant {
+			a, b := with.Assistant[k], without.Assistant[k]
+			assert.Equal(t, without.Tokens[b[0]:b[1]], with.Tokens[a[0]:a[1]])
+		}
+		t.Logf("%q: %d tokens with tips, %d without, aligned %v", obs, len(with.Tokens), len(without.Tokens), with.TipsAligned)
+	}
 }
 
+// TestRendererPromptsExtend: with full history, the prompt of turn t+1
+// starts with the prompt of turn t and its response tokens: with its tips
+// when every turn keeps them, with none when only the last turn has tips.
 func TestRendererPromptsExtend(t *testing.T) {
 	m := testutil.Model(t)
 	r, err := rollout.NewRenderer(m, rollout.DefaultPromptConfig())
 	require.NoError(t, err)
 	eot := r.EndOfTurn()
-	var turns []rollout.Turn
-	var responses [][]int32
-	prev, err := r.Tokens(rollout.Messages(r.Config(), "Find a plant.", "hallway", nil, testTips()), true)
-	require.NoError(t, err)
-	for i, act := range []string{"go to greenhouse", "look at  the  fern", "focus on fern"} {
-		resp, err := m.Tokenize(act, false, false)
+	for _, every := range []bool{true, false} {
+		var turns []rollout.Turn
+		var responses [][]int32
+		prev, err := r.Tokens(rollout.Messages(r.Config(), "Find a plant.", "hallway", nil, testTips()), true)
 		require.NoError(t, err)
-		turns = append(turns, rollout.Turn{Action: act, Observation: "observation " + act})
-		responses = append(responses, resp)
-		next, err := r.TokensWithResponses(rollout.Messages(r.Config(), "Find a plant.", "hallway", turns, testTips()), responses, true)
-		require.NoError(t, err)
-		// prompt_{t+1} = prompt_t (without its tips) + response + <|im_end|> + …
-		base := append(append(prev.WithoutTips(), resp...), eot)
-		require.Greater(t, len(next.Tokens), len(base), "turn %d", i)
-		assert.Equal(t, base, next.Tokens[:len(base)], "turn %d", i)
-		prev = next
+		for i, act := range []string{"go to greenhouse", "look at  the  fern", "focus on fern"} {
+			resp, err := m.Tokenize(act, false, false)
+			require.NoError(t, err)
+			turn := rollout.Turn{Action: act, Observation: "observation " + act}
+			if every {
+				turn.Tips = testTips()
+			}
+			base := prev.Tokens
+			if !every {
+				bare, err := r.TokensWithResponses(rollout.Messages(r.Config(), "Find a plant.", "hallway", turns, ""), responses, true)
+				require.NoError(t, err)
+				base = bare.Tokens
+			}
+			turns = append(turns, turn)
+			responses = append(responses, resp)
+			next, err := r.TokensWithResponses(rollout.Messages(r.Config(), "Find a plant.", "hallway", turns, testTips()), responses, true)
+			require.NoError(t, err)
+			// prompt_{t+1} = prompt_t (with its tips when they stay) + response + <|im_end|> + …
+			base = append(append(append([]int32(nil), base...), resp...), eot)
+			require.Greater(t, len(next.Tokens), len(base), "turn %d", i)
+			assert.Equal(t, base, next.Tokens[:len(base)], "every-turn %v, turn %d", every, i)
+			want := 1
+			if every {
+				want = i + 2
+			}
+			assert.Len(t, next.Tips, want)
+			prev = next
+		}
 	}
 }
 
@@ -184,7 +264,7 @@ func TestRendererRejectsBadTemplates(t *testing.T) {
 	require.NoError(t, err)
 	_, err = r.Tokens(nil, true)
 	assert.ErrorIs(t, err, rollout.ErrPrompt)
-	_, err = r.TokensWithResponses(rollout.Messages(r.Config(), "t", "o", []rollout.Turn{{"a", "b"}}, ""), [][]int32{{1 << 30}}, true)
+	_, err = r.TokensWithResponses(rollout.Messages(r.Config(), "t", "o", []rollout.Turn{{Action: "a", Observation: "b"}}, ""), [][]int32{{1 << 30}}, true)
 	assert.ErrorIs(t, err, rollout.ErrPrompt)
 	assert.False(t, errors.Is(err, rollout.ErrTemplate))
 }

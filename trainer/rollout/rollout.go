@@ -22,9 +22,12 @@ import (
 // batched decode serves all active episodes:
 //
 //	for each turn:
-//	  [memory episodes] key_i = task + latest observation → embed, retrieve
-//	                    (namespace task/variation, cosine > threshold, top-k
-//	                    by stored score) → tip block at the end of the prompt
+//	  [memory episodes] key_i = the conversation so far (memory.key
+//	                    conversation; or task + latest observation) → embed,
+//	                    retrieve (namespace task/variation, cosine >
+//	                    threshold, top-k by stored score, ties oldest first)
+//	                    → tip block at the end of the latest user message
+//	                    (every-turn: earlier user messages keep theirs)
 //	  prompt_i = Renderer(Messages(history_i, tips_i))      (full history)
 //	  GenerateSlots(all i): decode only what slot_i's KV lacks, then sample
 //	                    all responses together (raw log-probs = π_old)
@@ -32,8 +35,8 @@ import (
 //
 // When an episode ends its slot goes to the next job (continuous batching).
 // After training episodes, WriteTips asks the policy for a one-sentence tip
-// in each episode's chat (batched the same way) and stores one memory entry
-// per step (EMPO² §3.2).
+// in a new user turn after each episode's chat (batched the same way) and
+// stores one memory entry per step (EMPO² §3.2).
 
 // Errors of the rollout engine.
 var (
@@ -47,19 +50,20 @@ var (
 // are sampled and played, and the prompt (PromptConfig, inline: the one
 // prompt format of rollouts, eval and SFT).
 type Config struct {
-	Temperature    float64      `yaml:"temperature" doc:"sampling temperature of training rollouts"`
-	StepLimit      int          `yaml:"step_limit" doc:"episode step limit; 0 = the environment's per-task limit"`
+	Temperature    float64      `yaml:"temperature" doc:"sampling temperature of training rollouts" range:"[0,100]"`
+	StepLimit      int          `yaml:"step_limit" doc:"episode step limit; 0 = the environment's per-task limit" range:"[0,1e6]"`
 	Prompt         PromptConfig `yaml:",inline"`
 	CorrectInvalid bool         `yaml:"correct_invalid" doc:"map an invalid action to the most similar valid one (Jaccard, as the reference for ScienceWorld)"`
-	TipMaxTokens   int          `yaml:"tip_max_tokens" doc:"max tokens of a written tip"`
-	TipTemperature float64      `yaml:"tip_temperature" doc:"sampling temperature of tip writing; < 0 = rollout.temperature (the reference), 0 = greedy"`
+	TipMaxTokens   int          `yaml:"tip_max_tokens" doc:"max tokens of a written tip (generation also stops at the end of its first line; the reference: 512)" range:"[0,65536]"`
+	TipTemperature float64      `yaml:"tip_temperature" doc:"sampling temperature of tip writing; < 0 = rollout.temperature (the reference), 0 = greedy" range:"[,100]"`
 	SuccessScore   float64      `yaml:"success_score" doc:"an episode succeeds when its final score reaches this: 100 is the full score of textlab, WebShop and ScienceWorld; 71 is the EMPO² ScienceWorld recipe's score > 70 on its integer scores"`
 }
 
-// DefaultConfig is temperature 1, the default prompt, tips of at most 64
-// tokens sampled at the rollout temperature, success at the full score 100.
+// DefaultConfig is temperature 1, the default prompt, tips of at most 512
+// tokens (the reference code's last version) sampled at the rollout
+// temperature, success at the full score 100.
 func DefaultConfig() Config {
-	return Config{Temperature: 1, Prompt: DefaultPromptConfig(), TipMaxTokens: 64, TipTemperature: -1, SuccessScore: 100}
+	return Config{Temperature: 1, Prompt: DefaultPromptConfig(), TipMaxTokens: 512, TipTemperature: -1, SuccessScore: 100}
 }
 
 // Succeeded is the one success rule of training, evaluation and the greedy
@@ -73,22 +77,98 @@ func Succeeded(score, successScore float64) bool { return score >= successScore 
 
 // MemoryConfig is the `memory` section of a run configuration: the tips
 // memory's retrieval, the intrinsic reward of memory rollouts, and tip
-// writing.
+// writing. Every value means what it says (no zero stands for a default);
+// Validate checks them.
 type MemoryConfig struct {
 	Embedder      string  `yaml:"embedder" doc:"hash (built-in) | policy (the policy's mean-pooled states) | path of a BERT-type embedding GGUF"`
-	Threshold     float64 `yaml:"threshold" doc:"cosine similarity a tip must exceed to be retrieved (calibrate per embedder; 0.5 was for MiniLM)"`
-	TopK          int     `yaml:"top_k" doc:"tips put in the prompt (highest stored score first)"`
-	IntrinsicCoef float64 `yaml:"intrinsic_coef" doc:"coefficient of the intrinsic reward 1/(count+1) in memory rollouts; 0 = off"`
+	Key           KeyKind `yaml:"key" doc:"retrieval key: conversation (the reference code: the chat so far without the system text; an episode's entries are all stored under its final conversation) | observation (task and latest observation; each step's entry under its own)"`
+	KeyPieces     int     `yaml:"key_pieces" doc:"the embedder reads the first N pieces of a key (hash: words and single punctuation marks, memstore.CutPieces; policy or GGUF: the model's tokens); 256 = all-MiniLM-L6-v2's limit"`
+	Threshold     float64 `yaml:"threshold" doc:"cosine similarity a tip must exceed to be retrieved, in [-1, 1); 0 retrieves every positive cosine (calibrated for the hash embedder with conversation keys, docs/memory.md; the reference's 0.5 was for MiniLM)"`
+	TopK          int     `yaml:"top_k" doc:"tips put in the prompt, ≥ 1 (highest stored score first, ties oldest first, as the reference code's stable sort)"`
+	TipsIn        TipsIn  `yaml:"tips_in" doc:"every-turn (the reference code: each turn's user message keeps the tips retrieved for it) | last-turn (only the latest user message has tips)"`
+	IntrinsicCoef float64 `yaml:"intrinsic_coef" doc:"per-step novelty bonus coef/(tips+1) of memory rollouts, in score points (1: the reference's scale, at most 1% of the 0–100 range); 0 = the extrinsic score alone (the reference code's last version)"`
 	Cap           int     `yaml:"cap" doc:"entries kept per task variation, oldest dropped first"`
 	WriteTips     bool    `yaml:"write_tips" doc:"write one tip per training episode (entries stamped with the step)"`
 }
 
-// DefaultMemoryConfig is the hash embedder, the top 10 tips above cosine
-// 0.5 (memstore's defaults), intrinsic coefficient 1, 1000 entries per
-// task variation, tips written.
+// KeyKind is the retrieval key of memory.key.
+type KeyKind string
+
+// Retrieval keys.
+const (
+	// KeyConversation: the conversation so far (ConversationKey), the
+	// reference code's key; an episode's entries are stored under its final
+	// conversation.
+	KeyConversation KeyKind = "conversation"
+	// KeyObservation: the task and the latest observation (MemoryKey); each
+	// step's entry is stored under that step's key.
+	KeyObservation KeyKind = "observation"
+)
+
+// Valid reports whether k is a known key.
+func (k KeyKind) Valid() bool { return k == KeyConversation || k == KeyObservation }
+
+// TipsIn is where retrieved tips stay in the chat (memory.tips_in).
+type TipsIn string
+
+// Tip placements.
+const (
+	TipsEveryTurn TipsIn = "every-turn" // each turn's user message keeps the tips retrieved for it (the reference code)
+	TipsLastTurn  TipsIn = "last-turn"  // only the latest user message carries tips
+)
+
+// Valid reports whether t is a known placement.
+func (t TipsIn) Valid() bool { return t == TipsEveryTurn || t == TipsLastTurn }
+
+// DefaultKeyPieces is all-MiniLM-L6-v2's input limit (256 word pieces),
+// the reference's sentence embedder.
+const DefaultKeyPieces = 256
+
+// DefaultThreshold is memory.threshold's default: the retrieval threshold
+// calibrated for the hash embedder with conversation keys cut at 256
+// pieces (docs/memory.md, TestConversationKeyThreshold): every entry of a
+// variation passes it, as the reference's MiniLM passes 0.5, and entries of
+// other variations do not.
+const DefaultThreshold = 0.5
+
+// DefaultMemoryConfig is the reference code's memory: conversation keys
+// cut at 256 pieces, the hash embedder at its calibrated threshold, the
+// top 10 tips by score (ties oldest first) in every turn, the novelty
+// bonus at the reference's scale, 1000 entries per task variation, tips
+// written.
 func DefaultMemoryConfig() MemoryConfig {
-	return MemoryConfig{Embedder: EmbedderHash, Threshold: memstore.DefaultThreshold, TopK: memstore.DefaultK, IntrinsicCoef: 1,
-		Cap: 1000, WriteTips: true}
+	return MemoryConfig{Embedder: EmbedderHash, Key: KeyConversation, KeyPieces: DefaultKeyPieces, Threshold: DefaultThreshold,
+		TopK: memstore.DefaultK, TipsIn: TipsEveryTurn, IntrinsicCoef: 1, Cap: 1000, WriteTips: true}
+}
+
+// Validate reports ErrRollout for a value outside its range.
+func (mc MemoryConfig) Validate() error {
+	bad := func(f string, a ...any) error { return fmt.Errorf("%w: memory."+f, append([]any{ErrRollout}, a...)...) }
+	switch {
+	case mc.Embedder == "":
+		return bad("embedder is empty (want %s, %s or a GGUF path)", EmbedderHash, EmbedderPolicy)
+	case !mc.Key.Valid():
+		return bad("key %q (want %s or %s)", mc.Key, KeyConversation, KeyObservation)
+	case mc.KeyPieces < 1:
+		return bad("key_pieces %d (want ≥ 1)", mc.KeyPieces)
+	case !(mc.Threshold >= -1 && mc.Threshold < 1):
+		return bad("threshold %v (want a cosine in [-1, 1))", mc.Threshold)
+	case mc.TopK < 1:
+		return bad("top_k %d (want ≥ 1 tips per prompt)", mc.TopK)
+	case !mc.TipsIn.Valid():
+		return bad("tips_in %q (want %s or %s)", mc.TipsIn, TipsEveryTurn, TipsLastTurn)
+	case !(mc.IntrinsicCoef >= 0) || math.IsInf(mc.IntrinsicCoef, 0):
+		return bad("intrinsic_coef %v (want ≥ 0)", mc.IntrinsicCoef)
+	case mc.Cap < 0:
+		return bad("cap %d (want ≥ 0; 0 = no cap)", mc.Cap)
+	}
+	return nil
+}
+
+// Query is the memstore query of the configuration: top_k, threshold, by
+// stored score with ties oldest first.
+func (mc MemoryConfig) Query() memstore.Query {
+	return memstore.Query{K: mc.TopK, Threshold: float32(mc.Threshold), Order: memstore.OrderByScoreStable}
 }
 
 // Built-in embedders of MemoryConfig.Embedder (anything else is a GGUF path;
@@ -112,27 +192,32 @@ func (j Job) Namespace() string { return j.Task + "/" + strconv.Itoa(j.Variation
 
 // StepRecord is one action of an episode.
 type StepRecord struct {
-	Prompt      []int32   // tokens the policy saw (tip block included when retrieved)
-	TipSpan     [2]int    // [start,end) of the tip block in Prompt; {0,0} = none
+	Prompt []int32 // tokens the policy saw (its tip blocks included)
+	// NoTips is the same chat rendered with no tips at all, tokenized on its
+	// own (the off-policy training input); nil when Prompt has no tips.
+	NoTips      []int32
+	TipSpans    [][2]int  // token spans of Prompt's tip blocks (ChatTokens.Tips)
+	Tips        string    // the tip block retrieved for this action ("" none)
 	Response    []int32   // sampled tokens, incl. a final end-of-generation token unless cut by max_action_tokens
 	OldLogp     []float32 // raw log-probs of Response at temperature 1 (π_old)
 	Text        string    // the response's text (without the end-of-generation token)
 	Action      string    // the action sent to the environment (after parsing / correction)
 	Observation string
 	Reward      float64 // environment reward of this step (score change)
-	Retrieved   int     // tips counted above threshold (intrinsic reward coef/(Retrieved+1))
-	Key         string  // memory key text of this step's context
+	Retrieved   int     // tips put in the prompt for this action (≤ memory.top_k)
+	Intrinsic   float64 // novelty bonus of this step in score points: memory episodes IntrinsicReward(Retrieved, coef), else 0
+	Key         string  // the retrieval key text of this step's context
 	Parsed      bool    // the response contained a well-formed action
 	Corrected   bool    // the action was mapped to a valid one
 }
 
-// PromptWithoutTips is Prompt with the tip block cut out: exactly the
-// tokens of the same chat rendered with no tips.
+// PromptWithoutTips is the prompt with no tips: NoTips, or Prompt when it
+// had none.
 func (s StepRecord) PromptWithoutTips() []int32 {
-	if s.TipSpan[1] <= s.TipSpan[0] {
-		return s.Prompt
+	if s.NoTips != nil {
+		return s.NoTips
 	}
-	return cutSpans(s.Prompt, [][2]int{s.TipSpan})
+	return s.Prompt
 }
 
 // Episode is a finished episode.
@@ -142,12 +227,15 @@ type Episode struct {
 	Score     float64 // final environment score
 	Success   bool    // Succeeded(Score, Config.SuccessScore)
 	Done      bool    // the environment ended the episode (not the step limit or the context)
-	Intrinsic float64 // memory episodes: mean over steps of coef/(Retrieved+1); else 0
+	Intrinsic float64 // memory episodes: mean over steps of StepRecord.Intrinsic (score points); else 0
 	Tip       string  // set by WriteTips
 	End       End     // why the episode ended
 
-	taskDesc, firstObs string
-	slot               int
+	// TaskDesc and FirstObs are what the environment's reset gave: the
+	// first user message's text (Messages).
+	TaskDesc, FirstObs string
+
+	slot int
 }
 
 // End is why an episode ended.
@@ -200,9 +288,10 @@ type Options struct {
 	// Memory is the tips store (retrieval embeds with its embedder). nil:
 	// memory jobs and WriteTips fail with ErrNoMemory.
 	Memory *memstore.Store
-	// MemoryConfig is the memory section: retrieval (threshold, top_k),
-	// the intrinsic reward (intrinsic_coef) and the embedder's name. Zero
-	// Threshold, TopK and Embedder take DefaultMemoryConfig's.
+	// MemoryConfig is the memory section: the key, retrieval (threshold,
+	// top_k), where tips stay (tips_in), the intrinsic reward
+	// (intrinsic_coef) and the embedder's name (the store embeds with
+	// OpenEmbedder's embedder). Checked by MemoryConfig.Validate.
 	MemoryConfig MemoryConfig
 	// ReadOnlyMemory makes WriteTips fail (eval without --write-tips).
 	ReadOnlyMemory bool
@@ -227,30 +316,18 @@ type Roller struct {
 
 // NewRoller makes a Roller over lctx (the policy's inference context with
 // its adapter attached; at most lctx.NSeqMax() episodes are active at a
-// time). A zero TipMaxTokens takes DefaultConfig's value, a zero
-// MemoryConfig (and an empty embedder name) DefaultMemoryConfig's;
-// Temperature, threshold and top_k are used as given (temperature 0 =
-// greedy).
+// time). Settings are used as given (Temperature 0 = greedy) and checked:
+// TipMaxTokens ≥ 1, a finite SuccessScore, o.MemoryConfig.Validate.
 func NewRoller(lctx *llama.Context, cfg Config, o Options) (*Roller, error) {
 	if lctx == nil {
 		return nil, fmt.Errorf("%w: nil llama context", ErrRollout)
 	}
-	def, mdef := DefaultConfig(), DefaultMemoryConfig()
-	mc := &o.MemoryConfig
-	if *mc == (MemoryConfig{}) {
-		*mc = mdef
-	}
-	if mc.Embedder == "" {
-		mc.Embedder = mdef.Embedder
-	}
-	if cfg.TipMaxTokens == 0 {
-		cfg.TipMaxTokens = def.TipMaxTokens
+	if err := o.MemoryConfig.Validate(); err != nil {
+		return nil, err
 	}
 	switch {
-	case mc.TopK < 0 || cfg.TipMaxTokens < 0 || cfg.StepLimit < 0:
-		return nil, fmt.Errorf("%w: negative top_k, tip_max_tokens or step_limit", ErrRollout)
-	case mc.Threshold < -1 || mc.Threshold >= 1:
-		return nil, fmt.Errorf("%w: memory threshold %v not in [-1, 1)", ErrRollout, mc.Threshold)
+	case cfg.TipMaxTokens < 1 || cfg.StepLimit < 0:
+		return nil, fmt.Errorf("%w: tip_max_tokens %d (want ≥ 1) or step_limit %d (want ≥ 0)", ErrRollout, cfg.TipMaxTokens, cfg.StepLimit)
 	case cfg.Temperature < 0 || cfg.Temperature > 100:
 		return nil, fmt.Errorf("%w: temperature %v", ErrRollout, cfg.Temperature)
 	case cfg.TipTemperature > 100 || math.IsNaN(cfg.TipTemperature):
@@ -365,10 +442,10 @@ type live struct {
 	turns     []Turn
 	responses [][]int32 // sampled tokens of each turn, without a final EOG token
 	limit     int
-	intr      float64
 	prev      []int32 // the previous turn's prompt and response
 	// this turn
 	prompt ChatTokens
+	noTips []int32 // the prompt rendered without tips (nil: it has none)
 	key    string
 	count  int
 	tips   string
@@ -550,7 +627,7 @@ func (r *Roller) start(ctx context.Context, l *live) error {
 	if err != nil {
 		return fmt.Errorf("%w: reset %s/%d: %w", ErrRollout, j.Task, j.Variation, err)
 	}
-	l.ep.taskDesc, l.ep.firstObs = res.TaskDescription, res.Observation
+	l.ep.TaskDesc, l.ep.FirstObs = res.TaskDescription, res.Observation
 	l.limit = environments.StepLimit(r.tasks[j.Task], r.opts.EnvOptions)
 	if r.cfg.StepLimit > 0 {
 		l.limit = r.cfg.StepLimit
@@ -558,10 +635,27 @@ func (r *Roller) start(ctx context.Context, l *live) error {
 	return nil
 }
 
-// MemoryKey is the retrieval key of a context: the task and the latest
-// observation (the state the agent is in), tips excluded.
+// MemoryKey is the retrieval key of a context under memory.key
+// "observation": the task and the latest observation (the state the agent
+// is in), tips excluded.
 func MemoryKey(taskDesc, obs string) string {
 	return "Task: " + strings.TrimSpace(taskDesc) + "\n" + strings.TrimSpace(obs)
+}
+
+// StepKey is the retrieval key before the next action of an episode that
+// began with (taskDesc, firstObs) and played turns: the conversation so far
+// (ConversationKey of its Messages) or, with KeyObservation, the task and
+// the latest observation (MemoryKey). Under KeyConversation the key after
+// the last turn is the key every entry of the episode is stored under.
+func StepKey(k KeyKind, pc PromptConfig, taskDesc, firstObs string, turns []Turn) string {
+	if k == KeyObservation {
+		obs := firstObs
+		if n := len(turns); n > 0 {
+			obs = turns[n-1].Observation
+		}
+		return MemoryKey(taskDesc, obs)
+	}
+	return ConversationKey(Messages(pc, taskDesc, firstObs, turns, ""))
 }
 
 // retrieve computes every active episode's key and, for memory episodes,
@@ -569,13 +663,10 @@ func MemoryKey(taskDesc, obs string) string {
 func (r *Roller) retrieve(ctx context.Context, active []*live, st *Stats) error {
 	var qs []memstore.TextQuery
 	var who []*live
+	mc := r.opts.MemoryConfig
 	for _, l := range active {
-		obs := l.ep.firstObs
-		if n := len(l.turns); n > 0 {
-			obs = l.turns[n-1].Observation
-		}
-		l.key = MemoryKey(l.ep.taskDesc, obs)
-		l.count = 0
+		l.count, l.tips = 0, ""
+		l.key = StepKey(mc.Key, r.cfg.Prompt, l.ep.TaskDesc, l.ep.FirstObs, l.turns)
 		if l.ep.UseMemory {
 			qs = append(qs, memstore.TextQuery{Namespace: l.ep.Namespace(), Text: l.key})
 			who = append(who, l)
@@ -585,37 +676,44 @@ func (r *Roller) retrieve(ctx context.Context, active []*live, st *Stats) error 
 		return nil
 	}
 	t0 := time.Now()
-	res, err := r.opts.Memory.RetrieveTexts(ctx, qs, memstore.Query{
-		K: r.opts.MemoryConfig.TopK, Threshold: float32(r.opts.MemoryConfig.Threshold), Order: memstore.OrderByScore,
-	})
+	res, err := r.opts.Memory.RetrieveTexts(ctx, qs, mc.Query())
 	st.TEmbedRetrieve += time.Since(t0)
 	if err != nil {
 		return fmt.Errorf("%w: retrieval: %w", ErrRollout, err)
 	}
 	for i, l := range who {
-		l.count = res[i].Count
+		l.count = len(res[i].Entries) // the tips shown (≤ top_k), as the reference counts them
 		l.tips = FormatTips(res[i].Entries)
 	}
 	return nil
 }
 
-// render tokenizes an episode's next prompt.
+// render tokenizes an episode's next prompt (the tips of earlier turns
+// stay when they are in the turns: memory.tips_in every-turn) and, when it
+// has tips, the same chat without any (the off-policy training input).
 func (r *Roller) render(l *live) error {
 	turns, resps := l.turns, l.responses
 	pc := r.cfg.Prompt
 	if pc.History == HistoryLast && len(turns) > pc.HistoryK {
 		resps = resps[len(turns)-pc.HistoryK:]
 	}
-	tips := ""
-	if l.ep.UseMemory {
-		tips = l.tips
-	}
-	msgs := Messages(pc, l.ep.taskDesc, l.ep.firstObs, turns, tips)
+	msgs := Messages(pc, l.ep.TaskDesc, l.ep.FirstObs, turns, l.tips)
 	ct, err := r.rend.TokensWithResponses(msgs, resps, true)
 	if err != nil {
 		return fmt.Errorf("%w: rendering %s/%d: %w", ErrRollout, l.ep.Task, l.ep.Variation, err)
 	}
-	l.prompt = ct
+	l.prompt, l.noTips = ct, nil
+	if len(ct.Tips) > 0 {
+		bare := make([]Turn, len(turns))
+		for i, t := range turns {
+			bare[i] = Turn{Action: t.Action, Observation: t.Observation}
+		}
+		nt, err := r.rend.TokensWithResponses(Messages(pc, l.ep.TaskDesc, l.ep.FirstObs, bare, ""), resps, true)
+		if err != nil {
+			return fmt.Errorf("%w: rendering %s/%d without tips: %w", ErrRollout, l.ep.Task, l.ep.Variation, err)
+		}
+		l.noTips = nt.Tokens
+	}
 	return nil
 }
 
@@ -636,11 +734,11 @@ func (r *Roller) stepAll(ctx context.Context, ls []*live, seqs []llama.Sequence)
 
 func (r *Roller) step(ctx context.Context, l *live, seq llama.Sequence) error {
 	rec := StepRecord{
-		Prompt: l.prompt.Tokens, Response: seq.Tokens, OldLogp: seq.LogProbs,
-		Text: seq.Text, Key: l.key, Retrieved: l.count,
+		Prompt: l.prompt.Tokens, NoTips: l.noTips, TipSpans: l.prompt.Tips, Tips: l.tips,
+		Response: seq.Tokens, OldLogp: seq.LogProbs, Text: seq.Text, Key: l.key, Retrieved: l.count,
 	}
-	if len(l.prompt.Tips) > 0 {
-		rec.TipSpan = l.prompt.Tips[len(l.prompt.Tips)-1]
+	if l.ep.UseMemory {
+		rec.Intrinsic = IntrinsicReward(rec.Retrieved, r.opts.MemoryConfig.IntrinsicCoef)
 	}
 	action, ok := ParseAction(r.cfg.Prompt, seq.Text)
 	rec.Parsed = ok
@@ -664,16 +762,17 @@ func (r *Roller) step(ctx context.Context, l *live, seq llama.Sequence) error {
 		return fmt.Errorf("%w: step %s/%d: %w", ErrRollout, l.ep.Task, l.ep.Variation, err)
 	}
 	rec.Observation, rec.Reward = res.Observation, res.Reward
-	if l.ep.UseMemory {
-		l.intr += IntrinsicReward(rec.Retrieved, r.opts.MemoryConfig.IntrinsicCoef)
-	}
 	resp := seq.Tokens
 	if seq.Finish == llama.FinishEOG && len(resp) > 0 {
 		resp = resp[:len(resp)-1]
 	}
 	l.responses = append(l.responses, resp)
 	l.prev = append(append(make([]int32, 0, len(rec.Prompt)+len(seq.Tokens)), rec.Prompt...), seq.Tokens...)
-	l.turns = append(l.turns, Turn{Action: seq.Text, Observation: res.Observation})
+	turn := Turn{Action: seq.Text, Observation: res.Observation}
+	if r.opts.MemoryConfig.TipsIn == TipsEveryTurn {
+		turn.Tips = l.tips // this user message keeps the tips shown for this action
+	}
+	l.turns = append(l.turns, turn)
 	l.ep.Steps = append(l.ep.Steps, rec)
 	switch {
 	case res.Done:
@@ -690,6 +789,9 @@ func (r *Roller) finish(l *live) {
 	ep.Score = l.env.Score()
 	ep.Success = Succeeded(ep.Score, r.cfg.SuccessScore)
 	if ep.UseMemory && len(ep.Steps) > 0 {
-		ep.Intrinsic = l.intr / float64(len(ep.Steps))
+		for _, s := range ep.Steps {
+			ep.Intrinsic += s.Intrinsic
+		}
+		ep.Intrinsic /= float64(len(ep.Steps))
 	}
 }

@@ -3,6 +3,7 @@ package rollout_test
 import (
 	"context"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -36,10 +37,11 @@ func TestRolloutRuns(t *testing.T) {
 			for _, lp := range s.OldLogp {
 				assert.True(t, lp <= 0 && !math.IsInf(float64(lp), 0))
 			}
-			assert.Equal(t, [2]int{}, s.TipSpan)
+			assert.Empty(t, s.TipSpans)
+			assert.Nil(t, s.NoTips)
 			assert.Equal(t, s.Prompt, s.PromptWithoutTips())
 			assert.NotEmpty(t, s.Observation)
-			assert.Contains(t, s.Key, "Task: ")
+			assert.True(t, strings.HasPrefix(s.Key, "user: Task: "), "the conversation key: %.40q", s.Key)
 			if k > 0 {
 				// full history: this prompt extends the previous prompt and its response
 				prev := ep.Steps[k-1]
@@ -125,10 +127,11 @@ func TestRolloutMemoryOnlyChangesTipBlock(t *testing.T) {
 	eps, st, err := r.Run(ctx, on)
 	require.NoError(t, err)
 	s0 := eps[0].Steps[0]
-	require.NotEqual(t, [2]int{}, s0.TipSpan, "the tip was retrieved")
+	require.Len(t, s0.TipSpans, 1, "the tip was retrieved")
 	assert.Equal(t, 1, s0.Retrieved)
+	assert.Equal(t, 0.5, s0.Intrinsic, "1/(1+1) point")
 	assert.Equal(t, off[0].Steps[0].Prompt, s0.PromptWithoutTips(), "memory on = memory off + tip block")
-	block, err := m.Detokenize(s0.Prompt[s0.TipSpan[0]:s0.TipSpan[1]])
+	block, err := m.Detokenize(s0.Prompt[s0.TipSpans[0][0]:s0.TipSpans[0][1]])
 	require.NoError(t, err)
 	assert.Contains(t, block, "look in the greenhouse first")
 	assert.Positive(t, eps[0].Intrinsic)
@@ -150,7 +153,8 @@ func TestRolloutTipsWrittenThenRetrieved(t *testing.T) {
 	for _, ep := range eps {
 		for _, s := range ep.Steps {
 			assert.Equal(t, 0, s.Retrieved)
-			assert.Equal(t, [2]int{}, s.TipSpan)
+			assert.Empty(t, s.TipSpans)
+			assert.Equal(t, 1.0, s.Intrinsic, "nothing retrieved: coef/(0+1)")
 		}
 	}
 	written, err := r.WriteTips(ctx, eps, 7)
@@ -160,12 +164,16 @@ func TestRolloutTipsWrittenThenRetrieved(t *testing.T) {
 	for _, ep := range eps {
 		assert.NotEmpty(t, ep.Tip)
 		assert.Equal(t, rollout.CleanTip(ep.Tip), ep.Tip)
-		res, err := mem.RetrieveText(ctx, ep.Namespace(), ep.Steps[0].Key, memstore.Query{})
+		res, err := mem.RetrieveText(ctx, ep.Namespace(), ep.Steps[0].Key, memstore.Query{K: 100, Threshold: -1})
 		require.NoError(t, err)
 		require.NotEmpty(t, res.Entries)
 		assert.Equal(t, int64(7), res.Entries[0].Step)
 		assert.Equal(t, ep.Score, res.Entries[0].Score)
 		assert.Contains(t, res.Entries[0].Content, ep.Tip)
+		// every entry of the episode is stored under its final conversation
+		for _, e := range res.Entries {
+			assert.InDelta(t, res.Entries[0].Similarity, e.Similarity, 1e-6, "one key per episode")
+		}
 	}
 	again, st, err := r.Run(ctx, jobs)
 	require.NoError(t, err)
@@ -174,7 +182,7 @@ func TestRolloutTipsWrittenThenRetrieved(t *testing.T) {
 	for _, ep := range again {
 		s0 := ep.Steps[0]
 		assert.Positive(t, s0.Retrieved)
-		require.NotEqual(t, [2]int{}, s0.TipSpan)
+		require.NotEmpty(t, s0.TipSpans)
 		assert.Less(t, ep.Intrinsic, 1.0)
 	}
 	_, err = r.WithMemory(mem, true).WriteTips(ctx, eps, 8)
@@ -280,4 +288,142 @@ func TestWriteTipsTemperature(t *testing.T) {
 	cfg.TipTemperature = 101
 	_, err = rollout.NewRoller(c, cfg, rollout.Options{Env: "textlab"})
 	assert.ErrorIs(t, err, rollout.ErrRollout)
+}
+
+// TestRolloutReplaysBestEpisode: the reference code's memory (the default:
+// conversation keys, the top 10 by score with ties oldest first, tips in
+// every turn). Two earlier episodes of one variation write their tips
+// (scores 30 and 80); a memory episode of that variation then sees, in the
+// user message of every turn, the better episode's entries step by step,
+// then the weaker one's; its prompts keep every earlier turn's block, and
+// its prompt without tips holds none of them.
+func TestRolloutReplaysBestEpisode(t *testing.T) {
+	ctx := context.Background()
+	m := testutil.Model(t)
+	mem := testutil.Store(t)
+	r := testutil.Roller(t, m, 3, mem)
+	require.Equal(t, rollout.DefaultMemoryConfig(), r.MemoryConfig())
+	earlier, _, err := r.Run(ctx, []rollout.Job{{Task: "melt", Seed: 1}, {Task: "melt", Seed: 2}})
+	require.NoError(t, err)
+	earlier[0].Score, earlier[1].Score = 30, 80
+	_, err = r.WriteTips(ctx, earlier, 1)
+	require.NoError(t, err)
+	// expected: the score-80 episode's entries in step order, then the
+	// score-30 one's (an episode's repeated actions give one entry)
+	var want []memstore.Match
+	seen := map[string]bool{}
+	for _, ep := range []rollout.Episode{earlier[1], earlier[0]} {
+		for _, s := range ep.Steps {
+			c := rollout.TipContent(ep.Tip, s.Action, ep.Score)
+			if !seen[c] {
+				seen[c] = true
+				want = append(want, memstore.Match{Entry: memstore.Entry{Content: c}})
+			}
+		}
+	}
+	want = want[:min(len(want), r.MemoryConfig().TopK)]
+	block := rollout.FormatTips(want)
+	eps, _, err := r.Run(ctx, []rollout.Job{{Task: "melt", Seed: 3, UseMemory: true}})
+	require.NoError(t, err)
+	require.NotEmpty(t, eps[0].Steps)
+	for k, s := range eps[0].Steps {
+		assert.Equal(t, block, s.Tips, "step %d: the best episode replayed step by step", k)
+		assert.Equal(t, len(want), s.Retrieved)
+		require.Len(t, s.TipSpans, k+1, "step %d: every turn keeps its block", k)
+		text, err := m.Detokenize(s.Prompt)
+		require.NoError(t, err)
+		assert.Equal(t, k+1, strings.Count(text, rollout.TipSep+block), "step %d", k)
+		bare, err := m.Detokenize(s.PromptWithoutTips())
+		require.NoError(t, err)
+		assert.NotContains(t, bare, rollout.TipsBegin)
+		for _, w := range want {
+			assert.NotContains(t, bare, w.Content)
+		}
+		assert.Equal(t, rollout.StripTips(text), bare, "step %d: the prompt without tips is the prompt with its blocks removed", k)
+	}
+}
+
+// TestMemoryConfigMeansWhatItSays: every value of the memory section is
+// used as given: threshold 0 stays 0 (every positive cosine; memstore
+// takes it literally), while a top_k of 0 and the other out-of-range
+// values are refused instead of silently replaced by defaults.
+func TestMemoryConfigMeansWhatItSays(t *testing.T) {
+	m := testutil.Model(t)
+	c := testutil.Context(t, m, 1)
+	mc := rollout.DefaultMemoryConfig()
+	require.NoError(t, mc.Validate())
+	mc.Threshold = 0
+	r, err := rollout.NewRoller(c, testutil.RollerOn(t, c, nil).Config(), rollout.Options{Env: "textlab", MemoryConfig: mc})
+	require.NoError(t, err)
+	assert.Equal(t, 0.0, r.MemoryConfig().Threshold)
+	assert.Equal(t, memstore.Query{K: 10, Threshold: 0, Order: memstore.OrderByScoreStable}, r.MemoryConfig().Query())
+	for name, edit := range map[string]func(*rollout.MemoryConfig){
+		"top_k 0":        func(m *rollout.MemoryConfig) { m.TopK = 0 },
+		"top_k -1":       func(m *rollout.MemoryConfig) { m.TopK = -1 },
+		"threshold 1":    func(m *rollout.MemoryConfig) { m.Threshold = 1 },
+		"threshold NaN":  func(m *rollout.MemoryConfig) { m.Threshold = math.NaN() },
+		"key_pieces 0":   func(m *rollout.MemoryConfig) { m.KeyPieces = 0 },
+		"key":            func(m *rollout.MemoryConfig) { m.Key = "state" },
+		"tips_in":        func(m *rollout.MemoryConfig) { m.TipsIn = "first-turn" },
+		"embedder empty": func(m *rollout.MemoryConfig) { m.Embedder = "" },
+		"intrinsic < 0":  func(m *rollout.MemoryConfig) { m.IntrinsicCoef = -1 },
+		"cap < 0":        func(m *rollout.MemoryConfig) { m.Cap = -1 },
+	} {
+		bad := rollout.DefaultMemoryConfig()
+		edit(&bad)
+		assert.ErrorIs(t, bad.Validate(), rollout.ErrRollout, name)
+		_, err := rollout.NewRoller(c, rollout.DefaultConfig(), rollout.Options{Env: "textlab", MemoryConfig: bad})
+		assert.ErrorIs(t, err, rollout.ErrRollout, name)
+	}
+	_, err = rollout.NewRoller(c, rollout.DefaultConfig(), rollout.Options{Env: "textlab"}) // a zero memory section
+	assert.ErrorIs(t, err, rollout.ErrRollout)
+	cfg := rollout.DefaultConfig()
+	cfg.TipMaxTokens = 0
+	_, err = rollout.NewRoller(c, cfg, rollout.Options{Env: "textlab", MemoryConfig: rollout.DefaultMemoryConfig()})
+	assert.ErrorIs(t, err, rollout.ErrRollout, "tip_max_tokens 0")
+	_, _, err = rollout.OpenEmbedder(rollout.MemoryConfig{Embedder: rollout.EmbedderHash}, nil, 1)
+	assert.ErrorIs(t, err, rollout.ErrRollout, "key_pieces 0")
+	emb, closeEmb, err := rollout.OpenEmbedder(rollout.DefaultMemoryConfig(), nil, 1)
+	require.NoError(t, err)
+	defer closeEmb()
+	assert.Equal(t, rollout.DefaultKeyPieces, emb.(*memstore.HashEmbedder).MaxPieces())
+}
+
+// TestRolloutKVReuseWithTips: memory episodes on a fresh context (nothing
+// in the slots from an earlier run) decode about each distinct prompt
+// token once, with tips kept in every turn (each prompt extends the
+// previous one) and with tips in the last turn only (a prompt drops the
+// previous block: the rest of it is decoded again, and counted as new).
+func TestRolloutKVReuseWithTips(t *testing.T) {
+	ctx := context.Background()
+	m := testutil.Model(t)
+	mem := testutil.Store(t)
+	jobs := testutil.Jobs(4, true)
+	first, _, err := testutil.Roller(t, m, 4, mem).Run(ctx, jobs)
+	require.NoError(t, err)
+	_, err = testutil.Roller(t, m, 4, mem).WriteTips(ctx, first, 1)
+	require.NoError(t, err)
+	for _, in := range []rollout.TipsIn{rollout.TipsEveryTurn, rollout.TipsLastTurn} {
+		r := testutil.Roller(t, m, 4, mem, func(c *rollout.Config, o *rollout.Options) {
+			o.MemoryConfig.TipsIn = in
+			c.StepLimit = 5
+		})
+		for i := range jobs {
+			jobs[i].Seed += 10
+		}
+		eps, st, err := r.Run(ctx, jobs)
+		require.NoError(t, err)
+		blocks := 0
+		for _, ep := range eps {
+			for _, s := range ep.Steps {
+				blocks += len(s.TipSpans)
+			}
+		}
+		require.Positive(t, blocks)
+		ratio := float64(st.PromptTokensDecoded) / float64(st.PromptTokensUnique)
+		t.Logf("tips_in %s: prompt tokens decoded/unique %d/%d = %.3f, seen/unique %.2f, %d tip blocks in %d prompts", in,
+			st.PromptTokensDecoded, st.PromptTokensUnique, ratio, float64(st.PromptTokensSeen)/float64(st.PromptTokensUnique), blocks, st.EnvSteps)
+		assert.LessOrEqual(t, ratio, 1.1)
+		assert.GreaterOrEqual(t, ratio, 0.9)
+	}
 }

@@ -8,15 +8,18 @@ import (
 	"github.com/empo2/empo2/memstore"
 )
 
-// Tip writing and tip injection, as in the EMPO² reference: after an episode
-// the policy is asked (TipRequest) for a one-sentence note; every step i of
-// the episode then becomes a memory entry keyed by the context at step i,
-// whose content is the note plus the action taken at that step and the final
-// score, scored by the final score (EpisodeEntries). Before an action, the
-// retrieved entries are put at the end of the last user message as one
-// block (FormatTips) between TipsBegin and TipsEnd, which the Renderer
-// tokenizes as its own token span, so that the off-policy update can cut it
-// out and get exactly the tokens of the same chat rendered without tips.
+// Tip writing and tip injection, as the EMPO² reference code does them:
+// after an episode the policy is asked, in a new user turn after the
+// episode's chat (TipMessages), for a one-line note; every step i of the
+// episode then becomes a memory entry whose content is the note plus the
+// action taken at that step and the final score, scored by the final score
+// (EpisodeEntries). The entries' key is the episode's final conversation
+// (memory.key "conversation", the reference) or each step's task and
+// observation ("observation"). Before an action, the retrieved entries
+// become one block (FormatTips) between TipsBegin and TipsEnd at the end of
+// the user message the action answers (Messages; with memory.tips_in
+// "every-turn" earlier turns keep theirs), which the Renderer tokenizes with
+// the message's text as one text and locates as a span.
 // (This file moved here from memstore, which stays a pure store.)
 
 // Prompt pieces. The markers must not occur in observations (Messages
@@ -29,17 +32,19 @@ const (
 	TipSep = "\n\n"
 	// MaxTipWords bounds a tip's length (the reference asks for ~100 words).
 	MaxTipWords = 100
-	// TipRequest is the instruction appended to an episode's chat (as a
-	// user message) to ask the policy for its note.
-	TipRequest = "The episode is over. Write one short sentence (at most 100 words) for your future self: " +
+	// TipRequest is the user message that follows an episode's chat to
+	// ask the policy for its note (one line: generation stops at the end of
+	// the line).
+	TipRequest = "The episode is over. Write one short sentence (at most 100 words) on a single line for your future self: " +
 		"what you tried, what you learned, and how far you were from completing the task."
 )
 
-// CleanTip normalizes a generated tip: memory markers removed, whitespace
-// runs collapsed to one space, surrounding quotes trimmed, cut to
-// MaxTipWords words, invalid UTF-8 replaced. It returns "" when nothing is left.
+// CleanTip normalizes a generated tip: a think block (<think>…</think>)
+// and memory markers removed, whitespace runs collapsed to one space,
+// surrounding quotes trimmed, cut to MaxTipWords words, invalid UTF-8
+// replaced. It returns "" when nothing is left.
 func CleanTip(s string) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = stripThink(strings.ToValidUTF8(s, "\uFFFD"))
 	s = strings.NewReplacer(TipsBegin, " ", TipsEnd, " ").Replace(s)
 	words := strings.Fields(s)
 	if len(words) > MaxTipWords {
@@ -49,15 +54,22 @@ func CleanTip(s string) string {
 	return strings.TrimSpace(strings.Trim(s, "\"'`"))
 }
 
-// TipStep is one step of a finished episode: the context the policy saw
-// (the retrieval key) and the action it took.
+// TipStep is one step of a finished episode: the key its entry is stored
+// under (memory.key "conversation": the episode's final conversation for
+// every step; "observation": the step's task and observation) and the
+// action the environment received.
 type TipStep struct {
 	Context string
 	Action  string
 }
 
 // TipContent is an entry's content: the tip, then the step's action and the
-// episode's final score (on the 0–100 scale of the environments).
+// episode's final score (on the 0–100 scale of the environments), both
+// written by code and therefore true however weak the tip. The action is
+// the one the environment received (after parsing and any correction),
+// where the reference code's last version records the raw model output: in
+// the naive format the two are the same line, and a cot response's
+// reasoning does not belong in a one-line memory.
 func TipContent(tip, action string, finalScore float64) string {
 	a := strings.Join(strings.Fields(strings.ToValidUTF8(action, "\uFFFD")), " ")
 	return fmt.Sprintf("%s (At this step the action was %q; the episode ended with score %s/100.)",
@@ -65,7 +77,7 @@ func TipContent(tip, action string, finalScore float64) string {
 }
 
 // EpisodeEntries builds the entries to Add for a finished episode: one per
-// step, Key = the step's context, Content = TipContent, Score = finalScore,
+// step, Key = the step's key, Content = TipContent, Score = finalScore,
 // Step = trainStep. Steps with the same action give the same content, which
 // the store keeps once (the first step's key). An empty tip (after
 // CleanTip) gives no entries.
@@ -128,8 +140,10 @@ func StripTips(s string) string {
 	}
 }
 
-// IntrinsicReward is the EMPO² novelty bonus coef/(count+1) for a step
-// whose retrieval counted count tips above the threshold (coef when none).
+// IntrinsicReward is the EMPO² novelty bonus coef/(count+1) of a step
+// whose retrieval put count tips in the prompt (count ≤ memory.top_k, as
+// the reference code counts them; coef when none). The trainer gives it
+// in score points (coef 1: at most 1 point of the 0–100 range per step).
 func IntrinsicReward(count int, coef float64) float64 {
 	return coef / float64(count+1)
 }

@@ -20,6 +20,9 @@ func TestCleanTip(t *testing.T) {
 	assert.Contains(t, TipContent("t", "go\xfe", 1), "\"go\uFFFD\"")
 	long := strings.Repeat("word ", 150)
 	assert.Len(t, strings.Fields(CleanTip(long)), MaxTipWords)
+	assert.Equal(t, "the pot is in the kitchen", CleanTip("<think>\nmaybe the stove?\n</think>\n\nthe pot is in the kitchen"), "a think block is not the tip")
+	assert.Equal(t, "tip", CleanTip("reasoning the prompt opened</think> tip"))
+	assert.Equal(t, "", CleanTip("<think> never closed, the limit came first"))
 	assert.Equal(t, 0.5, IntrinsicReward(1, 1))
 	assert.Equal(t, 2.0, IntrinsicReward(0, 2))
 }
@@ -44,7 +47,7 @@ func TestEpisodeEntriesAndTipsRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 2, n)
 
-	r, err := s.RetrieveText(ctx, "boil/0", "You are in the kitchen. You see a stove, a sink and a pot.", memstore.Query{})
+	r, err := s.RetrieveText(ctx, "boil/0", "You are in the kitchen. You see a stove, a sink and a pot.", memstore.DefaultQuery())
 	require.NoError(t, err)
 	require.NotEmpty(t, r.Entries)
 	assert.Contains(t, r.Entries[0].Content, "pick up pot")

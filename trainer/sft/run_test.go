@@ -36,17 +36,18 @@ func TestRunConfigValidate(t *testing.T) {
 		{"max_len=-5", "max length (max_len) -5"},
 		{"micro_tokens=-1", "micro_tokens -1"},
 		{"lr=1e30", "learning rate (lr) 1e+30: want a rate in (0, 1]"},
-		{"lr=.nan", "learning rate (lr) NaN"},
+		{"lr=.nan", "lr = .nan is not a finite number"},
 		{"lora.rank=0", "lora.rank 0"},
-		{"lora.alpha=.inf", "lora.alpha +Inf"},
+		{"lora.alpha=.inf", "lora.alpha = .inf"},
 		{"lora.targets=[]", "lora.targets []"},
 		{"warmup=-1", "warmup -1"},
 		{"save_every=-1", "save_every -1"},
 		{"full=true", ""}, // valid alone
 	} {
 		c, err := LoadRunConfig("", append(append([]string(nil), base...), tc.set))
-		require.NoError(t, err, tc.set)
-		err = c.Validate()
+		if err == nil { // a number that is not finite is refused when decoded
+			err = c.Validate()
+		}
 		if tc.want == "" {
 			require.NoError(t, err, tc.set)
 			continue
