@@ -99,10 +99,15 @@ type Options struct {
 	// does not fit alone is refused with ErrComputeCap. 0 means the default:
 	// the larger of 256 MiB + the bytes of the model's weights
 	// (MemoryStats.Frozen) and the training graph of one sequence of
-	// min(context, 2048) tokens (at long contexts the L·H·T² attention
-	// matrices, not the weights, dominate); < 0 means no cap.
-	// MemoryStats.ComputeCap is the value in force.
+	// min(context, 2048) tokens, or ComputeRefTokens (at long contexts the
+	// L·H·T² attention matrices, not the weights, dominate); < 0 means no
+	// cap. MemoryStats.ComputeCap is the value in force.
 	MaxComputeBytes int64
+	// ComputeRefTokens is the sequence length whose training graph the
+	// default cap fits (0: min(context, 2048); at most the context): a
+	// caller that trains on longer sequences says so, or the default cap
+	// refuses them.
+	ComputeRefTokens int
 	// KeepComputeBytes: compute buffers larger than this are freed at the
 	// end of every call instead of staying resident until the next (0: the
 	// default, 64 MiB; < 0: never freed).

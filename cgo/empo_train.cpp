@@ -1497,8 +1497,8 @@ static void run(empo_model & m, const empo_batch & b, empo_coef_fn coef, void * 
 // the default cap: max(EMPO_COMPUTE_FLOOR + the model's bytes, the training
 // graph of one sequence of min(n_ctx, EMPO_COMPUTE_REF_TOKENS) tokens with
 // one trained row), measured on that graph
-static int64_t default_compute_cap(empo_model & m) {
-    const int T = std::min(m.info.n_ctx, EMPO_COMPUTE_REF_TOKENS);
+static int64_t default_compute_cap(empo_model & m, int32_t ref_tokens) {
+    const int T = ref_tokens > 0 ? std::min(m.info.n_ctx, (int) ref_tokens) : std::min(m.info.n_ctx, EMPO_COMPUTE_REF_TOKENS);
     std::vector<int32_t> tokens(T, 0), pos(T);
     for (int t = 0; t < T; ++t) pos[t] = t;
     const int32_t row = T - 1, target = 0;
@@ -1567,6 +1567,7 @@ struct empo_model_params empo_model_default_params(void) {
     p.full            = false;
     for (int k = 0; k < EMPO_TARGET_COUNT; ++k) p.target_tensor[k] = nullptr;
     p.max_compute     = 0;
+    p.compute_ref_tokens = 0;
     p.keep_compute    = EMPO_COMPUTE_KEEP;
     return p;
 }
@@ -1630,7 +1631,7 @@ static int init_impl(const char * path, const struct llama_model * lm, struct em
         m->frozen_bytes = frozen_bytes(*m);
         m->compute_cap = params.max_compute < 0 ? -1
                        : params.max_compute > 0 ? params.max_compute
-                       : default_compute_cap(*m);
+                       : default_compute_cap(*m, params.compute_ref_tokens);
         *out = m;
         return EMPO_OK;
     } catch (const empo_error & e) {

@@ -78,6 +78,10 @@ struct empo_model_params {
     // dominate at long contexts); < 0: no cap. The value in force is
     // empo_model_mem.compute_cap.
     int64_t  max_compute;
+    // The sequence length whose training graph the default cap
+    // (max_compute 0) fits: 0 = min(n_ctx, EMPO_COMPUTE_REF_TOKENS); a
+    // caller whose sequences are longer (up to n_ctx) says so here.
+    int32_t  compute_ref_tokens;
     // Compute buffers larger than this (bytes) are freed at the end of every
     // call, so that a long batch does not keep its memory resident until the
     // next one; smaller ones are kept for reuse. < 0: never freed.

@@ -152,6 +152,10 @@ func load(path string, lm *llama.Model, lora LoRAConfig, opts Options, full bool
 		return nil, fmt.Errorf("%w: MaxTokens %d < 0", ErrConfig, opts.MaxTokens)
 	}
 	p.max_compute = C.int64_t(opts.MaxComputeBytes)
+	if opts.ComputeRefTokens < 0 || opts.ComputeRefTokens > math.MaxInt32 {
+		return nil, fmt.Errorf("%w: ComputeRefTokens %d", ErrConfig, opts.ComputeRefTokens)
+	}
+	p.compute_ref_tokens = C.int32_t(opts.ComputeRefTokens)
 	if opts.KeepComputeBytes != 0 {
 		p.keep_compute = C.int64_t(opts.KeepComputeBytes)
 	}

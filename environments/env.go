@@ -23,6 +23,11 @@ var (
 // Info carries environment-specific extras (e.g. "moves", "valid", "won").
 type Info map[string]any
 
+// InfoTruncated is the StepResult.Info key (value true) of a step whose
+// episode ended only because it reached its step limit, not because the
+// task was completed or failed.
+const InfoTruncated = "truncated"
+
 // ResetResult is what an episode starts with.
 type ResetResult struct {
 	Observation     string // first observation (ScienceWorld: the "look around" text)
@@ -101,6 +106,42 @@ type Spec struct {
 	Description string
 	New         func(Options) (Env, error)
 	Tasks       func(Options) ([]Task, error)
+	// TipChecker, when set, checks tips written after its episodes (tips.go).
+	TipChecker TipChecker
+	// Defaults are the environment's own run settings (the recipe it is
+	// trained with); a run configuration overrides each of them.
+	Defaults Defaults
+	// InstanceMemory, when set, bounds the memory one instance may take
+	// (bytes; 0 = unknown) and says what bounds it (e.g. "JVM heap cap
+	// -Xmx512m"); NewPool logs the pool's total against the machine's.
+	InstanceMemory func(Options) (bytes int64, what string)
+}
+
+// Defaults are what an environment asks of a run unless the run says
+// otherwise: the one place where a per-environment default lives.
+type Defaults struct {
+	// CorrectActions: replace an action outside the valid set by the most
+	// similar valid one (CorrectAction) before it is played; the EMPO²
+	// recipe does so on ScienceWorld, where an invalid action costs no
+	// simulator move, so that a weak policy's episode would otherwise
+	// run, unchanged, until its context is full.
+	CorrectActions bool
+	// SuccessScore: an episode succeeds when its final score reaches it
+	// (0 = FullScore).
+	SuccessScore float64
+}
+
+// FullScore is the score of a completed task on every environment's 0–100
+// scale.
+const FullScore = 100
+
+// Success is the score at which an episode succeeds: SuccessScore, or
+// FullScore when none is set.
+func (d Defaults) Success() float64 {
+	if d.SuccessScore > 0 {
+		return d.SuccessScore
+	}
+	return FullScore
 }
 
 var (

@@ -1,6 +1,7 @@
 package environments
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"sync"
@@ -8,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+	"github.com/rs/zerolog/log"
 	"github.com/stretchr/testify/require"
 )
 
@@ -253,4 +256,86 @@ func TestPoolStartFailureTypedNil(t *testing.T) {
 	for _, e := range started {
 		require.True(t, e.closed)
 	}
+}
+
+// TestPoolReplace: a failed instance is closed and a new one takes its
+// place (free for the next Acquire); after Close it is only closed; an
+// instance the pool did not hand out is refused; a replacement that cannot
+// start leaves the pool one instance short.
+func TestPoolReplace(t *testing.T) {
+	var made, closed atomic.Int32
+	fail := atomic.Bool{}
+	p, err := NewPoolFunc(func() (Env, error) {
+		if fail.Load() {
+			return nil, errors.New("no more")
+		}
+		made.Add(1)
+		return &closeCounter{n: &closed}, nil
+	}, 2)
+	require.NoError(t, err)
+	ctx := context.Background()
+	a, err := p.Acquire(ctx)
+	require.NoError(t, err)
+	require.NoError(t, p.Replace(a))
+	require.Equal(t, int32(3), made.Load())
+	require.Equal(t, int32(1), closed.Load())
+	require.Error(t, p.Replace(a), "a is no longer the pool's")
+	require.Error(t, p.Release(a))
+	// both free instances can be acquired, and neither is the closed one
+	x, err := p.Acquire(ctx)
+	require.NoError(t, err)
+	y, err := p.Acquire(ctx)
+	require.NoError(t, err)
+	require.NotSame(t, a, x)
+	require.NotSame(t, a, y)
+	require.Equal(t, 2, p.Size())
+	fail.Store(true)
+	require.ErrorContains(t, p.Replace(x), "no more")
+	require.Equal(t, 1, p.Size())
+	require.NoError(t, p.Close())
+	require.NoError(t, p.Replace(y)) // closed pool: y is closed, nothing is made
+	require.Equal(t, int32(3), made.Load())
+	require.Equal(t, int32(3), closed.Load(), "a, x and y")
+}
+
+// TestPoolMemoryLine: NewPool logs the pool's memory (instances × the
+// per-instance bound against the machine's memory) when the environment
+// bounds it, as a warning past half the machine.
+func TestPoolMemoryLine(t *testing.T) {
+	var buf bytes.Buffer
+	old := log.Logger
+	log.Logger = zerolog.New(&buf)
+	defer func() { log.Logger = old }()
+	Register(Spec{Name: "mem-test", New: func(Options) (Env, error) { return &counterEnv{}, nil },
+		InstanceMemory: func(o Options) (int64, string) {
+			if o.DataDir == "big" {
+				return 1 << 50, "a huge cap"
+			}
+			return 300 << 20, "a test cap"
+		}})
+	p, err := NewPool("mem-test", Options{}, 3)
+	require.NoError(t, err)
+	require.NoError(t, p.Close())
+	line := buf.String()
+	require.Contains(t, line, `"level":"info"`)
+	require.Contains(t, line, "environment pool: 3 instances × 300 MiB (a test cap) ≈ 900 MiB")
+	if MachineMemory() > 0 {
+		require.Contains(t, line, "of the machine's")
+	}
+	buf.Reset()
+	p, err = NewPool("mem-test", Options{DataDir: "big"}, 2)
+	require.NoError(t, err)
+	require.NoError(t, p.Close())
+	if MachineMemory() > 0 {
+		require.Contains(t, buf.String(), `"level":"warn"`)
+		require.Contains(t, buf.String(), "more than half of it")
+	}
+	buf.Reset()
+	Register(Spec{Name: "mem-none", New: func(Options) (Env, error) { return &counterEnv{}, nil }})
+	p, err = NewPool("mem-none", Options{}, 1) // no bound: no line
+	require.NoError(t, err)
+	require.NoError(t, p.Close())
+	require.NotContains(t, buf.String(), "environment pool")
+	require.Equal(t, "512 MiB", FormatBytes(512<<20))
+	require.Equal(t, "23.4 GiB", FormatBytes(25125558681))
 }

@@ -4,7 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
+
+	"github.com/rs/zerolog/log"
 )
 
 // Pool holds N instances of one environment for parallel rollouts: a
@@ -12,9 +18,10 @@ import (
 // safe for concurrent use; the instances themselves are not, which is why
 // the pool hands each to one goroutine at a time.
 type Pool struct {
-	all  []Env
-	free chan Env
-	done chan struct{}
+	all    []Env
+	free   chan Env
+	done   chan struct{}
+	newEnv func() (Env, error)
 
 	mu     sync.Mutex
 	closed bool
@@ -22,13 +29,91 @@ type Pool struct {
 }
 
 // NewPool starts n instances of the registered environment name with opts
-// (in parallel: a ScienceWorld JVM takes seconds to start).
+// (in parallel: a ScienceWorld JVM takes seconds to start). When the
+// environment bounds an instance's memory (Spec.InstanceMemory), it first
+// logs the pool's total against the machine's memory (PoolMemory), as a
+// warning when it would take more than half of it.
 func NewPool(name string, opts Options, n int) (*Pool, error) {
 	spec, err := Lookup(name)
 	if err != nil {
 		return nil, err
 	}
+	if pm := PoolMemory(spec, opts, n); pm.PerInstance > 0 {
+		ev := log.Info()
+		if pm.TooLarge() {
+			ev = log.Warn()
+		}
+		ev.Str("env", name).Msg(pm.String())
+	}
 	return NewPoolFunc(func() (Env, error) { return spec.New(opts) }, n)
+}
+
+// PoolMem is the memory a pool of instances may take.
+type PoolMem struct {
+	Instances   int
+	PerInstance int64  // bytes one instance may take (0 = unknown)
+	What        string // what bounds it (Spec.InstanceMemory)
+	Machine     int64  // the machine's memory in bytes (0 = unknown)
+}
+
+// PoolMemory is the memory n instances of spec with opts may take.
+func PoolMemory(spec Spec, opts Options, n int) PoolMem {
+	pm := PoolMem{Instances: n, Machine: MachineMemory()}
+	if spec.InstanceMemory != nil {
+		pm.PerInstance, pm.What = spec.InstanceMemory(opts)
+	}
+	return pm
+}
+
+// Total is Instances × PerInstance.
+func (m PoolMem) Total() int64 { return int64(m.Instances) * m.PerInstance }
+
+// TooLarge reports whether the pool may take more than half of the
+// machine's memory (the policy, its KV cache and the training graph need
+// the rest).
+func (m PoolMem) TooLarge() bool { return m.Machine > 0 && 2*m.Total() > m.Machine }
+
+// String is the one log line: "environment pool: 8 instances × 512 MiB
+// (JVM heap cap -Xmx512m) ≈ 4.0 GiB of the machine's 23.4 GiB".
+func (m PoolMem) String() string {
+	s := fmt.Sprintf("environment pool: %d instances × %s (%s) ≈ %s", m.Instances, FormatBytes(m.PerInstance), m.What, FormatBytes(m.Total()))
+	if m.Machine > 0 {
+		s += " of the machine's " + FormatBytes(m.Machine)
+	}
+	if m.TooLarge() {
+		s += ": more than half of it; lower the per-instance cap or the number of parallel episodes"
+	}
+	return s
+}
+
+// FormatBytes writes n bytes in MiB below 1 GiB, else in GiB.
+func FormatBytes(n int64) string {
+	if n < 1<<30 {
+		return fmt.Sprintf("%d MiB", (n+1<<19)>>20)
+	}
+	return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+}
+
+// MachineMemory is the memory this process may use in bytes: the
+// machine's (/proc/meminfo MemTotal), or a smaller cgroup limit
+// (/sys/fs/cgroup/memory.max); 0 when neither can be read (not Linux).
+func MachineMemory() int64 {
+	var total int64
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
+				if kb, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+					total = kb << 10
+				}
+			}
+		}
+	}
+	if b, err := os.ReadFile("/sys/fs/cgroup/memory.max"); err == nil {
+		if lim, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && lim > 0 && (total == 0 || lim < total) {
+			total = lim
+		}
+	}
+	return total
 }
 
 // NewPoolFunc builds a pool of n instances made by newEnv. If any instance
@@ -56,7 +141,7 @@ func NewPoolFunc(newEnv func() (Env, error), n int) (*Pool, error) {
 		}
 		return nil, fmt.Errorf("environments: starting pool: %w", err)
 	}
-	p := &Pool{all: envs, free: make(chan Env, n), done: make(chan struct{}), out: map[Env]bool{}}
+	p := &Pool{all: envs, free: make(chan Env, n), done: make(chan struct{}), newEnv: newEnv, out: map[Env]bool{}}
 	for _, e := range envs {
 		p.free <- e
 	}
@@ -64,7 +149,11 @@ func NewPoolFunc(newEnv func() (Env, error), n int) (*Pool, error) {
 }
 
 // Size is the number of instances.
-func (p *Pool) Size() int { return len(p.all) }
+func (p *Pool) Size() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.all)
+}
 
 // Acquire hands out a free instance, waiting until one is released, ctx is
 // done or the pool is closed (ErrClosed).
@@ -104,6 +193,39 @@ func (p *Pool) Release(e Env) error {
 		return e.Close()
 	}
 	p.free <- e // never blocks: capacity is the pool size
+	return nil
+}
+
+// Replace closes an instance obtained from Acquire that is of no further
+// use (its simulator died) and puts a new one in its place, free for the
+// next Acquire. If the new one cannot start, the pool is one instance
+// short and the start error is returned; after Close it only closes e.
+func (p *Pool) Replace(e Env) error {
+	p.mu.Lock()
+	if !p.out[e] {
+		p.mu.Unlock()
+		return errors.New("environments: Replace of an instance that this pool did not hand out")
+	}
+	delete(p.out, e)
+	closed := p.closed
+	p.mu.Unlock()
+	_ = e.Close() // a dead instance's close error says nothing new
+	if closed {
+		return nil
+	}
+	ne, err := p.newEnv()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	i := slices.Index(p.all, e)
+	if err != nil {
+		p.all = slices.Delete(p.all, i, i+1)
+		return fmt.Errorf("environments: replacing a failed instance: %w", err)
+	}
+	p.all[i] = ne
+	if p.closed {
+		return ne.Close()
+	}
+	p.free <- ne
 	return nil
 }
 

@@ -13,7 +13,7 @@ import (
 )
 
 // filledMetrics is a runfiles.Metrics with every numeric field set to a
-// distinct value (field i: i+1, and i+1.5 for floats), and the JSON name
+// distinct value (field i: i+1, and i+1.5 for floats and *float64), and the JSON name
 // of each field mapped to its value.
 func filledMetrics(t *testing.T) (runfiles.Metrics, map[string]float64) {
 	t.Helper()
@@ -30,6 +30,13 @@ func filledMetrics(t *testing.T) (runfiles.Metrics, map[string]float64) {
 		case reflect.Float64:
 			v.Field(i).SetFloat(float64(i) + 1.5)
 			want[name] = float64(i) + 1.5
+		case reflect.Pointer: // optional fields (omitempty): *float64
+			if f.Type.Elem().Kind() != reflect.Float64 {
+				t.Fatalf("field %s: unexpected pointer type %s", f.Name, f.Type)
+			}
+			x := float64(i) + 1.5
+			v.Field(i).Set(reflect.ValueOf(&x))
+			want[name] = x
 		}
 	}
 	m.Mode, m.Modes, m.Time = "mixed", map[string]int{"off-policy": 3, "on-policy": 1}, "2025-01-02T03:04:05Z"

@@ -63,6 +63,8 @@ var metricSpecs = []metricSpec{
 	{"entropy", "Entropy", "nats per token", "mean policy entropy over trained tokens", false},
 	{"lr", "Learning rate", "learning rate", "AdamW learning rate of the step (after the schedule)", false},
 	{"tips_written", "Tips written", "tips", "tips (memory entries) written after the step's episodes", false},
+	{"tips_true_frac", "True tips", "fraction", "fraction of the step's written tips whose every claim holds on their episode (environments.TipChecker; textlab)", true},
+	{"tips_wellformed_frac", "Well-formed tips", "fraction", "fraction of the step's written tips made only of claims the environment's tip checker can read", true},
 	{"masked_seqs", "Masked sequences", "sequences", "off-policy responses dropped by low-probability masking", false},
 	{"trained_tokens", "Trained tokens", "tokens", "tokens that entered the update", false},
 	{"rollout_tokens_per_s", "Rollout throughput", "tokens/s", "generated tokens per second of the batched rollout decode", false},

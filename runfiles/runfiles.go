@@ -77,6 +77,30 @@ type Metrics struct {
 	TOldLogp          float64        `json:"t_old_logp"`
 	TUpdate           float64        `json:"t_update"`
 	TStep             float64        `json:"t_step"`
+
+	// the step's tips checked against their episodes by the environment's
+	// TipChecker (environments.TipChecker); absent without tips or checker
+	TipsTrueFrac       *float64 `json:"tips_true_frac,omitempty"`
+	TipsWellFormedFrac *float64 `json:"tips_wellformed_frac,omitempty"`
+
+	// Why the step's episodes ended (done, step-limit, context, error) and
+	// the per-episode context they had, in tokens.
+	EndReasons EndCounts `json:"end_reasons,omitempty"`
+	Context    int       `json:"context,omitempty"`
+}
+
+// EndCounts counts episodes by why they ended: done (the environment
+// ended it), step-limit, context (the context was full), error (the
+// environment failed).
+type EndCounts map[string]int
+
+// Total is the number of episodes counted.
+func (c EndCounts) Total() int {
+	n := 0
+	for _, v := range c {
+		n += v
+	}
+	return n
 }
 
 // TaskResult is one task's (or the overall) result of an evaluation.
@@ -93,6 +117,8 @@ type EvalResult struct {
 	Tasks map[string]TaskResult `json:"tasks"`
 	// TipsRetrievedMean: tips counted above threshold per step (memory on).
 	TipsRetrievedMean float64 `json:"tips_retrieved_mean"`
+	// EndReasons: episodes per end reason.
+	EndReasons EndCounts `json:"end_reasons,omitempty"`
 }
 
 // EvalLine is one line of eval.jsonl: the periodic evaluation after step

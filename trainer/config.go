@@ -31,7 +31,7 @@ var ErrRunConfig = errors.New("trainer: bad run configuration")
 // --print-config`, the run directory's config.yaml and the table in
 // docs/train.md (TestConfigDocsMatch keeps them in step).
 type Config struct {
-	Preset     string               `yaml:"preset" doc:"preset applied under this file: empo2 | grpo | memory-only (see trainer/presets)"`
+	Preset     string               `yaml:"preset" doc:"preset applied under this file: empo2 | grpo | memory-only | scienceworld (see trainer/presets)"`
 	Model      string               "yaml:\"model\" doc:\"base model GGUF (a Qwen2-family model; `empo2 model gen` makes tiny ones)\""
 	Env        string               `yaml:"env" doc:"environment: textlab | webshop | scienceworld"`
 	Tasks      []string             `yaml:"tasks,flow" doc:"tasks to train on (their train-split variations; task/N = variation N only); empty = every task that is not held out"`
@@ -40,7 +40,7 @@ type Config struct {
 	Steps      int                  `yaml:"steps" doc:"training steps (each: rollouts, tips, update)" range:"[0,1e9]"`
 	Threads    int                  `yaml:"threads" doc:"CPU threads for llama.cpp and the training graph; 0 = all cores" range:"[0,1024]"`
 	Device     string               `yaml:"device" doc:"cpu | gpu | auto (training graph and rollouts)"`
-	Context    int                  `yaml:"context" doc:"rollout context per episode in tokens (KV cache of one sequence)" range:"[64,1048576]"`
+	Context    int                  `yaml:"context" doc:"rollout context per episode in tokens (KV cache of one sequence), at most the model's training context; 0 = the model's training context, at most 8192 (the reference's prompt limit)" range:"[0,1048576]"`
 	LoRA       LoRAConfig           `yaml:"lora" doc:"the trained LoRA adapter"`
 	Batch      BatchConfig          `yaml:"batch" doc:"rollouts per step: batch.tasks × batch.rollouts episodes (reference full scale: 8 × 8)"`
 	Mode       ModeConfig           `yaml:"mode" doc:"EMPO² modes: u ~ U(0,1); u < p·q off-policy, u < p on-policy with tips, else on-policy"`
@@ -212,7 +212,7 @@ func DefaultConfig() Config {
 		Env:       "textlab",
 		Steps:     10,
 		Device:    "cpu",
-		Context:   2048,
+		Context:   0,
 		LoRA:      LoRAConfig{Rank: 8, Alpha: 16, Targets: []string{"q", "k", "v", "o", "gate", "up", "down"}},
 		Batch:     BatchConfig{Tasks: 2, Rollouts: 4},
 		Mode:      ModeConfig{MemoryProb: 0.25, OffPolicyProb: 0.68, Per: PerStep, Update: true},
@@ -324,6 +324,8 @@ func (c *Config) Validate() error {
 		return bad("env is empty")
 	case !c.Mode.Per.Valid():
 		return bad("mode.per %q (want step or rollout)", c.Mode.Per)
+	case c.Context != 0 && c.Context < 64:
+		return bad("context %d < 64 (0: the model's training context)", c.Context)
 	case !c.Rollout.Prompt.History.Valid():
 		return bad("rollout.history %q (want full or last-k)", c.Rollout.Prompt.History)
 	case !c.Rollout.Prompt.ActionFormat.Valid():
@@ -367,6 +369,23 @@ func (c *Config) Validate() error {
 		return err
 	}
 	return nil
+}
+
+// MaxAutoContext caps the automatic per-episode context (context: 0);
+// rollout.MaxAutoContext.
+const MaxAutoContext = rollout.MaxAutoContext
+
+// EpisodeContext is the per-episode context a run uses with a model whose
+// training context is nCtxTrain (0 = unknown): rollout.EpisodeContext, the
+// automatic one when context is 0, and never more than the training
+// context, which the training sequences (a packed episode is its last
+// prompt and response) must fit.
+func (c *Config) EpisodeContext(nCtxTrain int) int {
+	n := rollout.EpisodeContext(c.Context, nCtxTrain)
+	if nCtxTrain > 0 {
+		n = min(n, nCtxTrain)
+	}
+	return n
 }
 
 // Objective is the PPO/dual-clip objective of the update section.

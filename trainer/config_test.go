@@ -11,6 +11,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/empo2/empo2/environments"
 	"github.com/empo2/empo2/trainer/presets"
 	"github.com/empo2/empo2/trainer/rollout"
 )
@@ -76,6 +77,14 @@ func TestPresets(t *testing.T) {
 		case "memory-only":
 			if c.Mode.MemoryProb != 1 || c.Mode.Update || !c.Memory.WriteTips {
 				t.Errorf("memory-only: %+v", c.Mode)
+			}
+		case "scienceworld":
+			// the EMPO² recipe: empo2's modes, easy, corrected actions, the
+			// environment's per-task step limits, an automatic context
+			if c.Env != "scienceworld" || c.EnvOptions.Simplifications != "easy" || c.Rollout.CorrectInvalid != rollout.CorrectOn ||
+				c.Rollout.StepLimit != 0 || c.EnvOptions.StepLimit != 0 || c.Context != 0 ||
+				c.Mode.MemoryProb != 0.25 || c.Mode.OffPolicyProb != 0.68 || !c.Mode.Update || !c.Memory.WriteTips {
+				t.Errorf("scienceworld: %+v", c)
 			}
 		}
 	}
@@ -201,5 +210,76 @@ func TestDrawMode(t *testing.T) {
 	}
 	if !mixed {
 		t.Fatal("mode.per rollout never mixed modes within a step")
+	}
+}
+
+// TestCorrectInvalidSetting: rollout.correct_invalid defaults to auto (the
+// environment decides), takes auto, on and off, and still reads the
+// booleans of configurations written before it had an automatic setting.
+func TestCorrectInvalidSetting(t *testing.T) {
+	if d := DefaultConfig(); d.Rollout.CorrectInvalid != rollout.CorrectAuto {
+		t.Fatalf("default %q, want auto", d.Rollout.CorrectInvalid)
+	}
+	for in, want := range map[string]rollout.Correction{"false": rollout.CorrectOff, "true": rollout.CorrectOn, "auto": rollout.CorrectAuto,
+		"on": rollout.CorrectOn, `"on"`: rollout.CorrectOn, "off": rollout.CorrectOff, "Off": rollout.CorrectOff} {
+		c := DefaultConfig()
+		if err := c.Set("rollout.correct_invalid=" + in); err != nil || c.Rollout.CorrectInvalid != want {
+			t.Errorf("correct_invalid=%s: %q, %v; want %q", in, c.Rollout.CorrectInvalid, err, want)
+		}
+		var buf bytes.Buffer
+		if err := PrintConfig(&buf, c); err != nil {
+			t.Fatal(err)
+		}
+		back, err := LoadConfig(writeTemp(t, buf.Bytes()), "", nil)
+		if err != nil || back.Rollout.CorrectInvalid != want {
+			t.Errorf("correct_invalid=%s after print-config: %q, %v", in, back.Rollout.CorrectInvalid, err)
+		}
+	}
+	c := DefaultConfig()
+	for _, bad := range []string{"maybe", "1", "[on]", `""`} {
+		if err := c.Set("rollout.correct_invalid=" + bad); !errors.Is(err, ErrRunConfig) {
+			t.Errorf("correct_invalid=%s accepted: %v", bad, err)
+		}
+	}
+	off := rollout.CorrectOff
+	if off.Enabled(environments.Defaults{CorrectActions: true}) || !rollout.CorrectOn.Enabled(environments.Defaults{}) ||
+		!rollout.CorrectAuto.Enabled(environments.Defaults{CorrectActions: true}) || rollout.CorrectAuto.Enabled(environments.Defaults{}) {
+		t.Fatal("Correction.Enabled")
+	}
+}
+
+func writeTemp(t *testing.T, b []byte) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestEpisodeContext: context 0 is the model's training context up to
+// MaxAutoContext (a 4096-token model gets 4096, not 2048); a set context
+// is kept, and cut to the training context.
+func TestEpisodeContext(t *testing.T) {
+	c := DefaultConfig()
+	if c.Context != 0 {
+		t.Fatalf("default context %d, want 0 (the model's)", c.Context)
+	}
+	for _, tc := range []struct{ set, train, want int }{
+		{0, 4096, 4096}, {0, 512, 512}, {0, 32768, MaxAutoContext}, {0, 0, 2048},
+		{2048, 4096, 2048}, {8192, 4096, 4096}, {3000, 0, 3000},
+	} {
+		c.Context = tc.set
+		if got := c.EpisodeContext(tc.train); got != tc.want {
+			t.Errorf("context %d with a %d-token model: %d, want %d", tc.set, tc.train, got, tc.want)
+		}
+	}
+	c.Context = 0
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	c.Context = 32
+	if err := c.Validate(); !errors.Is(err, ErrRunConfig) {
+		t.Fatalf("context 32 accepted: %v", err)
 	}
 }

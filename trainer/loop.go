@@ -400,12 +400,14 @@ func (l *Loop) Step(ctx context.Context, step int) (StepMetrics, error) {
 	}
 	m.addRollouts(rs)
 	m.addEpisodes(eps, cfg.Advantage.RewardScale)
+	m.EndReasons, m.Context = rollout.CountEnds(eps), cfg.Context
 	if cfg.Memory.WriteTips {
 		t := time.Now()
 		if m.TipsWritten, err = l.Runner.WriteTips(ctx, eps, int64(step)); err != nil {
 			return m, fmt.Errorf("%w: writing tips: %w", ErrTrain, err)
 		}
 		m.TTips = time.Since(t).Seconds()
+		m.TipsTrueFrac, m.TipsWellFormedFrac = tipTruth(cfg.Env, eps)
 	}
 	if cfg.Mode.Update {
 		if err := l.update(ctx, step, eps, modes, &m); err != nil {

@@ -369,19 +369,17 @@ func (r *run) openResources(ctx context.Context, cfg *Config, state *optim.State
 		return err
 	}
 	r.onClose(lm.Close)
+	cfg.Context = cfg.EpisodeContext(lm.Info().NCtxTrain)
 	// The training engine reads llama.cpp's loaded weights (one copy of the
-	// base model in memory; only Wᵀ copies, LoRA state and buffers are added).
+	// base model in memory; only Wᵀ copies, LoRA state and buffers are
+	// added). A packed episode (its last prompt and response) is up to
+	// cfg.Context tokens long: the engine's compute cap must fit one.
 	policy, err := cgo.LoadShared(lm, cgo.LoRAConfig{Rank: cfg.LoRA.Rank, Alpha: cfg.LoRA.Alpha, Targets: cfg.LoRA.Targets, Seed: cfg.Seed},
-		cgo.Options{Threads: threads, Device: cfg.Device})
+		cgo.Options{Threads: threads, Device: cfg.Device, ComputeRefTokens: cfg.Context})
 	if err != nil {
 		return err
 	}
 	r.onClose(policy.Close)
-	// Training sequences (a packed episode is its last prompt and
-	// response) must fit the model's context.
-	if mc := policy.Info().NCtxTrain; mc > 0 && cfg.Context > mc {
-		cfg.Context = mc
-	}
 	ucfg, err := cfg.UpdaterConfig()
 	if err != nil {
 		return err

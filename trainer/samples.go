@@ -93,6 +93,9 @@ func EpisodeReward(ep *rollout.Episode, scale float64) float64 {
 //   - the std is that of the extrinsic rewards, so bonus differences count
 //     in units of the group's score spread, never of their own.
 //
+// An episode whose environment failed (rollout.EndError) is no member of
+// its group: it is skipped, and the others are compared among themselves.
+//
 // adv[i][t] is the advantage of step t of episode i (nil for an episode
 // without steps or a skipped group).
 func GroupAdvantages(eps []rollout.Episode, scale float64, stdNorm bool, eps0 float64) (adv [][]float64, skip []bool, zeroVarGroups int) {
@@ -101,6 +104,10 @@ func GroupAdvantages(eps []rollout.Episode, scale float64, stdNorm bool, eps0 fl
 	groups := map[int][]int{}
 	var keys []int
 	for i := range eps {
+		if eps[i].End == rollout.EndError {
+			skip[i] = true
+			continue
+		}
 		g := eps[i].Group
 		if _, ok := groups[g]; !ok {
 			keys = append(keys, g)

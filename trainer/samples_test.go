@@ -80,6 +80,13 @@ func TestGroupAdvantages(t *testing.T) {
 	if adv[0][0] != 0.5 || adv[1][0] != -0.5 {
 		t.Fatalf("no std norm: %v", adv)
 	}
+	// An episode whose environment failed is no member of its group: group
+	// 0 without episode 2 is {1, 0}: mean 0.5, std 1/√2.
+	eps[2].End = rollout.EndError
+	adv, skip, zv = GroupAdvantages(eps, 0.01, true, 0)
+	if w := 1 / math.Sqrt2; math.Abs(adv[0][0]-w) > 1e-12 || math.Abs(adv[1][0]+w) > 1e-12 || adv[2] != nil || !skip[2] || skip[0] || zv != 2 {
+		t.Fatalf("with a failed episode: adv=%v skip=%v zv=%d", adv, skip, zv)
+	}
 }
 
 // TestEqualScoresNoIntrinsicAdvantage is the reported bug: four memory

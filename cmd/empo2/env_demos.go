@@ -37,6 +37,7 @@ var (
 	demosFailTipFlag = &cli.BoolFlag{Name: "failure-tips", Usage: "with --tip-records, also write each failed attempt's tip-writing turn (so the model learns to write tips after failures too)"}
 	demosThreshFlag  = &cli.Float64Flag{Name: "threshold", Usage: "retrieval cosine threshold of --tip-records (memory.threshold)", Value: demos.DefaultTipRecordConfig().Threshold}
 	demosTopKFlag    = &cli.IntFlag{Name: "top-k", Usage: "tips per prompt of --tip-records (memory.top_k)", Value: demos.DefaultTipRecordConfig().TopK}
+	demosAttemptFlag = &cli.IntFlag{Name: "attempt-tips", Usage: "per episode, also write `N` tip-writing records after attempts that go astray (the demo's first actions, then random ones to the step limit), each answered with its true tip (docs/memory.md)"}
 
 	promptHistoryFlag = &cli.StringFlag{Name: "history", Usage: "prompt history: full or last-k", Value: string(rollout.HistoryFull)}
 	promptKFlag       = &cli.IntFlag{Name: "history-k", Usage: "turns kept with --history last-k", Value: rollout.DefaultPromptConfig().HistoryK}
@@ -54,7 +55,7 @@ func envDemosCommand() *cli.Command {
 			"the rollouts (system text, task, history, action format), followed by a tip-writing turn.\n" +
 			"Only episodes that end done with a positive score are written. See docs/sft.md.",
 		Flags: append([]cli.Flag{demosTasksFlag, demosSplitFlag, demosVarsFlag, demosSkipFlag, demosOutFlag, demosPerStepFlag, demosKindFlag,
-			demosNoTipsFlag, demosHeldFlag, demosSeedFlag, demosTextFlag, demosTipRecFlag, demosTipFailFlag, demosFailTipFlag, demosThreshFlag, demosTopKFlag,
+			demosNoTipsFlag, demosHeldFlag, demosSeedFlag, demosTextFlag, demosTipRecFlag, demosTipFailFlag, demosFailTipFlag, demosThreshFlag, demosTopKFlag, demosAttemptFlag,
 			promptHistoryFlag, promptKFlag, promptFormatFlag, promptSystemFlag}, envOptionFlags()...),
 		Action: envDemos,
 	}
@@ -99,6 +100,9 @@ func envDemos(c *cli.Context) error {
 	tcfg.FailureTips = c.Bool(demosFailTipFlag.Name)
 	if err := tcfg.Check(); err != nil {
 		return err
+	}
+	if n := c.Int(demosAttemptFlag.Name); n < 0 {
+		return fmt.Errorf("--attempt-tips %d is negative", n)
 	}
 	out, textPath := c.String(demosOutFlag.Name), c.String(demosTextFlag.Name)
 	if err := safefile.CheckOutputs([]safefile.Path{{Flag: "--out", Path: out}, {Flag: "--text", Path: textPath}},
@@ -166,7 +170,7 @@ func envDemos(c *cli.Context) error {
 		}
 		defer mem.Close()
 	}
-	var tipRecords, failTips int
+	var tipRecords, failTips, attemptTips int
 	var episodes, steps, records, skipped int
 	// fail is err, or after SIGINT/SIGTERM the interrupt (the deferred
 	// Abort removes the unfinished output)
@@ -214,6 +218,12 @@ func envDemos(c *cli.Context) error {
 					}
 				}
 			}
+			arecs, err := demos.AttemptTipRecords(c.Context, env, d, c.Int(demosAttemptFlag.Name), environments.StepLimit(t, opts), pc, c.Int64(demosSeedFlag.Name))
+			if err != nil {
+				return err
+			}
+			recs = append(recs, arecs...)
+			attemptTips += len(arecs)
 			if err := sft.WriteChatJSONL(w, recs); err != nil {
 				return err
 			}
@@ -243,6 +253,9 @@ func envDemos(c *cli.Context) error {
 	}
 	fmt.Fprintf(c.App.Writer, "wrote %s: %d episodes, %d steps, %d records (%d with retrieved tips, %d failed-attempt tip turns; %s demos, %s split, history %s); %d skipped\n",
 		out, episodes, steps, records, tipRecords, failTips, kind, split, pc.History, skipped)
+	if attemptTips > 0 {
+		fmt.Fprintf(c.App.Writer, "  %d of the records are tip turns after astray attempts (--attempt-tips)\n", attemptTips)
+	}
 	return nil
 }
 

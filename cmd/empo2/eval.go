@@ -16,6 +16,7 @@ import (
 
 	"github.com/empo2/empo2/trainer"
 	"github.com/empo2/empo2/trainer/evaluate"
+	"github.com/empo2/empo2/trainer/rollout"
 )
 
 // Flags of `empo2 eval`: shortcuts for keys of evaluate.RunConfig
@@ -51,7 +52,7 @@ var (
 	evalThresholdFlag = &cli.Float64Flag{Name: "threshold", Usage: "retrieval cosine threshold (memory.threshold; default: the run's, else " + yamlFloat(evalDef.Memory.Threshold) + ")"}
 	evalTopKFlag      = &cli.IntFlag{Name: "top-k", Usage: "tips per prompt (memory.top_k; default: the run's, else " + strconv.Itoa(evalDef.Memory.TopK) + ")"}
 	evalTipTempFlag   = &cli.Float64Flag{Name: "tip-temperature", Usage: "sampling temperature of written tips (--ood, --write-tips); < 0: --temperature (rollout.tip_temperature; default: the run's, else " + yamlFloat(evalDef.Rollout.TipTemperature) + ")"}
-	evalSuccessFlag   = &cli.Float64Flag{Name: "success-score", Usage: "an episode succeeds when its final score reaches this; the EMPO² ScienceWorld recipe's score > 70 is 71 (rollout.success_score; default: the run's, else " + yamlFloat(evalDef.Rollout.SuccessScore) + ")"}
+	evalSuccessFlag   = &cli.Float64Flag{Name: "success-score", Usage: "an episode succeeds when its final score reaches this, 0: the environment's: 71 on scienceworld (the EMPO² recipe's score above 70), 100 elsewhere (rollout.success_score; default: the run's, else " + yamlFloat(evalDef.Rollout.SuccessScore) + ")"}
 )
 
 // evalShortcuts are the flags of `eval` and the keys they set.
@@ -232,6 +233,13 @@ func printEval(c *cli.Context, rep *evaluate.Report) {
 	}
 	row("overall", func(r *evaluate.Result) evaluate.TaskResult { return r.TaskResult })
 	w.Flush()
+	for i, r := range res {
+		ends := make([]string, len(rollout.Ends))
+		for k, e := range rollout.Ends {
+			ends[k] = fmt.Sprintf("%s %d", e, r.EndReasons[string(e)])
+		}
+		fmt.Fprintf(c.App.Writer, "episodes ended (%s): %s\n", cols[i], strings.Join(ends, ", "))
+	}
 	fmt.Fprintf(c.App.Writer, "split %s, temperature %g, seed %d\n", rep.Split, rep.Temperature, rep.Seed)
 }
 

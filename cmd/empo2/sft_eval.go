@@ -18,7 +18,7 @@ import (
 var (
 	sftEvalLoraFlag  = &cli.StringFlag{Name: "lora", Usage: "LoRA adapter GGUF `FILE`"}
 	sftEvalCtxFlag   = &cli.IntFlag{Name: "ctx", Usage: "tokens per episode (prompt + action)", DefaultText: strconv.Itoa(evalDef.Context)}
-	sftEvalScoreFlag = &cli.Float64Flag{Name: "success-score", Usage: "an episode succeeds when its final score reaches this (rollout.success_score; the EMPO² ScienceWorld recipe's score > 70 is 71)", DefaultText: yamlFloat(evalDef.Rollout.SuccessScore)}
+	sftEvalScoreFlag = &cli.Float64Flag{Name: "success-score", Usage: "an episode succeeds when its final score reaches this, 0: the environment's: 71 on scienceworld (the EMPO² recipe's score above 70), 100 elsewhere (rollout.success_score)", DefaultText: yamlFloat(evalDef.Rollout.SuccessScore)}
 	sftEvalListFlag  = &cli.BoolFlag{Name: "episodes", Usage: "print every episode (task, variation, score, actions)"}
 	sftEvalModelFlag = &cli.StringFlag{Name: "model", Aliases: []string{"m"}, Usage: "model GGUF `FILE`", Required: true}
 )

@@ -22,6 +22,7 @@ import (
 	"github.com/empo2/empo2/trainer"
 	"github.com/empo2/empo2/trainer/evaluate"
 	"github.com/empo2/empo2/trainer/presets"
+	"github.com/empo2/empo2/trainer/rollout"
 )
 
 var (
@@ -143,8 +144,13 @@ func trainAction(c *cli.Context) error {
 				progressbar.OptionClearOnFinish())
 		}
 	}
+	contextWarned := false
 	opts.OnStep = func(m trainer.StepMetrics) {
 		updates += m.Updates
+		if w := rollout.ContextWarning(m.EndReasons, m.Context); w != "" && !contextWarned {
+			contextWarned = true // once a run: metrics.jsonl's end_reasons has every step's counts
+			log.Warn().Int("step", m.Step).Msg(w)
+		}
 		if bar != nil {
 			bar.Describe(fmt.Sprintf("step %d/%d %s score %.1f succ %.2f loss %.4f updates %d", m.Step, cfg.Steps, m.Mode, m.ScoreMean, m.SuccessRate, m.Loss, updates))
 			_ = bar.Add(1)
@@ -153,7 +159,7 @@ func trainAction(c *cli.Context) error {
 		log.Info().Int("step", m.Step).Int("steps", cfg.Steps).Str("mode", m.Mode).Float64("score", m.ScoreMean).
 			Float64("success", m.SuccessRate).Float64("reward", m.RewardMean).Float64("loss", m.Loss).Float64("kl", m.ApproxKL).
 			Float64("clip", m.ClipFrac).Int("updates", m.Updates).Int("zero_var_groups", m.ZeroVarGroups).Int("tips_written", m.TipsWritten).
-			Float64("t_step", m.TStep).Msg("step")
+			Float64("t_step", m.TStep).Any("end_reasons", m.EndReasons).Msg("step")
 	}
 	opts.OnEval = func(l evaluate.Line) {
 		log.Info().Int("step", l.Step).RawJSON("memory_off", jsonOrNull(l.MemoryOff)).RawJSON("memory_on", jsonOrNull(l.MemoryOn)).Msg("eval")

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,12 +23,38 @@ const pythonInterface = "scienceworld.runtime.pythonapi.PythonInterface"
 // Options.Extra keys understood by this environment.
 const (
 	ExtraJava           = "java"            // java launcher (default $JAVA_HOME/bin/java, then PATH)
-	ExtraHeap           = "xmx"             // JVM heap, e.g. "2g" (default 1g)
+	ExtraHeap           = "xmx"             // JVM heap cap, e.g. "1g" (default DefaultHeap)
+	ExtraJVMFlags       = "jvm_flags"       // JVM flags besides -Xmx, space-separated (default DefaultJVMFlags; present but empty: none)
 	ExtraTimeout        = "timeout"         // per py4j call, e.g. "30s" (default 120s)
 	ExtraStartupTimeout = "startup_timeout" // JVM start (default 120s)
 	ExtraInfo           = "info"            // "full": add look, inv, taskDesc and valid to StepResult.Info, as the Python wrapper does
 	ExtraClasspath      = "classpath"       // more class path entries after the jar (e.g. a py4j jar, for a simulator jar without py4j)
 )
+
+// The JVM's memory. Each instance is its own JVM, and a run starts one per
+// parallel episode (batch.tasks × batch.rollouts), so its footprint is
+// multiplied by the pool size. Left to itself a JVM sizes its heap from the
+// machine: an initial heap of 1/64 of the memory (384 MiB on 24 GiB) and
+// G1 on two or more cores, whose young generation fills most of that
+// initial heap with the simulator's per-step garbage before it collects;
+// that matches the 290–370 MB RSS per JVM seen within a few steps with
+// -Xmx1g. DefaultJVMFlags start the heap small and let the serial collector
+// grow it only when live data need it (the simulator is single-threaded:
+// one request at a time), compile with C1 alone (less compiler memory and a
+// faster warm-up; simulator steps are not the bottleneck beside the
+// policy's decoding) and keep no hsperfdata file in /tmp. DefaultHeap caps
+// the heap; Spec.InstanceMemory reports that cap, so that NewPool logs
+// N JVMs × heap cap against the machine's memory. The JVM's own memory
+// (metaspace, code cache, thread stacks) comes on top and is not capped.
+const (
+	DefaultHeap     = "512m"
+	DefaultJVMFlags = "-Xms32m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -XX:-UsePerfData"
+)
+
+// SuccessScore is the EMPO² recipe's success rule on ScienceWorld, an
+// episode that ends with a score above 70; scores are whole numbers, so
+// "above 70" is "at least 71".
+const SuccessScore = 71
 
 func init() {
 	environments.Register(environments.Spec{
@@ -41,7 +68,66 @@ func init() {
 			return e, nil
 		},
 		Tasks: Tasks,
+		// The EMPO² recipe: invalid actions corrected to the most similar
+		// valid one, success above 70.
+		Defaults: environments.Defaults{CorrectActions: true, SuccessScore: SuccessScore},
+		InstanceMemory: func(o environments.Options) (int64, string) {
+			heap := heapOption(o)
+			n, err := ParseJavaSize(heap)
+			if err != nil {
+				return 0, ""
+			}
+			return n, "JVM heap cap -Xmx" + heap + ", plus the JVM's own memory"
+		},
 	})
+}
+
+// heapOption is the -Xmx value of opts.
+func heapOption(opts environments.Options) string {
+	if h := opts.Extra[ExtraHeap]; h != "" {
+		return h
+	}
+	return DefaultHeap
+}
+
+// jvmArgs are the JVM options of an instance: -Xmx and the other flags.
+func jvmArgs(opts environments.Options) ([]string, error) {
+	heap := heapOption(opts)
+	if _, err := ParseJavaSize(heap); err != nil {
+		return nil, fmt.Errorf("scienceworld: option %s=%q: %w", ExtraHeap, heap, err)
+	}
+	flags, ok := opts.Extra[ExtraJVMFlags]
+	if !ok {
+		flags = DefaultJVMFlags
+	}
+	return append([]string{"-Xmx" + heap}, strings.Fields(flags)...), nil
+}
+
+// ParseJavaSize reads a JVM memory size as -Xmx takes it: a whole number
+// of bytes, or of KiB, MiB, GiB or TiB with the suffix k, m, g or t (either
+// case).
+func ParseJavaSize(s string) (int64, error) {
+	mult := int64(1)
+	if n := len(s); n > 0 {
+		switch s[n-1] {
+		case 'k', 'K':
+			mult = 1 << 10
+		case 'm', 'M':
+			mult = 1 << 20
+		case 'g', 'G':
+			mult = 1 << 30
+		case 't', 'T':
+			mult = 1 << 40
+		}
+		if mult > 1 {
+			s = s[:n-1]
+		}
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || v <= 0 || v > math.MaxInt64/mult {
+		return 0, fmt.Errorf("want a JVM memory size like 512m or 1g")
+	}
+	return v * mult, nil
 }
 
 // Env is one ScienceWorld instance: its own JVM (the simulator keeps global
@@ -105,9 +191,9 @@ func New(opts environments.Options) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	heap := opts.Extra[ExtraHeap]
-	if heap == "" {
-		heap = "1g"
+	jargs, err := jvmArgs(opts)
+	if err != nil {
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), startup)
 	defer cancel()
@@ -115,7 +201,7 @@ func New(opts environments.Options) (*Env, error) {
 	if extra := opts.Extra[ExtraClasspath]; extra != "" {
 		cp += string(os.PathListSeparator) + extra
 	}
-	proc, err := startJVM(ctx, java, cp, filepath.Dir(jar), heap, startup)
+	proc, err := startJVM(ctx, java, cp, filepath.Dir(jar), jargs, startup)
 	if err != nil {
 		return nil, err
 	}
@@ -336,6 +422,9 @@ func (e *Env) Step(ctx context.Context, action string) (environments.StepResult,
 	reward := score - e.last
 	e.last, e.score = score, score
 	e.done = completed || score < 0 || moves > e.limit
+	if e.done && !completed && score >= 0 {
+		info[environments.InfoTruncated] = true
+	}
 	info["moves"] = moves
 	info["score"] = score
 	info["completed"] = completed

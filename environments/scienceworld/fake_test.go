@@ -290,7 +290,6 @@ func (g *fakeGateway) world(w *fakeWorld, method string, args []any) (string, st
 			return noMethod("step"), ""
 		}
 		a := args[0].(string)
-		w.moves++
 		if g.spam > 0 {
 			fmt.Fprintln(os.Stdout, strings.Repeat("Possible referents: agent, air, battery, wire\n", g.spam/46+1))
 		}
@@ -301,16 +300,32 @@ func (g *fakeGateway) world(w *fakeWorld, method string, args []any) (string, st
 			id := g.put(fakeExc{trace: "java.lang.IllegalStateException: boom\n\tat scienceworld.Fake.step(Fake.scala:1)"})
 			return "!xr" + id, ""
 		case a == "look around":
+			w.moves++
 			return str(fakeLook), ""
+		case a == "inventory":
+			w.moves++
+			return str("In your inventory, you see:\n\tan orange"), ""
+		case a == "task":
+			w.moves++
+			return str(fakeDesc), ""
+		case a == "wait" || a == "wait1":
+			w.moves++
+			return str("You decide to wait for 1 iterations."), ""
+		case a == "look at agent":
+			w.moves++
+			return str("You see yourself."), ""
 		case a == "focus on agent":
+			w.moves++
 			w.raw = -1
 			return str("You focus on the agent."), ""
 		case w.k < len(fakeGold) && a == fakeGold[w.k]:
+			w.moves++
 			w.raw = fakeScores[w.k]
 			w.k++
 			w.completed = w.k == len(fakeGold)
 			return str("You do it: " + a), ""
 		}
+		// As in the simulator, input it cannot parse costs no move.
 		return str("No known action matches that input."), ""
 	case "getScore":
 		return "!yd" + strconv.FormatFloat(w.raw, 'g', -1, 64), ""
@@ -333,11 +348,13 @@ func (g *fakeGateway) world(w *fakeWorld, method string, args []any) (string, st
 		if len(args) != agent {
 			return noMethod(method), ""
 		}
-		valid := []string{"look around", "focus on agent", "inventory"}
+		// A few of the simulator's neutral actions, one lethal focus and the
+		// next gold action, in a fixed order of the fake's (a Jaccard tie
+		// goes to the first).
+		valid := []string{"look around", "inventory", "task", "wait", "wait1", "look at agent", "focus on agent"}
 		if w.k < len(fakeGold) {
 			valid = append(valid, fakeGold[w.k])
 		}
-		slices.Sort(valid)
 		return "!yl" + g.put(valid), ""
 	case "getGoldActionSequence":
 		var gold []string

@@ -1,7 +1,10 @@
 package scienceworld
 
 import (
+	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,4 +94,118 @@ func TestRealSimulator(t *testing.T) {
 		}
 	}
 	require.Equal(t, 100.0, easy.Score())
+}
+
+// overLimitTasks are the tasks whose variation-0 gold path does not reach
+// 100 within the EMPO² recipe's step limit (measured on a jar built from
+// the public source, v1.3.0, no simplifications).
+var overLimitTasks = []string{"grow-plant", "grow-fruit", "identify-life-stages-1", "inclined-plane-determine-angle",
+	"inclined-plane-friction-named-surfaces", "inclined-plane-friction-unnamed-surfaces", "mendelian-genetics-known-plant",
+	"mendelian-genetics-unknown-plant"}
+
+// TestRealGoldPathsUnderRecipeLimits runs only with SCIENCEWORLD_JAR set:
+// the gold path of every task at variation 0 under the recipe's per-task
+// step limits, without simplifications and with easy. It logs each path's
+// length and the score it reaches within the limit (the table of
+// docs/environments.md), checks that with the limit lifted every path
+// reaches 100, and that without simplifications exactly overLimitTasks
+// stop short of it.
+func TestRealGoldPathsUnderRecipeLimits(t *testing.T) {
+	for _, simp := range []string{"", "easy"} {
+		limited := realEnv(t, environments.Options{Simplifications: simp})
+		lifted := realEnv(t, environments.Options{Simplifications: simp, StepLimit: 10000})
+		var short []string
+		for _, tk := range taskTable {
+			gold, err := limited.GoldActions(bg, tk.name, 0)
+			require.NoError(t, err, tk.name)
+			play := func(e *Env) (float64, int) {
+				_, err := e.Reset(bg, tk.name, 0, 0)
+				require.NoError(t, err, tk.name)
+				n := 0
+				for _, a := range gold {
+					r, err := e.Step(bg, a)
+					require.NoError(t, err, "%s step %d %q", tk.name, n, a)
+					n++
+					if r.Done {
+						break
+					}
+				}
+				return e.Score(), n
+			}
+			score, n := play(limited)
+			full, _ := play(lifted)
+			require.Equal(t, 100.0, full, "%s %q: the whole gold path reaches 100", tk.name, simp)
+			if score < 100 {
+				short = append(short, tk.name)
+			}
+			t.Logf("simplifications %q: %-48s gold %3d actions, limit %3d: score %4.0f after %d actions", simp, tk.name, len(gold), tk.limit, score, n)
+		}
+		if simp == "" {
+			require.ElementsMatch(t, overLimitTasks, short)
+		}
+		t.Logf("simplifications %q: %d tasks stop short of 100 within the limit: %v", simp, len(short), short)
+	}
+}
+
+// jvmRSS reads the resident and peak resident memory of e's JVM (Linux).
+func jvmRSS(t *testing.T, e *Env) (rss, peak int64) {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", e.proc.cmd.Process.Pid))
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && (f[0] == "VmRSS:" || f[0] == "VmHWM:") {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			if f[0] == "VmRSS:" {
+				rss = kb << 10
+			} else {
+				peak = kb << 10
+			}
+		}
+	}
+	return rss, peak
+}
+
+// TestRealJVMMemory runs only with SCIENCEWORLD_JAR set: the resident
+// memory of one JVM over 20 gold episodes of power-component and boil
+// (a few hundred steps), with the default flags (the figure for
+// docs/environments.md) and, for comparison, with the JVM's own defaults
+// at -Xmx1g. With the defaults a JVM stays within its heap cap plus 256 MiB
+// of the JVM's own memory.
+func TestRealJVMMemory(t *testing.T) {
+	for _, o := range []environments.Options{
+		{Simplifications: "easy", StepLimit: 1000},
+		{Simplifications: "easy", StepLimit: 1000, Extra: map[string]string{ExtraHeap: "1g", ExtraJVMFlags: ""}},
+	} {
+		e := realEnv(t, o)
+		start, _ := jvmRSS(t, e)
+		steps := 0
+		for i := range 20 {
+			task := []string{"power-component", "boil"}[i%2]
+			gold, err := e.GoldActions(bg, task, i/2)
+			require.NoError(t, err)
+			_, err = e.Reset(bg, task, i/2, 0)
+			require.NoError(t, err)
+			for _, a := range gold {
+				r, err := e.Step(bg, a)
+				require.NoError(t, err)
+				steps++
+				if r.Done {
+					break
+				}
+			}
+		}
+		rss, peak := jvmRSS(t, e)
+		flags, err := jvmArgs(o)
+		require.NoError(t, err)
+		t.Logf("JVM %v: RSS %s at start, %s after %d steps (peak %s)", flags, environments.FormatBytes(start), environments.FormatBytes(rss),
+			steps, environments.FormatBytes(peak))
+		if _, custom := o.Extra[ExtraJVMFlags]; !custom {
+			heapCap, _ := ParseJavaSize(DefaultHeap)
+			require.Less(t, peak, heapCap+256<<20, "a JVM with the default flags stays within its heap cap plus 256 MiB")
+		}
+		require.NoError(t, e.Close())
+	}
 }

@@ -92,13 +92,10 @@ const (
 	keepStdout = 1024
 )
 
-// startJVM launches the gateway and waits for it to print its port.
-func startJVM(ctx context.Context, java, classpath, dir string, heap string, startup time.Duration) (*jvm, error) {
-	args := []string{}
-	if heap != "" {
-		args = append(args, "-Xmx"+heap)
-	}
-	args = append(args, "-cp", classpath, "py4j.GatewayServer", "--die-on-broken-pipe", "0")
+// startJVM launches the gateway with the JVM options jvmArgs and waits for
+// it to print its port.
+func startJVM(ctx context.Context, java, classpath, dir string, jvmArgs []string, startup time.Duration) (*jvm, error) {
+	args := append(append([]string(nil), jvmArgs...), "-cp", classpath, "py4j.GatewayServer", "--die-on-broken-pipe", "0")
 	cmd := exec.Command(java, args...)
 	cmd.Dir = dir
 	stdin, err := cmd.StdinPipe()

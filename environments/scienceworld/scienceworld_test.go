@@ -8,6 +8,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -335,6 +336,7 @@ func TestNegativeScoreEnds(t *testing.T) {
 	require.Equal(t, -100.0, e.Score())
 	require.Equal(t, -112.0, r.Reward)
 	require.Equal(t, false, r.Info["completed"])
+	require.NotContains(t, r.Info, environments.InfoTruncated)
 }
 
 func TestStepLimit(t *testing.T) {
@@ -347,6 +349,17 @@ func TestStepLimit(t *testing.T) {
 		r, err := e.Step(bg, "inventory")
 		require.NoError(t, err)
 		require.Equal(t, want, r.Done, "step %d", i+1)
+		require.Equal(t, want, r.Info[environments.InfoTruncated] == true, "the limit, not the task, ended it")
+	}
+	// Input the simulator cannot parse costs no move: it never reaches the limit.
+	e3 := dialFake(t, g, environments.Options{StepLimit: 3})
+	_, err = e3.Reset(bg, "power-component", 0, 0)
+	require.NoError(t, err)
+	for range 10 {
+		r, err := e3.Step(bg, "xyzzy")
+		require.NoError(t, err)
+		require.False(t, r.Done)
+		require.Equal(t, 1, r.Info["moves"])
 	}
 	// power-component's EMPO² limit is 30 without an override.
 	e2 := dialFake(t, g, environments.Options{})
@@ -390,7 +403,7 @@ func TestValidActionsAndGold(t *testing.T) {
 	require.NoError(t, err)
 	va, err := e.ValidActions(bg)
 	require.NoError(t, err)
-	require.Equal(t, []string{"focus on agent", "inventory", "look around", "open door to workshop"}, va)
+	require.Equal(t, []string{"look around", "inventory", "task", "wait", "wait1", "look at agent", "focus on agent", "open door to workshop"}, va)
 	r, err := e.Step(bg, "inventory")
 	require.NoError(t, err)
 	require.Equal(t, "In your inventory, you see:\n\tan orange", r.Info["inv"])
@@ -661,4 +674,74 @@ func TestHungJVMIsKilled(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("a hung JVM was left running")
 	}
+}
+
+// TestJVMMemoryFlags: every JVM starts with a capped heap and the
+// small-footprint flags (not the JVM's machine-sized defaults), the flags
+// can be replaced, a malformed heap size fails before anything starts, and
+// a real java accepts the default flags.
+func TestJVMMemoryFlags(t *testing.T) {
+	flagsOf := func(e *Env) []string {
+		args := e.proc.cmd.Args[1:]
+		return args[:slices.Index(args, "-cp")]
+	}
+	e, err := New(fakeJavaOpts(t, "gateway"))
+	require.NoError(t, err)
+	require.Equal(t, []string{"-Xmx512m", "-Xms32m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData"}, flagsOf(e))
+	require.NoError(t, e.Close())
+
+	o := fakeJavaOpts(t, "gateway")
+	o.Extra[ExtraHeap], o.Extra[ExtraJVMFlags] = "1G", "-Xss2m"
+	e, err = New(o)
+	require.NoError(t, err)
+	require.Equal(t, []string{"-Xmx1G", "-Xss2m"}, flagsOf(e))
+	require.NoError(t, e.Close())
+	o.Extra[ExtraJVMFlags] = "" // present and empty: no flags besides -Xmx
+	e, err = New(o)
+	require.NoError(t, err)
+	require.Equal(t, []string{"-Xmx1G"}, flagsOf(e))
+	require.NoError(t, e.Close())
+
+	for _, bad := range []string{"lots", "1.5g", "-1m", "0", "m", "99999999999t"} {
+		o.Extra[ExtraHeap] = bad
+		_, err = New(o)
+		require.ErrorContains(t, err, "xmx", bad)
+	}
+	for in, want := range map[string]int64{"512m": 512 << 20, "1g": 1 << 30, "2G": 2 << 30, "64k": 64 << 10, "1048576": 1 << 20, "1t": 1 << 40} {
+		got, err := ParseJavaSize(in)
+		require.NoError(t, err, in)
+		require.Equal(t, want, got, in)
+	}
+
+	// The pool's memory line: the heap cap per JVM.
+	spec, err := environments.Lookup(Name)
+	require.NoError(t, err)
+	pm := environments.PoolMemory(spec, environments.Options{}, 8)
+	require.Equal(t, int64(512<<20), pm.PerInstance)
+	require.Equal(t, int64(4<<30), pm.Total())
+	require.Contains(t, pm.String(), "8 instances × 512 MiB (JVM heap cap -Xmx512m")
+	require.Contains(t, pm.String(), "≈ 4.0 GiB")
+	pm = environments.PoolMemory(spec, environments.Options{Extra: map[string]string{ExtraHeap: "2g"}}, 64)
+	require.Equal(t, int64(128<<30), pm.Total())
+
+	// A real JVM, where one is installed, accepts the default flags.
+	java, err := exec.LookPath("java")
+	if err != nil {
+		t.Log("no java on PATH: the flags were not checked against a real JVM")
+		return
+	}
+	args, err := jvmArgs(environments.Options{})
+	require.NoError(t, err)
+	out, err := exec.Command(java, append(args, "-version")...).CombinedOutput()
+	require.NoError(t, err, "java %v -version: %s", args, out)
+}
+
+// TestDefaultsAreTheRecipe: ScienceWorld asks runs for the EMPO² recipe's
+// action correction and success rule (score above 70).
+func TestDefaultsAreTheRecipe(t *testing.T) {
+	spec, err := environments.Lookup(Name)
+	require.NoError(t, err)
+	require.True(t, spec.Defaults.CorrectActions)
+	require.Equal(t, 71.0, spec.Defaults.Success(), "success = score > 70 on whole-number scores")
+	require.Greater(t, spec.Defaults.Success(), 70.0)
 }

@@ -17,6 +17,7 @@ func init() {
 		Description: "native ScienceWorld-style text world (pure Go, no JVM), for tests and CPU experiments",
 		New:         func(o environments.Options) (environments.Env, error) { return New(o) },
 		Tasks:       Tasks,
+		TipChecker:  tipChecker{},
 	})
 }
 
@@ -154,6 +155,9 @@ func (e *Env) Step(ctx context.Context, action string) (environments.StepResult,
 	}
 	e.moves++
 	e.done = e.ep.done || e.moves >= e.limit
+	if e.done && !e.ep.done {
+		info[environments.InfoTruncated] = true
+	}
 	info["moves"] = e.moves
 	info["score"] = e.ep.score
 	info["won"] = e.ep.won

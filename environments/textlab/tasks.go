@@ -13,6 +13,9 @@ type house struct {
 	rooms map[string]int
 }
 
+// roomNames are the house's rooms, in the order they are built.
+var roomNames = []string{"hallway", "kitchen", "bathroom", "outside", "greenhouse", "foundry", "workshop", "bedroom", "living room", "art studio"}
+
 type spot struct {
 	room, holder string // holder "" = on the floor of the room
 }
@@ -32,7 +35,7 @@ func buildHouse(simp simplifications) *house {
 	w := newWorld()
 	w.teleport = simp.teleport
 	h := &house{w: w, rooms: map[string]int{}}
-	for _, r := range []string{"hallway", "kitchen", "bathroom", "outside", "greenhouse", "foundry", "workshop", "bedroom", "living room", "art studio"} {
+	for _, r := range roomNames {
 		h.rooms[r] = w.addRoom(r)
 	}
 	for _, pair := range [][2]string{

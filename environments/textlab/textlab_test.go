@@ -183,6 +183,7 @@ func TestStepLimit(t *testing.T) {
 		r, err := e.Step(ctx, "wait1")
 		require.NoError(t, err)
 		require.Equal(t, i == 5, r.Done, "step %d", i)
+		require.Equal(t, i == 5, r.Info[environments.InfoTruncated] == true, "the limit ended it")
 		require.Equal(t, i, r.Info["moves"])
 	}
 	_, err = e.Step(ctx, "wait1")

@@ -358,7 +358,7 @@ func (e *Env) Step(ctx context.Context, action string) (environments.StepResult,
 	}
 	if !e.done && e.steps >= e.stepLimit {
 		e.done = true
-		info["truncated"] = true
+		info[environments.InfoTruncated] = true
 		info["won"] = false
 		info["raw_reward"] = 0.0
 	}

@@ -99,6 +99,17 @@ func (d Demo) Turns() []rollout.Turn {
 	return out
 }
 
+// Trajectory is the demo as its environment produced it (for an
+// environments.TipChecker).
+func (d Demo) Trajectory() environments.Trajectory {
+	tr := environments.Trajectory{Task: d.Task, Variation: d.Variation, FirstObs: d.FirstObs, Score: d.Score,
+		Steps: make([]environments.TrajectoryStep, len(d.Steps))}
+	for i, s := range d.Steps {
+		tr.Steps[i] = environments.TrajectoryStep{Action: s.Action, Observation: s.Observation, Reward: s.Reward}
+	}
+	return tr
+}
+
 var (
 	roomRe     = regexp.MustCompile(`This room is called the ([^.\n]+)\.`)
 	doorRe     = regexp.MustCompile(`A door to the ([^(\n]+?) \(`)
@@ -307,8 +318,12 @@ func namedRooms(desc string, doors [][]string) []string {
 }
 
 // Tip derives the tip an agent could write after the episode: which
-// rooms it looked at, which steps earned score and where, and how far it
-// was from completing the task (at most rollout.MaxTipWords words).
+// rooms it looked at, which steps earned (or lost) score and where, and
+// whether the task was completed (at most rollout.MaxTipWords words). It
+// states no point values and no final score: the chat the policy writes
+// its tip after shows neither (observations carry no score), so a model
+// taught to write them can only guess, and the memory entry states the
+// final score anyway (rollout.TipContent).
 func Tip(d Demo) string {
 	var b strings.Builder
 	var rooms []string
@@ -342,14 +357,19 @@ func Tip(d Demo) string {
 		}
 		b.WriteString("I tried " + strings.Join(acts, ", ") + ". ")
 	}
-	var gains []string
+	var gains, losses []string
 	for _, s := range d.Steps {
+		if s.Reward == 0 {
+			continue
+		}
+		g := s.Action
+		if s.Room != "" {
+			g += " in the " + s.Room
+		}
 		if s.Reward > 0 {
-			g := fmt.Sprintf("%s (+%s)", s.Action, fmtScore(s.Reward))
-			if s.Room != "" {
-				g += " in the " + s.Room
-			}
 			gains = append(gains, g)
+		} else {
+			losses = append(losses, g)
 		}
 	}
 	if len(gains) > 0 {
@@ -357,15 +377,16 @@ func Tip(d Demo) string {
 	} else {
 		b.WriteString("No action earned score. ")
 	}
+	if len(losses) > 0 {
+		b.WriteString("Score was lost at " + joinAnd(losses) + ". ")
+	}
 	switch {
-	case d.Done && d.Score > 0 && d.Score >= 100:
-		b.WriteString("The task is complete with score " + fmtScore(d.Score) + "/100.")
-	case d.Done && d.Score < 0:
-		b.WriteString("The episode failed with score " + fmtScore(d.Score) + "/100.")
-	case d.Done:
-		b.WriteString("The episode ended with score " + fmtScore(d.Score) + "/100, short of the full score.")
+	case d.Score >= 100:
+		b.WriteString("The task is complete.")
+	case d.Score < 0:
+		b.WriteString("The episode failed.")
 	default:
-		b.WriteString("The task is not complete: score " + fmtScore(d.Score) + "/100 after " + strconv.Itoa(len(d.Steps)) + " steps.")
+		b.WriteString("The task is not complete.")
 	}
 	return rollout.CleanTip(b.String())
 }

@@ -288,7 +288,7 @@ func summarize(eps []rollout.Episode) *Result {
 	result := func(m *means) TaskResult {
 		return TaskResult{ScoreMean: m.score.Value(), SuccessRate: m.succ.Value(), Episodes: int(m.score.Weight()), StepsMean: m.steps.Value()}
 	}
-	res := &Result{TaskResult: result(all), Tasks: map[string]TaskResult{}, TipsRetrievedMean: retrieved.Value()}
+	res := &Result{TaskResult: result(all), Tasks: map[string]TaskResult{}, TipsRetrievedMean: retrieved.Value(), EndReasons: rollout.CountEnds(eps)}
 	for k, m := range per {
 		res.Tasks[k] = result(m)
 	}

@@ -61,7 +61,7 @@ type RunConfig struct {
 	OOD        bool                 `yaml:"ood" doc:"out-of-distribution adaptation instead: trials consecutive attempts per held-out variation, a tip written after each into a fresh memory (no weight updates), and the same attempts without memory as the control"`
 	Trials     int                  `yaml:"trials" doc:"consecutive attempts per variation with ood (1..1000)"`
 	Seed       int64                `yaml:"seed" doc:"seed of the episodes' sampling"`
-	Context    int                  `yaml:"context" doc:"tokens per episode (prompt + action); may exceed the model's training context (RoPE); with run: the run's"`
+	Context    int                  `yaml:"context" doc:"tokens per episode (prompt + action); may exceed the model's training context (RoPE); 0 = the model's training context, at most 8192; with run: the run's"`
 	Parallel   int                  `yaml:"parallel" doc:"episodes decoded together (KV sequences), 1..256"`
 	Threads    int                  `yaml:"threads" doc:"CPU threads; 0 = all cores"`
 	GPULayers  int                  `yaml:"gpu_layers" doc:"layers offloaded to a GPU backend; -1 = all"`
@@ -210,8 +210,8 @@ func (c *RunConfig) Validate() error {
 		return bad("ood plays memory on and off itself: leave eval.memory off (drop --memory)")
 	case c.Trials < 1 || c.Trials > maxTrials:
 		return bad("trials %d: want 1..%d (each trial is a full pass over the held-out variations)", c.Trials, maxTrials)
-	case c.Context < 16:
-		return bad("context %d: want at least 16 tokens per episode", c.Context)
+	case c.Context != 0 && c.Context < 16:
+		return bad("context %d: want 0 (the model's) or at least 16 tokens per episode", c.Context)
 	case c.Parallel < 1 || c.Parallel > 256:
 		return bad("parallel %d: want 1..256", c.Parallel)
 	case c.Threads < 0:
@@ -374,7 +374,8 @@ func (o *opened) Close() error {
 // only unless write_tips), plays Evaluate or, with ood, EvaluateOOD, and
 // writes the JSON result to out and, with run, to the run's eval/ folder
 // (eval-<split>-<memory>-step-NNNNNN.json; ood-<split>-k<K>-step-NNNNNN.json
-// in eval/ood). A context too small for the first prompt is a warning.
+// in eval/ood). A context too small for the first prompt is a warning, and
+// so are episodes that mostly ended on a full context.
 // A cancelled ctx stops after the episodes in play, closes everything and
 // writes nothing.
 func Run(ctx context.Context, cfg RunConfig) (res *RunResult, err error) {
@@ -414,6 +415,7 @@ func Run(ctx context.Context, cfg RunConfig) (res *RunResult, err error) {
 	if o.model, err = llama.LoadModel(cfg.Model, llama.ModelParams{GPULayers: cfg.GPULayers}); err != nil {
 		return nil, err
 	}
+	cfg.Context = rollout.EpisodeContext(cfg.Context, o.model.Info().NCtxTrain)
 	if o.lctx, err = llama.NewContext(o.model, llama.ContextParams{NCtx: cfg.Context, NSeqMax: cfg.Parallel, Threads: threads}); err != nil {
 		return nil, err
 	}
@@ -486,6 +488,15 @@ func Run(ctx context.Context, cfg RunConfig) (res *RunResult, err error) {
 			return nil, err
 		}
 		res.Report, out = rep, rep
+		for _, r := range []*Result{rep.MemoryOff, rep.MemoryOn} {
+			if r == nil {
+				continue
+			}
+			if w := rollout.ContextWarning(r.EndReasons, o.lctx.NCtxSeq()); w != "" {
+				warn(w)
+				break
+			}
+		}
 	}
 	b, err := json.MarshalIndent(out, "", "  ")
 	if err != nil {

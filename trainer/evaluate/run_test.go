@@ -87,7 +87,7 @@ func TestSuccessIsTheRollersRule(t *testing.T) {
 	ctx := context.Background()
 	m := testutil.Model(t)
 	var reps []*Report
-	for _, s := range []float64{100, 0} {
+	for _, s := range []float64{100, -1} {
 		r := testutil.Roller(t, m, 3, nil, func(c *rollout.Config, _ *rollout.Options) { c.SuccessScore = s })
 		rep, err := Evaluate(ctx, r, evalCfg())
 		require.NoError(t, err)
@@ -102,5 +102,5 @@ func TestSuccessIsTheRollersRule(t *testing.T) {
 		reps = append(reps, rep)
 	}
 	assert.Equal(t, reps[0].MemoryOff.ScoreMean, reps[1].MemoryOff.ScoreMean, "the threshold changes no episode")
-	assert.Greater(t, reps[1].MemoryOff.SuccessRate, reps[0].MemoryOff.SuccessRate, "success_score 0: every non-negative score succeeds")
+	assert.Greater(t, reps[1].MemoryOff.SuccessRate, reps[0].MemoryOff.SuccessRate, "success_score -1: every score of textlab (0..100) succeeds")
 }

@@ -11,9 +11,12 @@ import (
 	"sync"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/empo2/empo2/environments"
 	"github.com/empo2/empo2/llama"
 	"github.com/empo2/empo2/memstore"
+	"github.com/empo2/empo2/runfiles"
 )
 
 // Rollouts (EMPO² §3). A Roller plays many episodes at
@@ -53,22 +56,89 @@ type Config struct {
 	Temperature    float64      `yaml:"temperature" doc:"sampling temperature of training rollouts" range:"[0,100]"`
 	StepLimit      int          `yaml:"step_limit" doc:"episode step limit; 0 = the environment's per-task limit" range:"[0,1e6]"`
 	Prompt         PromptConfig `yaml:",inline"`
-	CorrectInvalid bool         `yaml:"correct_invalid" doc:"map an invalid action to the most similar valid one (Jaccard, as the reference for ScienceWorld)"`
+	CorrectInvalid Correction   `yaml:"correct_invalid" doc:"map an invalid action to the most similar valid one (Jaccard): auto (the environment's default: on for scienceworld, as the EMPO² recipe; off for textlab and webshop) | on | off"`
 	TipMaxTokens   int          `yaml:"tip_max_tokens" doc:"max tokens of a written tip (generation also stops at the end of its first line; the reference: 512)" range:"[0,65536]"`
 	TipTemperature float64      `yaml:"tip_temperature" doc:"sampling temperature of tip writing; < 0 = rollout.temperature (the reference), 0 = greedy" range:"[,100]"`
-	SuccessScore   float64      `yaml:"success_score" doc:"an episode succeeds when its final score reaches this: 100 is the full score of textlab, WebShop and ScienceWorld; 71 is the EMPO² ScienceWorld recipe's score > 70 on its integer scores"`
+	SuccessScore   float64      `yaml:"success_score" doc:"an episode succeeds when its final score reaches this; 0 = the environment's (100, the full score, on textlab and webshop; 71 on scienceworld, the EMPO² recipe's score > 70 on its integer scores)"`
 }
 
-// DefaultConfig is temperature 1, the default prompt, tips of at most 512
-// tokens (the reference code's last version) sampled at the rollout
-// temperature, success at the full score 100.
+// DefaultConfig is temperature 1, the default prompt, the environment's
+// own action correction and success score, tips of at most 512 tokens (the
+// reference code's last version) sampled at the rollout temperature.
 func DefaultConfig() Config {
-	return Config{Temperature: 1, Prompt: DefaultPromptConfig(), TipMaxTokens: 512, TipTemperature: -1, SuccessScore: 100}
+	return Config{Temperature: 1, Prompt: DefaultPromptConfig(), CorrectInvalid: CorrectAuto, TipMaxTokens: 512, TipTemperature: -1}
+}
+
+// Correction is rollout.correct_invalid: whether an action outside the
+// environment's valid set is replaced by the most similar valid one
+// (environments.CorrectAction) before it is played.
+type Correction string
+
+// Corrections.
+const (
+	CorrectAuto Correction = "auto" // the environment's default (environments.Defaults.CorrectActions)
+	CorrectOn   Correction = "on"
+	CorrectOff  Correction = "off"
+)
+
+// Valid reports whether c is auto, on or off ("" counts as auto).
+func (c Correction) Valid() bool {
+	return c == "" || c == CorrectAuto || c == CorrectOn || c == CorrectOff
+}
+
+// Enabled resolves c for an environment with defaults d.
+func (c Correction) Enabled(d environments.Defaults) bool {
+	if c == CorrectOn {
+		return true
+	}
+	return c != CorrectOff && d.CorrectActions
+}
+
+// UnmarshalYAML reads auto, on or off, and also true and false (the key
+// was a boolean before it had an automatic setting).
+func (c *Correction) UnmarshalYAML(n *yaml.Node) error {
+	var b bool
+	if n.Decode(&b) == nil && n.Tag == "!!bool" {
+		*c = CorrectOff
+		if b {
+			*c = CorrectOn
+		}
+		return nil
+	}
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return err
+	}
+	v := Correction(strings.ToLower(strings.TrimSpace(s)))
+	if v == "" || !v.Valid() {
+		return fmt.Errorf("line %d: correct_invalid %q: want auto, on or off", n.Line, s)
+	}
+	*c = v
+	return nil
+}
+
+// MaxAutoContext caps the automatic per-episode context (context: 0): the
+// EMPO² recipe's prompt limit (max_prompt_length 8192), which bounds the
+// KV cache of models trained on long contexts (32k for Qwen2.5-7B).
+const MaxAutoContext = 8192
+
+// EpisodeContext is the per-episode context of a `context` setting with a
+// model whose training context is nCtxTrain (0 = unknown): context when
+// set, else the training context up to MaxAutoContext (2048 when unknown).
+func EpisodeContext(context, nCtxTrain int) int {
+	switch {
+	case context != 0:
+		return context
+	case nCtxTrain <= 0:
+		return 2048
+	}
+	return min(nCtxTrain, MaxAutoContext)
 }
 
 // Succeeded is the one success rule of training, evaluation and the greedy
 // check of SFT: an episode succeeds when its final score reaches
-// successScore (Config.SuccessScore). The EMPO² recipe counts success on
+// successScore (Config.SuccessScore, 0 = the environment's,
+// environments.Defaults.Success). The EMPO² recipe counts success on
 // ScienceWorld as "done and score > 70", where its wrapper ends every
 // episode done (completed, failed or out of steps), so that rule is this
 // one with successScore 71 on ScienceWorld's integer scores; on textlab and
@@ -230,6 +300,7 @@ type Episode struct {
 	Intrinsic float64 // memory episodes: mean over steps of StepRecord.Intrinsic (score points); else 0
 	Tip       string  // set by WriteTips
 	End       End     // why the episode ended
+	Err       string  // End == EndError: what failed
 
 	// TaskDesc and FirstObs are what the environment's reset gave: the
 	// first user message's text (Messages).
@@ -246,7 +317,46 @@ const (
 	EndDone      End = "done"       // the environment ended it
 	EndStepLimit End = "step-limit" // it reached its step limit
 	EndContext   End = "context"    // the next prompt and action would not fit the context
+	// EndError: the environment failed (its simulator died); the episode
+	// keeps the steps it played, carries no training signal (trainer
+	// leaves it out of its GRPO group) and its instance is replaced.
+	EndError End = "error"
 )
+
+// Ends lists the end reasons in their reporting order.
+var Ends = []End{EndDone, EndStepLimit, EndContext, EndError}
+
+// EndCounts counts episodes by end reason (the run files' end_reasons,
+// keyed by End's text).
+type EndCounts = runfiles.EndCounts
+
+// CountEnds counts eps by end reason; every reason is present (0 when
+// none ended so).
+func CountEnds(eps []Episode) EndCounts {
+	c := EndCounts{}
+	for _, e := range Ends {
+		c[string(e)] = 0
+	}
+	for i := range eps {
+		c[string(eps[i].End)]++
+	}
+	return c
+}
+
+// ContextWarning is a warning when most episodes (more than half) ended
+// because their context was full ("" otherwise): such episodes neither
+// finish nor fail, so with a weak policy every episode of a group keeps
+// the same score and the group carries no training signal. context is the
+// per-episode context in tokens.
+func ContextWarning(c EndCounts, context int) string {
+	n, all := c[string(EndContext)], c.Total()
+	if all == 0 || 2*n <= all {
+		return ""
+	}
+	return fmt.Sprintf("%d of %d episodes ended on a full context (%d tokens) before the environment or the step limit ended them: "+
+		"raise context (up to the model's training context) or keep fewer turns (rollout.history: last-k); with rollout.correct_invalid off, "+
+		"an invalid action does not advance the episode", n, all, context)
+}
 
 // Stats describes a Run (or, for TTips, a WriteTips).
 // PromptTokensSeen sums every prompt's length (what the policy read);
@@ -317,7 +427,8 @@ type Roller struct {
 // NewRoller makes a Roller over lctx (the policy's inference context with
 // its adapter attached; at most lctx.NSeqMax() episodes are active at a
 // time). Settings are used as given (Temperature 0 = greedy) and checked:
-// TipMaxTokens ≥ 1, a finite SuccessScore, o.MemoryConfig.Validate.
+// TipMaxTokens ≥ 1, a finite SuccessScore, o.MemoryConfig.Validate. The
+// environment's defaults fill CorrectInvalid auto and SuccessScore 0.
 func NewRoller(lctx *llama.Context, cfg Config, o Options) (*Roller, error) {
 	if lctx == nil {
 		return nil, fmt.Errorf("%w: nil llama context", ErrRollout)
@@ -334,6 +445,8 @@ func NewRoller(lctx *llama.Context, cfg Config, o Options) (*Roller, error) {
 		return nil, fmt.Errorf("%w: tip temperature %v", ErrRollout, cfg.TipTemperature)
 	case math.IsNaN(cfg.SuccessScore) || math.IsInf(cfg.SuccessScore, 0):
 		return nil, fmt.Errorf("%w: success score %v is not a finite number", ErrRollout, cfg.SuccessScore)
+	case !cfg.CorrectInvalid.Valid():
+		return nil, fmt.Errorf("%w: correct_invalid %q (want auto, on or off)", ErrRollout, cfg.CorrectInvalid)
 	}
 	rend, err := NewRenderer(lctx.Model(), cfg.Prompt)
 	if err != nil {
@@ -343,6 +456,15 @@ func NewRoller(lctx *llama.Context, cfg Config, o Options) (*Roller, error) {
 	spec, err := environments.Lookup(o.Env)
 	if err != nil {
 		return nil, err
+	}
+	// The environment's defaults fill what the run leaves to it.
+	if cfg.CorrectInvalid.Enabled(spec.Defaults) {
+		cfg.CorrectInvalid = CorrectOn
+	} else {
+		cfg.CorrectInvalid = CorrectOff
+	}
+	if cfg.SuccessScore == 0 {
+		cfg.SuccessScore = spec.Defaults.Success()
 	}
 	list, err := spec.Tasks(o.EnvOptions)
 	if err != nil {
@@ -439,6 +561,7 @@ type live struct {
 	ep        *Episode
 	env       environments.Env
 	pooled    bool
+	broken    bool // the environment failed (EndError): replace or close it
 	turns     []Turn
 	responses [][]int32 // sampled tokens of each turn, without a final EOG token
 	limit     int
@@ -496,11 +619,16 @@ func (r *Roller) Run(ctx context.Context, jobs []Job) ([]Episode, Stats, error) 
 	next, finished := 0, 0
 	release := func(l *live) error {
 		free = append(free, l.ep.slot)
-		if l.env == nil {
+		switch {
+		case l.env == nil:
 			return nil
-		}
-		if l.pooled {
+		case l.pooled && l.broken:
+			return r.opts.Pool.Replace(l.env)
+		case l.pooled:
 			return r.opts.Pool.Release(l.env)
+		case l.broken:
+			_ = l.env.Close() // dead: its close error says nothing new
+			return nil
 		}
 		return l.env.Close()
 	}
@@ -527,13 +655,19 @@ func (r *Roller) Run(ctx context.Context, jobs []Job) ([]Episode, Stats, error) 
 		if err := r.startAll(ctx, starting); err != nil {
 			return nil, st, err
 		}
+		playing := make([]*live, 0, len(active))
+		for _, l := range active {
+			if l.ep.End == "" { // not failed at its start
+				playing = append(playing, l)
+			}
+		}
 		// prompts (with retrieval for memory episodes)
-		if err := r.retrieve(ctx, active, &st); err != nil {
+		if err := r.retrieve(ctx, playing, &st); err != nil {
 			return nil, st, err
 		}
 		var turn []*live
 		var reqs []llama.SlotRequest
-		for _, l := range active {
+		for _, l := range playing {
 			if err := r.render(l); err != nil {
 				return nil, st, err
 			}
@@ -624,6 +758,9 @@ func (r *Roller) start(ctx context.Context, l *live) error {
 		return fmt.Errorf("%w: environment for %s/%d: %w", ErrRollout, j.Task, j.Variation, err)
 	}
 	res, err := l.env.Reset(ctx, j.Task, j.Variation, j.Seed)
+	if r.envFailed(ctx, l, err) {
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("%w: reset %s/%d: %w", ErrRollout, j.Task, j.Variation, err)
 	}
@@ -747,8 +884,11 @@ func (r *Roller) step(ctx context.Context, l *live, seq llama.Sequence) error {
 		// response's first line as it is
 		action = strings.TrimSpace(strings.SplitN(seq.Text, "\n", 2)[0])
 	}
-	if r.cfg.CorrectInvalid {
+	if r.cfg.CorrectInvalid == CorrectOn {
 		valid, err := l.env.ValidActions(ctx)
+		if r.envFailed(ctx, l, err) {
+			return nil
+		}
 		if err != nil && !errors.Is(err, environments.ErrNotSupported) {
 			return fmt.Errorf("%w: valid actions: %w", ErrRollout, err)
 		}
@@ -758,6 +898,9 @@ func (r *Roller) step(ctx context.Context, l *live, seq llama.Sequence) error {
 	}
 	rec.Action = action
 	res, err := l.env.Step(ctx, action)
+	if r.envFailed(ctx, l, err) {
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("%w: step %s/%d: %w", ErrRollout, l.ep.Task, l.ep.Variation, err)
 	}
@@ -774,19 +917,34 @@ func (r *Roller) step(ctx context.Context, l *live, seq llama.Sequence) error {
 	}
 	l.turns = append(l.turns, turn)
 	l.ep.Steps = append(l.ep.Steps, rec)
+	truncated, _ := res.Info[environments.InfoTruncated].(bool)
 	switch {
-	case res.Done:
+	case res.Done && !truncated:
 		l.ep.Done, l.ep.End = true, EndDone
-	case len(l.ep.Steps) >= l.limit:
+	case res.Done || len(l.ep.Steps) >= l.limit:
 		l.ep.End = EndStepLimit
 	}
 	return nil
+}
+
+// envFailed ends l with EndError when err says that its environment's
+// simulator died (not when ctx ended: that stops the whole run); any other
+// error stays the caller's.
+func (r *Roller) envFailed(ctx context.Context, l *live, err error) bool {
+	if err == nil || ctx.Err() != nil || !errors.Is(err, environments.ErrSimulatorDied) {
+		return false
+	}
+	l.ep.End, l.ep.Err, l.broken = EndError, err.Error(), true
+	return true
 }
 
 // finish fills an ended episode's score and rewards.
 func (r *Roller) finish(l *live) {
 	ep := l.ep
 	ep.Score = l.env.Score()
+	if ep.End == EndError && len(ep.Steps) == 0 { // failed at its reset: no score of its own
+		ep.Score = 0
+	}
 	ep.Success = Succeeded(ep.Score, r.cfg.SuccessScore)
 	if ep.UseMemory && len(ep.Steps) > 0 {
 		for _, s := range ep.Steps {

@@ -218,7 +218,7 @@ func TestRolloutDeterministic(t *testing.T) {
 
 func TestRolloutCorrectInvalid(t *testing.T) {
 	m := testutil.Model(t)
-	r := testutil.Roller(t, m, 2, nil, func(c *rollout.Config, _ *rollout.Options) { c.CorrectInvalid = true })
+	r := testutil.Roller(t, m, 2, nil, func(c *rollout.Config, _ *rollout.Options) { c.CorrectInvalid = rollout.CorrectOn })
 	eps, _, err := r.Run(context.Background(), testutil.Jobs(2, false))
 	require.NoError(t, err)
 	n := 0
