@@ -16,6 +16,7 @@ import (
 	"github.com/empo2/empo2/cgo"
 	"github.com/empo2/empo2/environments"
 	"github.com/empo2/empo2/gguf"
+	"github.com/empo2/empo2/internal/sysmem"
 	"github.com/empo2/empo2/llama"
 	"github.com/empo2/empo2/lora"
 	"github.com/empo2/empo2/memstore"
@@ -52,6 +53,8 @@ type RunOptions struct {
 	OnEval func(line evaluate.Line)
 	// OnStart is called once the run is set up: the first step to run and the last.
 	OnStart func(first, last int)
+	// OnEngine is called once the training engine's memory plan is made.
+	OnEngine func(p EnginePlan)
 }
 
 // RunResult summarizes Train.
@@ -129,15 +132,25 @@ func Train(ctx context.Context, opts RunOptions) (res RunResult, err error) {
 	if cfg.Device == "gpu" || cfg.Device == "auto" {
 		gpuLayers = -1
 	}
+	mem, _ := sysmem.Available() // unknown (zero) off Linux
 	lm, err := llama.LoadModel(cfg.Model, llama.ModelParams{GPULayers: gpuLayers})
 	if err != nil {
 		return res, err
 	}
 	defer lm.Close()
 	// The training engine reads llama.cpp's loaded weights (one copy of the
-	// base model in memory; only Wᵀ copies, LoRA state and buffers are added).
+	// base model in memory; only Wᵀ copies, LoRA state and buffers are
+	// added), sized to the memory available (EnginePlan).
+	plan, err := planEngine(cfg, lm, mem)
+	if err != nil {
+		return res, err
+	}
+	if opts.OnEngine != nil {
+		opts.OnEngine(plan)
+	}
+	defer func() { err = plan.explain(err) }()
 	policy, err := cgo.LoadShared(lm, cgo.LoRAConfig{Rank: cfg.LoRA.Rank, Alpha: cfg.LoRA.Alpha, Targets: cfg.LoRA.Targets, Seed: cfg.Seed},
-		cgo.Options{Threads: threads, Device: cfg.Device})
+		plan.Options(threads, cfg.Device))
 	if err != nil {
 		return res, err
 	}

@@ -150,6 +150,10 @@ func trainAction(c *cli.Context) error {
 				progressbar.OptionClearOnFinish())
 		}
 	}
+	opts.OnEngine = func(p trainer.EnginePlan) {
+		log.Info().Bool("transpose_in_graph", p.InGraph).Int64("stored_transpose_bytes", p.Stored).Int64("weights_bytes", p.Weights).
+			Int64("available_bytes", p.Available.Bytes).Int64("compute_budget_bytes", p.Budget).Msg("engine: " + p.Reason)
+	}
 	opts.OnStep = func(m trainer.StepMetrics) {
 		if bar != nil {
 			bar.Describe(fmt.Sprintf("step %d/%d %s score %.1f succ %.2f loss %.4f", m.Step, cfg.Steps, m.Mode, m.ScoreMean, m.SuccessRate, m.Loss))
