@@ -460,7 +460,7 @@ func (r *run) openResources(ctx context.Context, cfg *Config, state *optim.State
 		return err
 	}
 	r.cfg, r.roller, r.emb = *cfg, roller, emb
-	r.loop = &Loop{Cfg: *cfg, Updater: u, Prober: policy, Pool: trainPool}
+	r.loop = &Loop{Cfg: *cfg, Updater: u, Prober: policy, Engine: policy, Pool: trainPool}
 	return nil
 }
 
