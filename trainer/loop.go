@@ -235,6 +235,7 @@ func (m *StepMetrics) addUpdates(us UpdateSummary) {
 // finish stamps the step's end and checks the update statistics.
 func (m *StepMetrics) finish(t0 time.Time) error {
 	m.TStep = time.Since(t0).Seconds()
+	m.MaxRSSBytes = maxRSS()
 	m.Time = time.Now().UTC().Format(time.RFC3339)
 	for _, v := range []float64{m.Loss, m.ClipFrac, m.ApproxKL, m.Entropy, m.GradNorm} {
 		if math.IsNaN(v) || math.IsInf(v, 0) {
@@ -379,7 +380,17 @@ type Loop struct {
 	Runner  StepRunner
 	Updater *optim.Updater // always set: it holds the adapter that checkpoints save
 	Prober  LogProber      // the training model (old log-probs); nil with old_logp: rollout
-	Pool    []TaskVar      // train split
+	// Engine, when set, reports the training graph's compute buffers
+	// (metrics' update_compute_bytes).
+	Engine ComputeMeter
+	Pool   []TaskVar // train split
+}
+
+// ComputeMeter is the training engine's compute-buffer accounting
+// (*cgo.Model).
+type ComputeMeter interface {
+	MemoryBytes() cgo.MemoryStats
+	ResetComputePeak() error
 }
 
 // Step runs training step `step` (1-based): plan, rollouts, tips, samples,
@@ -424,6 +435,11 @@ func (l *Loop) update(ctx context.Context, step int, eps []rollout.Episode, mode
 		return err
 	}
 	cfg := &l.Cfg
+	if l.Engine != nil {
+		if err := l.Engine.ResetComputePeak(); err != nil {
+			return fmt.Errorf("%w: %w", ErrTrain, err)
+		}
+	}
 	t := time.Now()
 	var lp LogProber
 	if cfg.Update.OldLogp == OldLogpRecompute {
@@ -443,5 +459,8 @@ func (l *Loop) update(ctx context.Context, step int, eps []rollout.Episode, mode
 	}
 	m.TUpdate = time.Since(t).Seconds() - us.TOldLogp
 	m.addUpdates(us)
+	if l.Engine != nil {
+		m.UpdateComputeBytes = l.Engine.MemoryBytes().Compute
+	}
 	return nil
 }
