@@ -103,6 +103,14 @@ experiment: build
 experiment-quick: build
 	EMPO2=$(BIN) GO=$(GO) scripts/experiment.sh quick
 
+# One EMPO² step at Qwen2.5-7B's shape on the CPU, one copy of the weights,
+# peak RSS capped at 22 GiB (docs/training.md): writes a 15 GB model under
+# .tmp/qwen7b-step/ (deleted afterwards); refuses to start with less than
+# 22 GiB available. PRESET=qwen2.5-0.5b STEPS=4, DTYPE=q8_0, … see the script.
+.PHONY: qwen7b-step
+qwen7b-step: build
+	EMPO2=$(BIN) scripts/qwen7b-step.sh
+
 # ggml's CUDA backend, built by CMake from the pinned module's own source as a
 # loadable backend library (bin/libggml-cuda.so + libggml-base.so). Needs nvcc
 # and CMake, not a GPU: CUDA_ARCH (CMake's CUDA_ARCHITECTURES list) defaults to

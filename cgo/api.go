@@ -108,6 +108,10 @@ type Options struct {
 	// caller that trains on longer sequences says so, or the default cap
 	// refuses them.
 	ComputeRefTokens int
+	// ComputeBudgetBytes > 0 with MaxComputeBytes 0: the default cap is at
+	// most this (the memory the caller has left for compute, e.g. the
+	// memory available minus the weights); ≤ 0: not used.
+	ComputeBudgetBytes int64
 	// KeepComputeBytes: compute buffers larger than this are freed at the
 	// end of every call instead of staying resident until the next (0: the
 	// default, 64 MiB; < 0: never freed).
@@ -118,11 +122,13 @@ type Options struct {
 	// CPU OUT_PROD aborts on them). For measurement and cross-checking only.
 	AutogradFrozenBackward bool
 	// TransposeInGraph: do not keep transposed copies of the frozen
-	// matrices (which double weight memory); each training graph makes Wᵀ
-	// with a copy just before its use and frees it after. Saves the copies'
-	// memory at the cost of one memory-bound transpose per matrix and step.
-	// Quantized matrices still get a stored F16 copy (their blocks cannot be
-	// transposed in the graph).
+	// matrices (which double weight memory: SharedTransposedBytes); each
+	// training graph makes Wᵀ with a copy just before its use and frees it
+	// after — for a quantized matrix, its rows dequantized to F32 and copied
+	// transposed into F16, the values of the stored copy. Saves the copies'
+	// memory at the cost of one memory-bound copy per matrix and graph, and
+	// a transient of 2 (F16/BF16), 4 (F32) or 6 (quantized) bytes per
+	// element of the largest matrix in the compute buffer.
 	TransposeInGraph bool
 }
 

@@ -58,7 +58,10 @@ func tensorTypes(t testing.TB, path string) map[string]int {
 // TestQuantizedBases: LoRA training on the bases people download — Q8_0,
 // Q4_0 and Q4_K_M made by llama.cpp's own quantizer (llama.Quantize, as
 // llama-quantize) — loaded with Load and, as `train` does, with LoadShared
-// on llama.cpp's loaded tensors. Each keeps its matrices quantized (F16 Wᵀ
+// on llama.cpp's loaded tensors, each with stored Wᵀ and with
+// TransposeInGraph (the same F16 Wᵀ made in the graph: bit-identical
+// gradients, nothing stored; SharedTransposedBytes predicts the stored
+// bytes). Each keeps its matrices quantized (F16 Wᵀ
 // copies for dX) and trains like the F32 model holding the same weights as
 // llama.cpp dequantizes them: log-probs and gradients agree to the
 // precision of ggml's quantized mul_mat, which also quantizes the
@@ -98,11 +101,34 @@ func TestQuantizedBases(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer sh.Close()
+			// Wᵀ made in the graph (dequantized, transposed, F16) instead of stored
+			ig := mustLoad(t, q, lora, Options{Threads: 1, TransposeInGraph: true})
+			shig, err := LoadShared(lm, lora, Options{Threads: 1, TransposeInGraph: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer shig.Close()
+			stored, err := SharedTransposedBytes(lm)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := sh.MemoryBytes().Transposed; stored != got || stored == 0 {
+				t.Fatalf("SharedTransposedBytes %d, LoadShared stored %d", stored, got)
+			}
+			if a, b := ig.MemoryBytes().Transposed, shig.MemoryBytes().Transposed; a != 0 || b != 0 {
+				t.Fatalf("in-graph transposes stored %d (Load) and %d (LoadShared) bytes", a, b)
+			}
 
-			lps, grads := quantRun(t, 40, ref, m, sh)
+			lps, grads := quantRun(t, 40, ref, m, sh, ig, shig)
 			for i := range lps[1] {
 				if math.Float32bits(lps[1][i]) != math.Float32bits(lps[2][i]) {
 					t.Fatalf("LoadShared log-prob %d: %v, Load %v", i, lps[2][i], lps[1][i])
+				}
+			}
+			// the in-graph Wᵀ holds the stored copy's values: same gradients, bit for bit
+			for k, name := range map[int]string{3: "Load", 4: "LoadShared"} {
+				if !equalParams(grads[1], grads[k]) {
+					t.Fatalf("%s with TransposeInGraph: gradients differ from the stored Wᵀ's (relative L2 %.3g)", name, relL2(grads[k], grads[1]))
 				}
 			}
 			worst := maxAbsDiff(lps[1], lps[0])

@@ -33,9 +33,10 @@
 // Backward of frozen linears: y = W·x has ∂L/∂x = Wᵀ·∂L/∂y. ggml autograd emits
 //   OUT_PROD(W, (∂L/∂y)ᵀ) (slow on CPU, aborts for F16 W); we rewrite each of
 //   those nodes into MUL_MAT(Wᵀ, ∂L/∂y) with Wᵀ a contiguous transposed copy
-//   made at load (same type as W) — or, with transpose_in_graph, by a CONT of
-//   transpose(W) inside the graph just before its use — then rebuild the graph
-//   so leafs and use counts are right.
+//   made at load (same type as W; F16 of the dequantized values for quantized
+//   W) — or, with transpose_in_graph, the same copy made inside the graph just
+//   before its use (in_graph_transposed) — then rebuild the graph so leafs and
+//   use counts are right.
 // ggml-alloc aliasing: RMS_NORM_BACK / SOFT_MAX_BACK must not be computed in
 //   place over their operands (see pin_backward_operands).
 // Full training (params.full): no LoRA; every tensor of the F32 GGUF is a
@@ -373,17 +374,22 @@ struct pending_upload {
     std::vector<uint8_t> data;
 };
 
-// The tensor Wᵀ [n1, n0] of a frozen matrix t [n0, n1] (same type; F16 for
-// quantized types, whose blocks run along rows), or nullptr with
-// transpose_in_graph and a non-quantized type (the training graph then
-// transposes t just before its use). Registers m.transposed[t].
+// The type of Wᵀ for a frozen matrix of type `type`: its own, F16 for
+// quantized types (their blocks run along rows, so Wᵀ holds the dequantized
+// values), both stored and made in the graph.
+static ggml_type transposed_type(ggml_type type) {
+    return ggml_is_quantized(type) ? GGML_TYPE_F16 : type;
+}
+
+// The tensor Wᵀ [n1, n0] of a frozen matrix t [n0, n1] (transposed_type), or
+// nullptr with transpose_in_graph (the training graph then makes Wᵀ just
+// before its use: in_graph_transposed). Registers m.transposed[t].
 static ggml_tensor * new_transposed(empo_model & m, ggml_tensor * t) {
-    const bool quantized = ggml_is_quantized(t->type);
-    if (m.cfg.transpose_in_graph && !quantized) {
+    if (m.cfg.transpose_in_graph) {
         m.transposed[t] = nullptr; // frozen; Wᵀ is made inside each training graph
         return nullptr;
     }
-    ggml_tensor * tt = ggml_new_tensor_2d(m.ctx_w, quantized ? GGML_TYPE_F16 : t->type, t->ne[1], t->ne[0]);
+    ggml_tensor * tt = ggml_new_tensor_2d(m.ctx_w, transposed_type(t->type), t->ne[1], t->ne[0]);
     ggml_format_name(tt, "%s.T", t->name);
     m.transposed[t] = tt;
     m.bytes_transposed += (int64_t) ggml_nbytes(tt);
@@ -1067,6 +1073,20 @@ static void build_forward(empo_model & m, ggml_context * ctx, int B, int T, int 
     *out_ent  = logS;
 }
 
+// Wᵀ [n_out, n_in] of a frozen matrix w [n_in, n_out] made inside a graph,
+// with the values and type of the stored copy (transposed_data): a copy of
+// transpose(w) for F32/F16/BF16; for a quantized w, its rows dequantized to
+// F32 (CPY quantized → F32 runs the type's to_float row by row, as to_f32
+// does) and copied transposed into F16 (the same round-to-nearest
+// conversion). The transient tensors live only until the MUL_MAT that reads
+// them: for a quantized 7B FFN matrix 4 + 2 bytes per element (0.41 GB).
+static ggml_tensor * in_graph_transposed(ggml_context * ctx, ggml_tensor * w) {
+    if (!ggml_is_quantized(w->type)) return ggml_cont(ctx, ggml_transpose(ctx, w));
+    ggml_tensor * f = ggml_cpy(ctx, w, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, w->ne[0], w->ne[1])); // [n_in, n_out]
+    ggml_tensor * t = ggml_new_tensor_2d(ctx, transposed_type(w->type), w->ne[1], w->ne[0]);      // [n_out, n_in]
+    return ggml_cpy(ctx, ggml_transpose(ctx, f), t);
+}
+
 // Replace autograd's dX = OUT_PROD(W, dYᵀ) through frozen W by MUL_MAT(Wᵀ, dY).
 static int rewrite_frozen_backward(empo_model & m, ggml_context * ctx, ggml_cgraph * gb) {
     int n = 0;
@@ -1084,7 +1104,7 @@ static int rewrite_frozen_backward(empo_model & m, ggml_context * ctx, ggml_cgra
             continue;
         }
         ggml_tensor * wt = it->second;                        // [n_out, n_in]
-        if (!wt) wt = ggml_cont(ctx, ggml_transpose(ctx, w)); // transient copy, freed after use
+        if (!wt) wt = in_graph_transposed(ctx, w);            // transient copy, freed after use
         t->op     = GGML_OP_MUL_MAT;                          // t: [n_in, N] = Wᵀ·dY
         t->src[0] = wt;
         t->src[1] = dy;
@@ -1568,6 +1588,7 @@ struct empo_model_params empo_model_default_params(void) {
     for (int k = 0; k < EMPO_TARGET_COUNT; ++k) p.target_tensor[k] = nullptr;
     p.max_compute     = 0;
     p.compute_ref_tokens = 0;
+    p.compute_budget  = 0;
     p.keep_compute    = EMPO_COMPUTE_KEEP;
     return p;
 }
@@ -1631,6 +1652,7 @@ static int init_impl(const char * path, const struct llama_model * lm, struct em
         m->frozen_bytes = frozen_bytes(*m);
         m->compute_cap = params.max_compute < 0 ? -1
                        : params.max_compute > 0 ? params.max_compute
+                       : params.compute_budget > 0 ? std::min(params.compute_budget, default_compute_cap(*m, params.compute_ref_tokens))
                        : default_compute_cap(*m, params.compute_ref_tokens);
         *out = m;
         return EMPO_OK;
@@ -1666,6 +1688,32 @@ int empo_model_init_shared(const struct llama_model * model, struct empo_model_p
         return EMPO_ERR_CONFIG;
     }
     return init_impl(nullptr, model, params, out, err, err_len);
+}
+
+int empo_model_shared_transposed_bytes(const struct llama_model * model, int64_t * out, char * err, size_t err_len) {
+    if (out) *out = 0;
+    if (!model || !out) {
+        set_err(err, err_len, "no model or no output");
+        return EMPO_ERR_CONFIG;
+    }
+    try {
+        empo_llama_weights lw;
+        empo_llama_extract(model, lw);
+        int64_t n = 0;
+        auto add = [&](const ggml_tensor * w) { // Wᵀ [ne1, ne0] as new_transposed makes it
+            if (w) n += (int64_t) ggml_row_size(transposed_type(w->type), w->ne[1]) * w->ne[0];
+        };
+        add(lw.output ? lw.output : lw.tok_embd); // the head, as load_shared reads it
+        for (const empo_llama_layer & L : lw.layers) for (const ggml_tensor * w : L.w) add(w);
+        *out = n;
+        return EMPO_OK;
+    } catch (const std::exception & e) {
+        set_err(err, err_len, e.what());
+        return EMPO_ERR_ARCH;
+    } catch (...) {
+        set_err(err, err_len, "unknown exception");
+        return EMPO_ERR_INTERNAL;
+    }
 }
 
 void empo_model_free(struct empo_model * m) {

@@ -82,6 +82,9 @@ struct empo_model_params {
     // (max_compute 0) fits: 0 = min(n_ctx, EMPO_COMPUTE_REF_TOKENS); a
     // caller whose sequences are longer (up to n_ctx) says so here.
     int32_t  compute_ref_tokens;
+    // > 0 with max_compute = 0: the default cap is at most this many bytes
+    // (the memory the caller has left for compute); ≤ 0: not used.
+    int64_t  compute_budget;
     // Compute buffers larger than this (bytes) are freed at the end of every
     // call, so that a long batch does not keep its memory resident until the
     // next one; smaller ones are kept for reuse. < 0: never freed.
@@ -136,13 +139,21 @@ void empo_model_free(struct empo_model * m); // NULL-safe
 
 // Build the training graph on a loaded llama.cpp model's own weight tensors
 // (frozen weights once per process; read-only use, the model must outlive
-// the empo_model): only the transposed copies (none with transpose_in_graph,
-// except quantized types), LoRA params, gradients and moments are allocated.
+// the empo_model): only the transposed copies (none with transpose_in_graph),
+// LoRA params, gradients and moments are allocated.
 // The primary backend is the device holding the weights (CPU when they are
 // in host memory); params.device is ignored. autograd_frozen is refused.
 struct llama_model;
 int  empo_model_init_shared(const struct llama_model * model, struct empo_model_params params,
                             struct empo_model ** out, char * err, size_t err_len);
+
+// The bytes of the transposed copies Wᵀ that empo_model_init_shared would
+// store for this model with transpose_in_graph = false (the head — token_embd
+// when tied — and the seven matrices of every block, each in the type of its
+// Wᵀ: its own, F16 for quantized types), computed from the tensors' shapes
+// and types without allocating anything, so that a caller can choose
+// transpose_in_graph before loading. *out = 0 on failure.
+int  empo_model_shared_transposed_bytes(const struct llama_model * model, int64_t * out, char * err, size_t err_len);
 
 // message of the last failed call on m; owned by m, valid until the next call on m
 // (a static string for m == NULL)

@@ -93,7 +93,7 @@ func Load(path string, lora LoRAConfig, opts Options) (*Model, error) {
 // process: the graph reads llama.cpp's own tensors (the mmap of the GGUF on
 // the CPU, or the device copy when llama.cpp offloaded the layers; the
 // training backend is then that device). Only the transposed copies (none
-// with TransposeInGraph, except for quantized types), the LoRA parameters,
+// with TransposeInGraph), the LoRA parameters,
 // gradients and AdamW moments are allocated. lm must be a Qwen2 model; it
 // stays loaded until the returned Model is closed (even if lm.Close is
 // called first). Options.Device is ignored; AutogradFrozenBackward is
@@ -104,6 +104,29 @@ func LoadShared(lm *llama.Model, lora LoRAConfig, opts Options) (*Model, error) 
 		return nil, fmt.Errorf("%w: nil llama model", ErrConfig)
 	}
 	return load("", lm, lora, opts, false)
+}
+
+// SharedTransposedBytes is what LoadShared(lm, …) would allocate for the
+// stored transposed copies Wᵀ without Options.TransposeInGraph
+// (MemoryStats.Transposed of that load: the head and the seven matrices of
+// every block, F16 for quantized types), computed from the tensors' shapes
+// and types without allocating, so that a caller can choose
+// TransposeInGraph from the memory it has before loading.
+func SharedTransposedBytes(lm *llama.Model) (int64, error) {
+	if lm == nil {
+		return 0, fmt.Errorf("%w: nil llama model", ErrConfig)
+	}
+	ptr, rel, err := lm.Share()
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrClosed, err)
+	}
+	defer rel()
+	var errbuf [512]C.char
+	var n C.int64_t
+	if rc := C.empo_model_shared_transposed_bytes((*C.struct_llama_model)(ptr), &n, &errbuf[0], C.size_t(len(errbuf))); rc != C.EMPO_OK {
+		return 0, statusErr(rc, lm.Path()+": "+C.GoString(&errbuf[0]))
+	}
+	return int64(n), nil
 }
 
 func load(path string, lm *llama.Model, lora LoRAConfig, opts Options, full bool) (*Model, error) {
@@ -156,6 +179,7 @@ func load(path string, lm *llama.Model, lora LoRAConfig, opts Options, full bool
 		return nil, fmt.Errorf("%w: ComputeRefTokens %d", ErrConfig, opts.ComputeRefTokens)
 	}
 	p.compute_ref_tokens = C.int32_t(opts.ComputeRefTokens)
+	p.compute_budget = C.int64_t(opts.ComputeBudgetBytes)
 	if opts.KeepComputeBytes != 0 {
 		p.keep_compute = C.int64_t(opts.KeepComputeBytes)
 	}

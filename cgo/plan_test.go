@@ -254,6 +254,30 @@ func TestComputeCapSplits(t *testing.T) {
 	}
 }
 
+// TestComputeBudget: ComputeBudgetBytes lowers the default cap to the
+// budget and never raises it; an explicit MaxComputeBytes wins.
+func TestComputeBudget(t *testing.T) {
+	cfg := tinyCfg()
+	lora := LoRAConfig{Rank: 2, Alpha: 4, Seed: 1}
+	def := loadTiny(t, cfg, lora, Options{Threads: 1}).MemoryBytes().ComputeCap
+	if def <= 0 {
+		t.Fatalf("default cap %d", def)
+	}
+	for _, c := range []struct {
+		opts Options
+		want int64
+	}{
+		{Options{Threads: 1, ComputeBudgetBytes: def / 3}, def / 3},
+		{Options{Threads: 1, ComputeBudgetBytes: 2 * def}, def},
+		{Options{Threads: 1, ComputeBudgetBytes: def / 3, MaxComputeBytes: def / 2}, def / 2},
+		{Options{Threads: 1, ComputeBudgetBytes: def / 3, MaxComputeBytes: -1}, -1},
+	} {
+		if got := loadTiny(t, cfg, lora, c.opts).MemoryBytes().ComputeCap; got != c.want {
+			t.Errorf("%+v: cap %d, want %d", c.opts, got, c.want)
+		}
+	}
+}
+
 // TestComputeCapRefuses: when one row of one sequence does not fit, the
 // call is refused with ErrComputeCap naming the sizes, before anything is
 // computed or accumulated.

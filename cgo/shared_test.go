@@ -45,6 +45,9 @@ func TestLoadSharedMatchesLoad(t *testing.T) {
 		if ms.Transposed != mo.Transposed || ms.Weights != ms.Transposed || mo.Weights <= mo.Transposed {
 			t.Fatalf("memory: shared weights %d (transposed %d), own %d (transposed %d)", ms.Weights, ms.Transposed, mo.Weights, mo.Transposed)
 		}
+		if n, err := SharedTransposedBytes(lm); err != nil || n != ms.Transposed {
+			t.Fatalf("SharedTransposedBytes %d (%v), LoadShared stored %d", n, err, ms.Transposed)
+		}
 		rng := rand.New(rand.NewPCG(5, 6))
 		seqs := [][]int32{randTokens(rng, 30, cfg.Vocab), randTokens(rng, 9, cfg.Vocab)}
 		a, err := sh.LogProbsBatch(seqs)
@@ -127,6 +130,9 @@ func TestLoadSharedRefuses(t *testing.T) {
 	}
 	if _, err := LoadShared(nil, DefaultLoRAConfig(), Options{}); !errors.Is(err, ErrConfig) {
 		t.Errorf("nil model: %v", err)
+	}
+	if _, err := SharedTransposedBytes(nil); !errors.Is(err, ErrConfig) {
+		t.Errorf("SharedTransposedBytes of a nil model: %v", err)
 	}
 }
 

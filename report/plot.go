@@ -196,6 +196,14 @@ func (nt niceTicks) Ticks(lo, hi float64) []plot.Tick {
 		return plot.DefaultTicks{}.Ticks(lo, hi)
 	}
 	raw := (hi - lo) / 6
+	if hi-lo <= 1e-9*math.Max(math.Abs(lo), math.Abs(hi)) || !(raw > 0) || math.IsInf(math.Log10(raw), 0) {
+		// A flat curve whose values differ by rounding (the mean of equal
+		// seeds), or a range too narrow for a decimal step: a step of about
+		// (hi−lo)/6 would not move v (v+step = v), and the loop below would
+		// never end. One labelled tick in the middle.
+		mid := lo + (hi-lo)/2
+		return []plot.Tick{{Value: mid, Label: strconv.FormatFloat(mid, 'g', 6, 64)}}
+	}
 	mag := math.Pow(10, math.Floor(math.Log10(raw)))
 	step := mag
 	for _, m := range []float64{1, 2, 2.5, 5, 10} {

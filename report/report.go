@@ -1,6 +1,7 @@
 package report
 
 import (
+	"context"
 	"fmt"
 	"image/color"
 	"math"
@@ -27,6 +28,10 @@ type Options struct {
 	// Progress is called after each picture is written (all its formats):
 	// done of total (nil = none).
 	Progress func(done, total int)
+	// Context, when set, stops Generate between pictures once it is
+	// cancelled (its error is returned; report.html is not written, the
+	// pictures already written are complete).
+	Context context.Context
 }
 
 // Result lists what a report wrote.
@@ -159,11 +164,22 @@ func Generate(dirs []string, opt Options) (*Result, error) {
 	if err := b.render(); err != nil {
 		return nil, err
 	}
+	if err := opt.cancelled(); err != nil {
+		return nil, err
+	}
 	b.res.HTML, err = writeHTML(opt, page)
 	if err != nil {
 		return nil, err
 	}
 	return &b.res, nil
+}
+
+// cancelled is the error of a cancelled Context (nil without one).
+func (o *Options) cancelled() error {
+	if o.Context == nil {
+		return nil
+	}
+	return o.Context.Err()
 }
 
 // disambiguate names runs that share a base name (runs/a/r, runs/b/r) by
@@ -275,6 +291,9 @@ func (b *builder) emit(f *figure) (*pageFigure, error) {
 // render writes every queued figure in every format.
 func (b *builder) render() error {
 	for i, f := range b.pending {
+		if err := b.opt.cancelled(); err != nil {
+			return err
+		}
 		names, err := f.write(b.opt.Out, b.opt.Formats, b.opt.DPI)
 		if err != nil {
 			return err

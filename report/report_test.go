@@ -575,6 +575,12 @@ func TestNiceTicks(t *testing.T) {
 		{niceTicks{integer: true}, 1, 3, []string{"1", "2", "3"}},
 		{niceTicks{integer: true}, 1, 15, []string{"2", "4", "6", "8", "10", "12", "14"}},
 		{niceTicks{integer: true}, 1, 60, []string{"10", "20", "30", "40", "50", "60"}},
+		// the mean of three seeds' 0.1 is 0.1 + 1 ulp: the loop used to never
+		// end (22 GB and minutes for `report` of three equal runs)
+		{niceTicks{}, 0.1, math.Nextafter(0.1, 1), []string{"0.1"}},
+		{niceTicks{trimTop: true}, 30, math.Nextafter(30, 31), []string{"30"}},
+		// (hi−lo)/6 underflows to 0: no decimal step at all
+		{niceTicks{}, 0, 5e-324, []string{"0"}},
 	} {
 		if got := labels(c.nt, c.lo, c.hi); !slices.Equal(got, c.want) {
 			t.Errorf("%+v [%g, %g]: %q, want %q", c.nt, c.lo, c.hi, got, c.want)

@@ -78,6 +78,13 @@ type Metrics struct {
 	TUpdate           float64        `json:"t_update"`
 	TStep             float64        `json:"t_step"`
 
+	// Memory: the largest compute buffer one graph of the step's update
+	// needed (π_old recompute and PPO updates; bytes) and the process's
+	// peak resident set so far (getrusage ru_maxrss; bytes; 0 where the
+	// system does not report it).
+	UpdateComputeBytes int64 `json:"update_compute_bytes"`
+	MaxRSSBytes        int64 `json:"max_rss_bytes"`
+
 	// the step's tips checked against their episodes by the environment's
 	// TipChecker (environments.TipChecker); absent without tips or checker
 	TipsTrueFrac       *float64 `json:"tips_true_frac,omitempty"`

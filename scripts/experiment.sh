@@ -77,7 +77,7 @@ MINI_BATCHES=${MINI_BATCHES:-2} # mini-batches per PPO epoch (update.mini_batche
 PPO_EPOCHS=${PPO_EPOCHS:-2}
 OLD_LOGP=${OLD_LOGP:-rollout} # π_old from the rollout's own log-probs (no recompute pass; docs/experiment.md)
 THRESHOLD=${THRESHOLD:-0.5} # retrieval threshold (the empo2 preset's, conversation keys; docs/memory.md)
-TIPS_IN=${TIPS_IN:-last-turn} # memory.tips_in: every-turn packs tip blocks into >2.8k-token training sequences (docs/experiment.md)
+TIPS_IN=${TIPS_IN:-last-turn} # memory.tips_in of runs, SFT tip records and eval: every-turn does not fit the budget (docs/experiment.md, Study 2)
 CTX=${CTX:-4096}
 EVAL_TEMP=${EVAL_TEMP:-0.4}
 RANK=${RANK:-8}          # rank of the fresh RL LoRA on the SFT base (alpha 2·rank)
@@ -204,7 +204,7 @@ evaluate() {
 	local dir=$1 threads=$2
 	shift 2
 	local common=(--env textlab "${SIMP[@]}" --temperature "$EVAL_TEMP" --seed 1 --threads "$threads"
-		--ctx "$CTX" --threshold "$THRESHOLD" --top-k "$TOP_K" --tips-in "$TIPS_IN" --tip-temperature "$TIP_TEMP" "$@")
+		--ctx "$CTX" --threshold "$THRESHOLD" --top-k "$TOP_K" --set "memory.tips_in=$TIPS_IN" --tip-temperature "$TIP_TEMP" "$@")
 	local memboth=(--memory off)
 	[[ "$*" == *--run* ]] && memboth=(--memory both)
 	mkdir -p "$dir/eval"

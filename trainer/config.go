@@ -105,6 +105,8 @@ type UpdateConfig struct {
 	MicroBatch       int                `yaml:"micro_batch" doc:"sequences per forward/backward call (gradient accumulation); 0 = the whole mini-batch" range:"[0,1e6]"`
 	Pack             bool               `yaml:"pack" doc:"train an episode as one sequence where later prompts extend earlier ones"`
 	OldLogp          OldLogp            `yaml:"old_logp" doc:"π_old: recompute (training graph, behaviour prompt; the reference) | rollout (llama.cpp's sampled log-probs)"`
+	Transpose        Transpose          `yaml:"transpose" doc:"Wᵀ for the backward through the frozen matrices: auto (stored copies when they take at most half the memory left after the base model and the rollouts, else made in each graph) | stored | in-graph (no second copy of the weights)"`
+	MaxComputeMiB    int64              `yaml:"max_compute_mib" doc:"cap on one training or scoring graph's compute buffer in MiB (larger batches are split); 0 = auto (the engine's default, at most the memory available at start less the base model, stored Wᵀ and the rollouts); -1 = no cap"`
 }
 
 // CheckpointConfig: how often and how many.
@@ -200,6 +202,22 @@ const (
 // Valid reports whether o is known.
 func (o OldLogp) Valid() bool { return o == OldLogpRecompute || o == OldLogpRollout }
 
+// Transpose is where the backward's Wᵀ of the frozen matrices comes from
+// (update.transpose; cgo.Options.TransposeInGraph).
+type Transpose string
+
+// Sources of Wᵀ.
+const (
+	TransposeAuto    Transpose = "auto"     // stored if it fits the memory (planEngine), else in-graph
+	TransposeStored  Transpose = "stored"   // copies made at load (as large as the matrices; F16 for quantized)
+	TransposeInGraph Transpose = "in-graph" // made in each training graph, freed after use
+)
+
+// Valid reports whether t is known.
+func (t Transpose) Valid() bool {
+	return t == TransposeAuto || t == TransposeStored || t == TransposeInGraph
+}
+
 // DefaultConfig is the configuration before any preset: small sizes for the
 // tiny generated models (the reference's full scale is batch.tasks 8,
 // batch.rollouts 8, see docs/train.md), EMPO² mode probabilities; the
@@ -223,7 +241,8 @@ func DefaultConfig() Config {
 		Update: UpdateConfig{LR: 1e-4, MinLR: 0, Schedule: optim.ScheduleConstant, Warmup: 0, WeightDecay: adam.WeightDecay,
 			Beta1: adam.Beta1, Beta2: adam.Beta2, AdamEps: adam.Eps, MaxGradNorm: 1.0, ClipLow: obj.ClipLow, ClipHigh: obj.ClipHigh,
 			DualClip: obj.DualClip, LowProbThreshold: obj.LowProbThreshold, LowProbMask: MaskOffPolicy, Aggregation: obj.Aggregation,
-			PPOEpochs: 1, MiniBatch: 0, MicroBatch: 8, Pack: true, OldLogp: OldLogpRecompute},
+			PPOEpochs: 1, MiniBatch: 0, MicroBatch: 8, Pack: true, OldLogp: OldLogpRecompute,
+			Transpose: TransposeAuto},
 		Checkpoint: CheckpointConfig{Every: 1, Keep: 3},
 		Eval:       evaluate.DefaultConfig(),
 	}
@@ -337,6 +356,10 @@ func (c *Config) Validate() error {
 		return bad("update.aggregation %q", c.Update.Aggregation)
 	case !c.Update.OldLogp.Valid():
 		return bad("update.old_logp %q (want recompute or rollout)", c.Update.OldLogp)
+	case !c.Update.Transpose.Valid():
+		return bad("update.transpose %q (want auto, stored or in-graph)", c.Update.Transpose)
+	case c.Update.MaxComputeMiB < -1:
+		return bad("update.max_compute_mib %d (want -1, 0 or a size in MiB)", c.Update.MaxComputeMiB)
 	case c.Eval.Every < 0 || c.Eval.Episodes < 1 || c.Eval.MaxVariations < 0:
 		return bad("eval.every %d and eval.max_variations %d must be ≥ 0 and eval.episodes %d ≥ 1", c.Eval.Every, c.Eval.MaxVariations, c.Eval.Episodes)
 	case !c.Eval.Memory.Valid():
@@ -374,24 +397,17 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// MaxAutoContext caps the automatic per-episode context (context: 0): the
-// EMPO² recipe's prompt limit (max_prompt_length 8192), which bounds the
-// KV cache of models trained on long contexts (32k for Qwen2.5-7B).
-const MaxAutoContext = 8192
+// MaxAutoContext caps the automatic per-episode context (context: 0);
+// rollout.MaxAutoContext.
+const MaxAutoContext = rollout.MaxAutoContext
 
 // EpisodeContext is the per-episode context a run uses with a model whose
-// training context is nCtxTrain (0 = unknown): context when set, else the
-// training context up to MaxAutoContext (2048 when unknown); never more
-// than the training context, which the training sequences (a packed
-// episode is its last prompt and response) must fit.
+// training context is nCtxTrain (0 = unknown): rollout.EpisodeContext, the
+// automatic one when context is 0, and never more than the training
+// context, which the training sequences (a packed episode is its last
+// prompt and response) must fit.
 func (c *Config) EpisodeContext(nCtxTrain int) int {
-	n := c.Context
-	if n == 0 {
-		n = MaxAutoContext
-		if nCtxTrain <= 0 {
-			n = 2048
-		}
-	}
+	n := rollout.EpisodeContext(c.Context, nCtxTrain)
 	if nCtxTrain > 0 {
 		n = min(n, nCtxTrain)
 	}

@@ -187,15 +187,15 @@ func (m *StepMetrics) addRollouts(rs rollout.Stats) {
 	}
 }
 
-// addEpisodes records the means over the episodes (score, success,
-// reward R = reward_scale · score + intrinsic, intrinsic) and over their
-// actions (tips retrieved).
-func (m *StepMetrics) addEpisodes(eps []rollout.Episode, success func(*rollout.Episode) bool, rewardScale float64) {
+// addEpisodes records the means over the episodes (score, success as
+// rollout.Succeeded decided it, reward R = reward_scale · score +
+// intrinsic, intrinsic) and over their actions (tips retrieved).
+func (m *StepMetrics) addEpisodes(eps []rollout.Episode, rewardScale float64) {
 	var score, succ, reward, intrinsic, retrieved stats.Mean
 	for i := range eps {
 		ep := &eps[i]
 		score.Add(ep.Score, 1)
-		succ.Add(b2f(success(ep)), 1)
+		succ.Add(b2f(ep.Success), 1)
 		reward.Add(EpisodeReward(ep, rewardScale), 1)
 		intrinsic.Add(ep.Intrinsic, 1)
 		for _, r := range ep.Steps {
@@ -235,6 +235,7 @@ func (m *StepMetrics) addUpdates(us UpdateSummary) {
 // finish stamps the step's end and checks the update statistics.
 func (m *StepMetrics) finish(t0 time.Time) error {
 	m.TStep = time.Since(t0).Seconds()
+	m.MaxRSSBytes = maxRSS()
 	m.Time = time.Now().UTC().Format(time.RFC3339)
 	for _, v := range []float64{m.Loss, m.ClipFrac, m.ApproxKL, m.Entropy, m.GradNorm} {
 		if math.IsNaN(v) || math.IsInf(v, 0) {
@@ -406,9 +407,17 @@ type Loop struct {
 	Runner  StepRunner
 	Updater *optim.Updater // always set: it holds the adapter that checkpoints save
 	Prober  LogProber      // the training model (old log-probs); nil with old_logp: rollout
-	Pool    []TaskVar      // train split
-	// Success decides whether an episode succeeded (nil: Episode.Success).
-	Success func(*rollout.Episode) bool
+	// Engine, when set, reports the training graph's compute buffers
+	// (metrics' update_compute_bytes).
+	Engine ComputeMeter
+	Pool   []TaskVar // train split
+}
+
+// ComputeMeter is the training engine's compute-buffer accounting
+// (*cgo.Model).
+type ComputeMeter interface {
+	MemoryBytes() cgo.MemoryStats
+	ResetComputePeak() error
 }
 
 // Step runs training step `step` (1-based): plan, rollouts, tips, samples,
@@ -428,7 +437,7 @@ func (l *Loop) Step(ctx context.Context, step int) (StepMetrics, error) {
 		return m, fmt.Errorf("%w: %d episodes for %d jobs", ErrTrain, len(eps), len(jobs))
 	}
 	m.addRollouts(rs)
-	m.addEpisodes(eps, l.success, cfg.Advantage.RewardScale)
+	m.addEpisodes(eps, cfg.Advantage.RewardScale)
 	m.EndReasons, m.Context = rollout.CountEnds(eps), cfg.Context
 	if cfg.Memory.WriteTips {
 		t := time.Now()
@@ -446,15 +455,6 @@ func (l *Loop) Step(ctx context.Context, step int) (StepMetrics, error) {
 	return m, m.finish(t0)
 }
 
-// success decides whether an episode succeeded (the Success hook, else
-// Episode.Success).
-func (l *Loop) success(ep *rollout.Episode) bool {
-	if l.Success != nil {
-		return l.Success(ep)
-	}
-	return ep.Success
-}
-
 // update turns the episodes into samples (GRPO advantages, the tip cut,
 // masking, packing, π_old) and runs the PPO updates.
 func (l *Loop) update(ctx context.Context, step int, eps []rollout.Episode, modes []Mode, m *StepMetrics) error {
@@ -462,6 +462,11 @@ func (l *Loop) update(ctx context.Context, step int, eps []rollout.Episode, mode
 		return err
 	}
 	cfg := &l.Cfg
+	if l.Engine != nil {
+		if err := l.Engine.ResetComputePeak(); err != nil {
+			return fmt.Errorf("%w: %w", ErrTrain, err)
+		}
+	}
 	t := time.Now()
 	var lp LogProber
 	if cfg.Update.OldLogp == OldLogpRecompute {
@@ -482,5 +487,8 @@ func (l *Loop) update(ctx context.Context, step int, eps []rollout.Episode, mode
 	}
 	m.TUpdate = time.Since(t).Seconds() - us.TOldLogp
 	m.addUpdates(us)
+	if l.Engine != nil {
+		m.UpdateComputeBytes = l.Engine.MemoryBytes().Compute
+	}
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/empo2/empo2/environments"
 	"github.com/empo2/empo2/gguf"
 	"github.com/empo2/empo2/internal/safefile"
+	"github.com/empo2/empo2/internal/sysmem"
 	"github.com/empo2/empo2/llama"
 	"github.com/empo2/empo2/lora"
 	"github.com/empo2/empo2/memstore"
@@ -62,6 +63,8 @@ type RunOptions struct {
 	OnEval func(line evaluate.Line)
 	// OnStart is called once the run is set up: the first step to run and the last.
 	OnStart func(first, last int)
+	// OnEngine is called once the training engine's memory plan is made.
+	OnEngine func(p EnginePlan)
 }
 
 // RunResult summarizes Train.
@@ -114,6 +117,7 @@ func Train(ctx context.Context, opts RunOptions) (RunResult, error) {
 		return RunResult{}, err
 	}
 	res, err := r.run(ctx, opts)
+	err = r.plan.explain(err) // a compute-cap error says how the engine was sized
 	if cerr := r.Close(); err == nil {
 		err = cerr
 	}
@@ -139,6 +143,7 @@ type run struct {
 	created []string
 	closers []func() error // in opening order; Close runs them backwards
 	lock    *safefile.Lock
+	plan    EnginePlan // how the training engine was sized
 }
 
 // Close releases every resource, then the lock. Idempotent.
@@ -201,8 +206,8 @@ func openRun(ctx context.Context, opts RunOptions) (_ *run, err error) {
 	if err := PrintConfig(&cbuf, cfg); err != nil {
 		return r, err
 	}
-	if err := r.openResources(ctx, &cfg, state); err != nil {
-		return r, err
+	if err := r.openResources(ctx, &cfg, state, opts.OnEngine); err != nil {
+		return r, r.plan.explain(err)
 	}
 	// Everything is checked: write.
 	if !opts.Resume {
@@ -355,7 +360,7 @@ func quoteList(names []string, n int) string {
 // state), the rollout adapter and context, the embedder, the environments
 // and the roller, and checks that the first prompt fits the context.
 // Nothing is written to the run directory.
-func (r *run) openResources(ctx context.Context, cfg *Config, state *optim.State) error {
+func (r *run) openResources(ctx context.Context, cfg *Config, state *optim.State, onEngine func(EnginePlan)) error {
 	threads := cfg.Threads
 	if threads <= 0 {
 		threads = runtime.NumCPU()
@@ -364,6 +369,7 @@ func (r *run) openResources(ctx context.Context, cfg *Config, state *optim.State
 	if cfg.Device == "gpu" || cfg.Device == "auto" {
 		gpuLayers = -1
 	}
+	mem, _ := sysmem.Available() // unknown (zero) off Linux
 	lm, err := llama.LoadModel(cfg.Model, llama.ModelParams{GPULayers: gpuLayers})
 	if err != nil {
 		return err
@@ -372,10 +378,20 @@ func (r *run) openResources(ctx context.Context, cfg *Config, state *optim.State
 	cfg.Context = cfg.EpisodeContext(lm.Info().NCtxTrain)
 	// The training engine reads llama.cpp's loaded weights (one copy of the
 	// base model in memory; only Wᵀ copies, LoRA state and buffers are
-	// added). A packed episode (its last prompt and response) is up to
-	// cfg.Context tokens long: the engine's compute cap must fit one.
-	policy, err := cgo.LoadShared(lm, cgo.LoRAConfig{Rank: cfg.LoRA.Rank, Alpha: cfg.LoRA.Alpha, Targets: cfg.LoRA.Targets, Seed: cfg.Seed},
-		cgo.Options{Threads: threads, Device: cfg.Device, ComputeRefTokens: cfg.Context})
+	// added), sized to the memory available (EnginePlan). A packed episode
+	// (its last prompt and response) is up to cfg.Context tokens long: the
+	// engine's compute cap must fit one.
+	plan, err := planEngine(*cfg, lm, mem)
+	if err != nil {
+		return err
+	}
+	r.plan = plan
+	if onEngine != nil {
+		onEngine(plan)
+	}
+	eo := plan.Options(threads, cfg.Device)
+	eo.ComputeRefTokens = cfg.Context
+	policy, err := cgo.LoadShared(lm, cgo.LoRAConfig{Rank: cfg.LoRA.Rank, Alpha: cfg.LoRA.Alpha, Targets: cfg.LoRA.Targets, Seed: cfg.Seed}, eo)
 	if err != nil {
 		return err
 	}
@@ -444,7 +460,7 @@ func (r *run) openResources(ctx context.Context, cfg *Config, state *optim.State
 		return err
 	}
 	r.cfg, r.roller, r.emb = *cfg, roller, emb
-	r.loop = &Loop{Cfg: *cfg, Updater: u, Prober: policy, Pool: trainPool}
+	r.loop = &Loop{Cfg: *cfg, Updater: u, Prober: policy, Engine: policy, Pool: trainPool}
 	return nil
 }
 

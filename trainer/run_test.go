@@ -89,7 +89,7 @@ func readMetrics(t testing.TB, dir string) []map[string]any {
 
 var metricFields = []string{"step", "mode", "time", "seed", "score_mean", "success_rate", "reward_mean", "tips_retrieved_mean",
 	"tips_written", "loss", "clip_frac", "approx_kl", "grad_norm", "masked_seqs", "sample_steps", "trained_tokens", "rollout_tokens_per_s",
-	"env_steps_per_s", "t_rollout", "t_embed_retrieve", "t_tips", "t_update"}
+	"env_steps_per_s", "t_rollout", "t_embed_retrieve", "t_tips", "t_update", "update_compute_bytes", "max_rss_bytes"}
 
 // TestTrainPresets: each preset runs end to end and writes the run
 // directory; grpo never retrieves or writes tips, memory-only never
@@ -127,11 +127,22 @@ func TestTrainPresets(t *testing.T) {
 			if len(ms) != 2 {
 				t.Fatalf("%d metrics lines", len(ms))
 			}
+			var rss float64
 			for _, m := range ms {
 				for _, f := range metricFields {
 					if _, ok := m[f]; !ok {
 						t.Fatalf("metrics lack %q: %v", f, m)
 					}
+				}
+				// the update's compute peak is there when an update ran (π_old
+				// recompute or PPO graphs), absent otherwise; the peak RSS only grows
+				if upd, cb := m["updates"].(float64), m["update_compute_bytes"].(float64); (upd > 0) != (cb > 0) {
+					t.Fatalf("step %v: %v updates, update_compute_bytes %v", m["step"], upd, cb)
+				}
+				if r := m["max_rss_bytes"].(float64); r < 1<<20 || r < rss {
+					t.Fatalf("step %v: max_rss_bytes %v (before %v)", m["step"], r, rss)
+				} else {
+					rss = r
 				}
 			}
 			back, err := LoadRunConfig(dir, nil)

@@ -1,15 +1,19 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/olekukonko/tablewriter"
@@ -18,6 +22,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
+	"github.com/empo2/empo2/internal/safefile"
 	"github.com/empo2/empo2/llama"
 )
 
@@ -287,4 +292,89 @@ func findCommand(cmds []*cli.Command, name string) *cli.Command {
 		}
 	}
 	return nil
+}
+
+// Interrupts: a command that writes handles SIGINT and SIGTERM itself, so
+// that it closes its memory database and its outputs (a write in progress
+// completes; nothing half-written is left) and then exits 130 or 143 (128
+// + the signal) with a one-line summary.
+
+// interruptError ends the program with the exit status of signal sig.
+type interruptError struct {
+	sig os.Signal
+	msg string
+}
+
+func (e *interruptError) Error() string { return e.msg }
+
+// exitCode is the program's exit status for err (nil: 0): 128 + the signal
+// for an interrupted command, else 1.
+func exitCode(err error) int {
+	var ie *interruptError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ie):
+		if s, ok := ie.sig.(syscall.Signal); ok {
+			return 128 + int(s)
+		}
+		return 130
+	}
+	return 1
+}
+
+// signals watches SIGINT and SIGTERM for one command.
+type signals struct {
+	mu   sync.Mutex
+	sig  os.Signal
+	stop func()
+}
+
+// interruptible returns a context that SIGINT and SIGTERM cancel, with
+// safefile's own signal handling off (a file being written completes, and
+// the command's deferred Abort removes a temporary one). Call stop when the
+// command ends.
+func interruptible(c *cli.Context) (context.Context, *signals) {
+	ctx, cancel := context.WithCancel(c.Context)
+	s := &signals{}
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	safefile.SetSignalCleanup(false)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case sig := <-ch:
+			s.mu.Lock()
+			s.sig = sig
+			s.mu.Unlock()
+			cancel()
+		case <-done:
+		}
+	}()
+	s.stop = func() {
+		signal.Stop(ch)
+		close(done)
+		cancel()
+		safefile.SetSignalCleanup(true)
+	}
+	return ctx, s
+}
+
+// caught reports whether a signal arrived.
+func (s *signals) caught() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sig != nil
+}
+
+// interrupted is the error that ends the command after a signal: msg,
+// with the signal's name, and the exit status 128 + the signal.
+func (s *signals) interrupted(msg string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	name := "SIGINT"
+	if s.sig == syscall.SIGTERM {
+		name = "SIGTERM"
+	}
+	return &interruptError{sig: s.sig, msg: msg + " (" + name + ")"}
 }

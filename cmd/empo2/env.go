@@ -123,6 +123,23 @@ func envOptions(c *cli.Context) (environments.Options, error) {
 	return o, nil
 }
 
+// applyEnvExtras adds --env-opt KEY=VALUE and --correct-actions to the
+// extra options of a configuration's env_options (the other environment
+// flags are shortcuts for keys) and checks the keys for env.
+func applyEnvExtras(c *cli.Context, env string, o *environments.Options) error {
+	flags, err := envOptions(c)
+	if err != nil {
+		return err
+	}
+	if len(flags.Extra) > 0 && o.Extra == nil {
+		o.Extra = map[string]string{}
+	}
+	for k, v := range flags.Extra {
+		o.Extra[k] = v
+	}
+	return checkEnvOpts(env, *o)
+}
+
 type envTaskJSON struct {
 	Name        string `json:"name"`
 	Description string `json:"description"`
@@ -343,7 +360,10 @@ func envPlay(c *cli.Context) error {
 		defer f.Close()
 		in = f
 	}
-	ctx := c.Context
+	// lines come from a reader goroutine, so that Ctrl-C (SIGINT) or
+	// SIGTERM while waiting for input still ends with the final score
+	ctx, sig := interruptible(c)
+	defer sig.stop()
 	res, err := env.Reset(ctx, task.Name, v, c.Int64(envSeedFlag.Name))
 	if err != nil {
 		return err
@@ -357,27 +377,53 @@ func envPlay(c *cli.Context) error {
 	if interactive {
 		fmt.Fprintln(w, "(type an action; 'valid' lists the valid actions, 'score' shows the score, 'quit' or Ctrl-D ends)")
 	}
-	sc := bufio.NewScanner(in)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	lines := make(chan string)
+	var scanErr error
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(in)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			select {
+			case lines <- sc.Text():
+			case <-ctx.Done():
+				return
+			}
+		}
+		scanErr = sc.Err()
+	}()
 	n, moves := 0, 0
 	done := false
 	for !done {
 		if interactive {
 			fmt.Fprint(w, "> ")
 		}
-		if !sc.Scan() {
+		var line string
+		var more bool
+		select {
+		case line, more = <-lines:
+		case <-ctx.Done():
+			if interactive {
+				fmt.Fprintln(w)
+			}
+			if err := envPlayEnd(w, env, n, done, nil); err != nil {
+				return err
+			}
+			return sig.interrupted("env play interrupted")
+		}
+		if !more {
 			if interactive { // Ctrl-D: end the prompt line
 				fmt.Fprintln(w)
 			}
 			break
 		}
-		a := strings.TrimSpace(sc.Text())
+		a := strings.TrimSpace(line)
 		if a == "" || strings.HasPrefix(a, "#") {
 			continue
 		}
 		switch strings.ToLower(a) {
 		case "quit", "exit":
-			return envPlayEnd(w, env, n, done, sc.Err())
+			return envPlayEnd(w, env, n, done, nil)
 		case "score":
 			fmt.Fprintf(w, "score: %s (step %d/%d)\n", envFmtScore(env.Score()), moves, limit)
 			continue
@@ -395,6 +441,10 @@ func envPlay(c *cli.Context) error {
 		}
 		r, err := env.Step(ctx, a)
 		if err != nil {
+			if sig.caught() {
+				_ = envPlayEnd(w, env, n, done, nil)
+				return sig.interrupted("env play interrupted")
+			}
 			return fmt.Errorf("action %d %q: %w", n+1, a, err)
 		}
 		n++
@@ -405,7 +455,7 @@ func envPlay(c *cli.Context) error {
 		envPrintStep(w, a, r, env.Score(), n, limit, quiet)
 		done = r.Done
 	}
-	return envPlayEnd(w, env, n, done, sc.Err())
+	return envPlayEnd(w, env, n, done, scanErr)
 }
 
 // envPlayEnd prints the final score line of play and gold (unless err).

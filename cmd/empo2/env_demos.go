@@ -33,11 +33,11 @@ var (
 	demosSeedFlag    = &cli.Int64Flag{Name: "seed", Usage: "reset seed", Value: 0}
 	demosTextFlag    = &cli.StringFlag{Name: "text", Usage: "also write every message's text to `FILE` (a corpus for `empo2 model init --corpus`, so a generated tokenizer fits the environment)"}
 	demosTipRecFlag  = &cli.IntFlag{Name: "tip-records", Usage: "per episode, also write `N` one-step records whose prompts carry tips retrieved (hash embedder) from a memory of the demo and of failed attempts at its variation (docs/sft.md)"}
-	demosTipFailFlag = &cli.IntFlag{Name: "tip-failures", Usage: "failed attempts played per episode for --tip-records", Value: demos.DefaultTipFailures}
+	demosTipFailFlag = &cli.IntFlag{Name: "tip-failures", Usage: "failed attempts played per episode for --tip-records", Value: demos.DefaultTipRecordConfig().Failures}
 	demosFailTipFlag = &cli.BoolFlag{Name: "failure-tips", Usage: "with --tip-records, also write each failed attempt's tip-writing turn (so the model learns to write tips after failures too)"}
-	demosThreshFlag  = &cli.Float64Flag{Name: "threshold", Usage: "retrieval cosine threshold of --tip-records (memory.threshold)", Value: rollout.DefaultMemoryConfig().Threshold}
-	demosTipsInFlag  = &cli.StringFlag{Name: "tips-in", Usage: "where --tip-records prompts keep their tips (memory.tips_in): every-turn or last-turn", Value: string(rollout.DefaultMemoryConfig().TipsIn)}
-	demosTopKFlag    = &cli.IntFlag{Name: "top-k", Usage: "tips per prompt of --tip-records (memory.top_k)", Value: rollout.DefaultMemoryConfig().TopK}
+	demosThreshFlag  = &cli.Float64Flag{Name: "threshold", Usage: "retrieval cosine threshold of --tip-records (memory.threshold)", Value: demos.DefaultTipRecordConfig().Threshold}
+	demosTipsInFlag  = &cli.StringFlag{Name: "tips-in", Usage: "where --tip-records prompts keep their tips (memory.tips_in): every-turn or last-turn", Value: string(demos.DefaultTipRecordConfig().TipsIn)}
+	demosTopKFlag    = &cli.IntFlag{Name: "top-k", Usage: "tips per prompt of --tip-records (memory.top_k)", Value: demos.DefaultTipRecordConfig().TopK}
 	demosAttemptFlag = &cli.IntFlag{Name: "attempt-tips", Usage: "per episode, also write `N` tip-writing records after attempts that go astray (the demo's first actions, then random ones to the step limit), each answered with its true tip (docs/memory.md)"}
 
 	promptHistoryFlag = &cli.StringFlag{Name: "history", Usage: "prompt history: full or last-k", Value: string(rollout.HistoryFull)}
@@ -95,26 +95,15 @@ func envDemos(c *cli.Context) error {
 	if c.Int(demosSkipFlag.Name) < 0 {
 		return fmt.Errorf("--skip-variations %d is negative", c.Int(demosSkipFlag.Name))
 	}
-	tcfg := demos.TipRecordConfig{Prompt: pc, Records: c.Int(demosTipRecFlag.Name), Failures: c.Int(demosTipFailFlag.Name),
-		TopK: c.Int(demosTopKFlag.Name), Threshold: c.Float64(demosThreshFlag.Name), Seed: c.Int64(demosSeedFlag.Name),
-		FailureTips: c.Bool(demosFailTipFlag.Name), TipsIn: rollout.TipsIn(c.String(demosTipsInFlag.Name))}
-	switch {
-	case tcfg.Records < 0:
-		return fmt.Errorf("--tip-records %d is negative", tcfg.Records)
-	case tcfg.Failures < 1:
-		return fmt.Errorf("--tip-failures %d: want at least 1", tcfg.Failures)
-	case tcfg.TopK < 1:
-		return fmt.Errorf("--top-k %d: want at least 1", tcfg.TopK)
-	case tcfg.Threshold < -1 || tcfg.Threshold > 1:
-		return fmt.Errorf("--threshold %g: want a cosine in [-1, 1]", tcfg.Threshold)
-	case !tcfg.TipsIn.Valid():
-		return fmt.Errorf("--tips-in %q: want %s or %s", tcfg.TipsIn, rollout.TipsEveryTurn, rollout.TipsLastTurn)
-	case tcfg.FailureTips && tcfg.Records == 0:
-		return fmt.Errorf("--failure-tips needs --tip-records")
-	case tcfg.Records > 0 && pc.History != rollout.HistoryFull:
-		return fmt.Errorf("--tip-records needs --history %s", rollout.HistoryFull)
-	case c.Int(demosAttemptFlag.Name) < 0:
-		return fmt.Errorf("--attempt-tips %d is negative", c.Int(demosAttemptFlag.Name))
+	tcfg := demos.DefaultTipRecordConfig()
+	tcfg.Prompt, tcfg.Records, tcfg.Failures = pc, c.Int(demosTipRecFlag.Name), c.Int(demosTipFailFlag.Name)
+	tcfg.TopK, tcfg.Threshold, tcfg.Seed = c.Int(demosTopKFlag.Name), c.Float64(demosThreshFlag.Name), c.Int64(demosSeedFlag.Name)
+	tcfg.FailureTips, tcfg.TipsIn = c.Bool(demosFailTipFlag.Name), rollout.TipsIn(c.String(demosTipsInFlag.Name))
+	if err := tcfg.Check(); err != nil {
+		return err
+	}
+	if n := c.Int(demosAttemptFlag.Name); n < 0 {
+		return fmt.Errorf("--attempt-tips %d is negative", n)
 	}
 	out, textPath := c.String(demosOutFlag.Name), c.String(demosTextFlag.Name)
 	if err := safefile.CheckOutputs([]safefile.Path{{Flag: "--out", Path: out}, {Flag: "--text", Path: textPath}},
@@ -129,6 +118,34 @@ func envDemos(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	// the variations of each task, before anything is played or written
+	skip, nvars := c.Int(demosSkipFlag.Name), c.Int(demosVarsFlag.Name)
+	taskVars := make([][]int, len(tasks))
+	var left int
+	var exhausted []string
+	for i, t := range tasks {
+		vars, err := t.VariationsIn(split)
+		if err != nil {
+			return err
+		}
+		if skip >= len(vars) {
+			exhausted = append(exhausted, fmt.Sprintf("%s has %d", t.Name, len(vars)))
+			continue
+		}
+		vars = vars[skip:]
+		if nvars > 0 && nvars < len(vars) {
+			vars = vars[:nvars]
+		}
+		taskVars[i], left = vars, left+len(vars)
+	}
+	if left == 0 {
+		return fmt.Errorf("--skip-variations %d leaves no variation to play: %s %s variations", skip, strings.Join(exhausted, ", "), split)
+	}
+	for _, e := range exhausted {
+		log.Warn().Msgf("--skip-variations %d leaves no variation of a task: %s %s variations", skip, e, split)
+	}
+	ctx, sig := interruptible(c)
+	defer sig.stop()
 	env, err := spec.New(opts)
 	if err != nil {
 		return err
@@ -156,24 +173,28 @@ func envDemos(c *cli.Context) error {
 	}
 	var tipRecords, failTips, attemptTips int
 	var episodes, steps, records, skipped int
-	for _, t := range tasks {
-		vars, err := t.VariationsIn(split)
-		if err != nil {
-			return err
+	// fail is err, or after SIGINT/SIGTERM the interrupt (the deferred
+	// Abort removes the unfinished output)
+	fail := func(err error) error {
+		if sig.caught() {
+			return sig.interrupted(fmt.Sprintf("env demos interrupted after %d episodes; %s not written", episodes, out))
 		}
-		vars = vars[min(c.Int(demosSkipFlag.Name), len(vars)):]
-		if n := c.Int(demosVarsFlag.Name); n > 0 && n < len(vars) {
-			vars = vars[:n]
-		}
-		for _, v := range vars {
+		return err
+	}
+	log.Info().Int("variations", left).Int("tasks", len(tasks)).Str("out", out).Msg("env demos: playing")
+	for i, t := range tasks {
+		for _, v := range taskVars[i] {
 			var d demos.Demo
 			if kind == demos.KindExplore {
-				d, err = demos.Explore(c.Context, env, name, t.Name, v, c.Int64(demosSeedFlag.Name))
+				d, err = demos.Explore(ctx, env, name, t.Name, v, c.Int64(demosSeedFlag.Name))
 			} else {
-				d, err = demos.Gold(c.Context, env, name, t.Name, v, c.Int64(demosSeedFlag.Name))
+				d, err = demos.Gold(ctx, env, name, t.Name, v, c.Int64(demosSeedFlag.Name))
+			}
+			if err == nil {
+				err = ctx.Err()
 			}
 			if err != nil {
-				return err
+				return fail(err)
 			}
 			if !d.Done || d.Score <= 0 {
 				skipped++
@@ -185,9 +206,9 @@ func envDemos(c *cli.Context) error {
 				return err
 			}
 			if mem != nil {
-				trecs, err := demos.TipRecords(c.Context, env, d, mem, tcfg)
+				trecs, err := demos.TipRecords(ctx, env, d, mem, tcfg)
 				if err != nil {
-					return err
+					return fail(err)
 				}
 				recs = append(recs, trecs...)
 				for _, r := range trecs {

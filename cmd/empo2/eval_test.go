@@ -81,15 +81,15 @@ func TestEvalCLIErrors(t *testing.T) {
 	}{
 		{[]string{"--memory", "on"}, "--memory-db"},
 		{[]string{"--memory", "sometimes"}, "want off, on or both"},
-		{[]string{"--checkpoint", "3"}, "--run"},
-		{[]string{"--memory-db", "x.db"}, "--memory on or both"},
+		{[]string{"--checkpoint", "3"}, "checkpoint 3 needs run"},
+		{[]string{"--memory-db", "x.db"}, "memory_db is used with eval.memory on or both"},
 		{[]string{"--memory", "on", "--memory-db", filepath.Join(t.TempDir(), "none.db")}, "no such file"},
 		{[]string{"--tasks", "juggle"}, "unknown task"},
 		{[]string{"--split", "holdout"}, "split"},
 		{[]string{"--ood", "--memory", "on"}, "drop --memory"},
-		{[]string{"--episodes", "0"}, "--episodes"},
+		{[]string{"--episodes", "0"}, "eval.episodes 0: want at least 1"},
 		{[]string{"--env", "nowhere"}, "unknown environment"},
-		{[]string{"--ood", "--tip-temperature", "101"}, "--tip-temperature 101"},
+		{[]string{"--ood", "--tip-temperature", "101"}, "rollout.tip_temperature 101"},
 	} {
 		_, stderr, err := runCLI(t, append(append([]string{"eval", "--model", model}, evalFast...), tc.args...)...)
 		require.Error(t, err, "%v", tc.args)
@@ -97,7 +97,7 @@ func TestEvalCLIErrors(t *testing.T) {
 	}
 	_, stderr, err := runCLI(t, "eval", "--threads", "1")
 	require.Error(t, err)
-	assert.Contains(t, stderr, "--model")
+	assert.Contains(t, stderr, "no model: give model (-m FILE)")
 }
 
 func TestEvalCLIOOD(t *testing.T) {

@@ -10,6 +10,6 @@ import (
 func main() {
 	if err := run(os.Args); err != nil {
 		fmt.Fprintln(os.Stderr, "empo2:", err)
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
 }

@@ -63,11 +63,19 @@ func reportAction(c *cli.Context) error {
 		Title:   c.String(reportTitleFlag.Name),
 		Logf:    func(format string, args ...any) { log.Debug().Msgf(format, args...) },
 	}
+	ctx, sig := interruptible(c)
+	defer sig.stop()
+	opt.Context = ctx
 	// A progress bar over the pictures on a terminal (a report of many long
 	// runs takes seconds); nothing otherwise.
 	var bar *progressbar.ProgressBar
-	if term.IsTerminal(int(os.Stderr.Fd())) {
-		opt.Progress = func(done, total int) {
+	drawn, pictures := 0, 0
+	opt.Progress = func(done, total int) {
+		if drawn == 0 {
+			log.Info().Int("pictures", total).Str("out", opt.Out).Msg("report: drawing")
+		}
+		drawn, pictures = done, total
+		if term.IsTerminal(int(os.Stderr.Fd())) {
 			if bar == nil {
 				bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription("drawing"),
 					progressbar.OptionShowCount(), progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
@@ -80,6 +88,9 @@ func reportAction(c *cli.Context) error {
 		_ = bar.Finish()
 	}
 	if err != nil {
+		if sig.caught() {
+			return sig.interrupted(fmt.Sprintf("report interrupted after %d of %d pictures (each complete); report.html not written", drawn, pictures))
+		}
 		return err
 	}
 	for _, w := range res.Warnings {

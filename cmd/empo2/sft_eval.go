@@ -5,23 +5,20 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/rs/zerolog/log"
 	"github.com/urfave/cli/v2"
 
-	"github.com/empo2/empo2/environments"
-	"github.com/empo2/empo2/llama"
 	"github.com/empo2/empo2/trainer/evaluate"
-	"github.com/empo2/empo2/trainer/rollout"
 )
 
 // `empo2 sft eval`: greedy (temperature 0) episodes of a model (+ adapter)
 // in an environment, without memory — the check of an SFT warm start
-// (docs/sft.md). `empo2 eval` is the full evaluation (memory on/off, JSON
-// report); this one only needs the prompt format.
+// (docs/sft.md): evaluate.Run at temperature 0 with a per-episode listing.
 
 var (
 	sftEvalLoraFlag  = &cli.StringFlag{Name: "lora", Usage: "LoRA adapter GGUF `FILE`"}
-	sftEvalCtxFlag   = &cli.IntFlag{Name: "ctx", Usage: "tokens per sequence (0: the model's context)"}
-	sftEvalScoreFlag = &cli.Float64Flag{Name: "success-score", Usage: "success = done and score above this", Value: 70}
+	sftEvalCtxFlag   = &cli.IntFlag{Name: "ctx", Usage: "tokens per episode (prompt + action)", DefaultText: strconv.Itoa(evalDef.Context)}
+	sftEvalScoreFlag = &cli.Float64Flag{Name: "success-score", Usage: "an episode succeeds when its final score reaches this, 0: the environment's: 71 on scienceworld (the EMPO² recipe's score above 70), 100 elsewhere (rollout.success_score)", DefaultText: yamlFloat(evalDef.Rollout.SuccessScore)}
 	sftEvalListFlag  = &cli.BoolFlag{Name: "episodes", Usage: "print every episode (task, variation, score, actions)"}
 	sftEvalModelFlag = &cli.StringFlag{Name: "model", Aliases: []string{"m"}, Usage: "model GGUF `FILE`", Required: true}
 )
@@ -31,6 +28,8 @@ func sftEvalCommand() *cli.Command {
 		Name:      "eval",
 		Usage:     "play episodes greedily (temperature 0, no memory) and print the success rate per task",
 		ArgsUsage: "ENV",
+		Description: "The rollout engine of training and `empo2 eval` at temperature 0 (greedy decoding), one\n" +
+			"episode per variation, memory off; success is eval's rule (final score ≥ --success-score).",
 		Flags: append([]cli.Flag{sftEvalModelFlag, sftEvalLoraFlag, demosTasksFlag, demosSplitFlag, demosVarsFlag, demosHeldFlag,
 			llmThreadsFlag, sftEvalCtxFlag, sftEvalScoreFlag, sftEvalListFlag, sftJSONFlag,
 			promptHistoryFlag, promptKFlag, promptFormatFlag, promptSystemFlag}, envOptionFlags()...),
@@ -50,6 +49,9 @@ func sftEvalAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := checkEnvOpts(name, opts); err != nil {
+		return err
+	}
 	all, err := spec.Tasks(opts)
 	if err != nil {
 		return err
@@ -58,54 +60,38 @@ func sftEvalAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	m, err := llama.LoadModel(c.String(sftEvalModelFlag.Name), llama.ModelParams{})
-	if err != nil {
-		return err
+	if n := c.Int(demosVarsFlag.Name); n < 0 {
+		return fmt.Errorf("--variations %d is negative", n)
 	}
-	defer m.Close()
-	lc, err := llama.NewContext(m, llama.ContextParams{NCtx: c.Int(sftEvalCtxFlag.Name), Threads: sftThreads(c)})
-	if err != nil {
-		return err
-	}
-	defer lc.Close()
-	if p := c.String(sftEvalLoraFlag.Name); p != "" {
-		a, err := m.LoadAdapter(p)
-		if err != nil {
-			return err
-		}
-		if err := lc.SetAdapter(a, 1); err != nil {
-			return err
-		}
-	}
-	rend, err := rollout.NewRenderer(m, pc)
-	if err != nil {
-		return err
-	}
-	env, err := spec.New(opts)
-	if err != nil {
-		return err
-	}
-	defer env.Close()
-	w := c.App.Writer
-	var results []evaluate.GreedyResult
+	// eval at temperature 0, memory off, one episode per variation, one at a time
+	cfg := evaluate.DefaultRunConfig()
+	cfg.Model, cfg.LoRA, cfg.Env, cfg.EnvOptions = c.String(sftEvalModelFlag.Name), c.String(sftEvalLoraFlag.Name), name, opts
 	for _, t := range tasks {
-		vars, err := t.VariationsIn(split)
-		if err != nil {
-			return err
+		cfg.Tasks = append(cfg.Tasks, t.Name)
+	}
+	cfg.Eval = evaluate.Protocol{Episodes: 1, MaxVariations: c.Int(demosVarsFlag.Name), Split: split, Temperature: 0, Memory: evaluate.MemoryOff}
+	cfg.Rollout.Prompt, cfg.Parallel, cfg.Threads = pc, 1, c.Int(llmThreadsFlag.Name)
+	if c.IsSet(sftEvalCtxFlag.Name) {
+		cfg.Context = c.Int(sftEvalCtxFlag.Name)
+	}
+	if c.IsSet(sftEvalScoreFlag.Name) {
+		cfg.Rollout.SuccessScore = c.Float64(sftEvalScoreFlag.Name)
+	}
+	cfg.Warn = func(msg string) { log.Warn().Msg(msg) }
+	ctx, sig := interruptible(c)
+	defer sig.stop()
+	res, err := evaluate.Run(ctx, cfg)
+	if err != nil {
+		if sig.caught() {
+			return sig.interrupted("sft eval interrupted")
 		}
-		if n := c.Int(demosVarsFlag.Name); n > 0 && n < len(vars) {
-			vars = vars[:n]
-		}
-		limit := environments.StepLimit(t, opts)
-		for _, v := range vars {
-			r, err := evaluate.GreedyEpisode(c.Context, lc, rend, env, t.Name, v, limit, c.Float64(sftEvalScoreFlag.Name))
-			if err != nil {
-				return err
-			}
-			if c.Bool(sftEvalListFlag.Name) && !c.Bool(sftJSONFlag.Name) {
-				fmt.Fprintf(w, "%s/%d: score %s done %v steps %d: %q\n", r.Task, r.Variation, envFmtScore(r.Score), r.Done, r.Steps, r.Actions)
-			}
-			results = append(results, r)
+		return err
+	}
+	results := evaluate.GreedyResults(res.Report.OffEpisodes)
+	w := c.App.Writer
+	if c.Bool(sftEvalListFlag.Name) && !c.Bool(sftJSONFlag.Name) {
+		for _, r := range results {
+			fmt.Fprintf(w, "%s/%d: score %s done %v steps %d: %q\n", r.Task, r.Variation, envFmtScore(r.Score), r.Done, r.Steps, r.Actions)
 		}
 	}
 	sum := evaluate.SummarizeGreedy(results)

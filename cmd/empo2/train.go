@@ -145,6 +145,10 @@ func trainAction(c *cli.Context) error {
 		}
 	}
 	contextWarned := false
+	opts.OnEngine = func(p trainer.EnginePlan) {
+		log.Info().Bool("transpose_in_graph", p.InGraph).Int64("stored_transpose_bytes", p.Stored).Int64("weights_bytes", p.Weights).
+			Int64("available_bytes", p.Available.Bytes).Int64("compute_budget_bytes", p.Budget).Msg("engine: " + p.Reason)
+	}
 	opts.OnStep = func(m trainer.StepMetrics) {
 		updates += m.Updates
 		if w := rollout.ContextWarning(m.EndReasons, m.Context); w != "" && !contextWarned {

@@ -32,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"reflect"
 	"sort"
 	"strings"
@@ -299,4 +300,39 @@ func (s *Schema[T]) Reference() string {
 		fmt.Fprintf(&b, "| `%s` | `%s` | %s |\n", k, strings.ReplaceAll(v, "|", `\|`), strings.ReplaceAll(s.docs[k], "|", `\|`))
 	}
 	return b.String()
+}
+
+// Undocumented lists the keys of T whose doc tag is empty.
+func (s *Schema[T]) Undocumented() []string {
+	var out []string
+	for _, k := range s.keys {
+		if s.docs[k] == "" {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// DocTable is the drift check of a Markdown reference: the text between
+// the lines "<!-- NAME:begin -->" and "<!-- NAME:end -->" of the file at
+// path must be Reference(). With update the file is rewritten to hold it
+// instead. The error says how to regenerate.
+func (s *Schema[T]) DocTable(path, name string, update bool) error {
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	begin, end := "<!-- "+name+":begin -->\n", "<!-- "+name+":end -->"
+	i, j := bytes.Index(doc, []byte(begin)), bytes.Index(doc, []byte(end))
+	if i < 0 || j < i {
+		return fmt.Errorf("%s lacks the lines %q and %q", path, strings.TrimSpace(begin), end)
+	}
+	want := string(doc[:i+len(begin)]) + s.Reference() + string(doc[j:])
+	if update {
+		return os.WriteFile(path, []byte(want), 0o644)
+	}
+	if want != string(doc) {
+		return fmt.Errorf("the table of %s is not the current reference of the configuration; regenerate it (the test's -update-doc flag)", path)
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package config
 import (
 	"bytes"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 )
@@ -160,5 +161,43 @@ func TestSchemaReference(t *testing.T) {
 		"| `tags` | `[a]` | tags |\n"
 	if got := s.Reference(); got != want {
 		t.Fatalf("reference:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// DocTable finds a stale table, rewrites it with update, then passes; a
+// file without the markers is an error; Undocumented names keys without
+// a doc tag.
+func TestDocTable(t *testing.T) {
+	s := New(testDefault, errTest)
+	p := t.TempDir() + "/doc.md"
+	stale := "intro\n<!-- ref:begin -->\n| old |\n<!-- ref:end -->\nafter\n"
+	if err := os.WriteFile(p, []byte(stale), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DocTable(p, "ref", false); err == nil {
+		t.Fatal("a stale table passed")
+	}
+	if err := s.DocTable(p, "ref", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DocTable(p, "ref", false); err != nil {
+		t.Fatalf("after update: %v", err)
+	}
+	b, _ := os.ReadFile(p)
+	if want := "intro\n<!-- ref:begin -->\n" + s.Reference() + "<!-- ref:end -->\nafter\n"; string(b) != want {
+		t.Fatalf("rewritten file:\n%s", b)
+	}
+	if err := s.DocTable(p, "other", false); err == nil {
+		t.Fatal("missing markers passed")
+	}
+	if u := s.Undocumented(); len(u) != 0 {
+		t.Fatalf("undocumented %v", u)
+	}
+	type bare struct {
+		A int `yaml:"a"`
+		B int `yaml:"b" doc:"b"`
+	}
+	if u := New(func() bare { return bare{} }, errTest).Undocumented(); len(u) != 1 || u[0] != "a" {
+		t.Fatalf("undocumented %v, want [a]", u)
 	}
 }

@@ -42,8 +42,9 @@ import (
 // tip derived from the trajectory, Tip) so that the SFT'd model can write
 // the tips that EMPO²'s memory stores.
 
-// ErrDemo wraps failures to build a demonstration.
-var ErrDemo = errors.New("trainer: demonstration failed")
+// ErrDemo wraps failures to build a demonstration and bad demonstration
+// settings.
+var ErrDemo = errors.New("trainer: demos")
 
 // Kind is how a demonstration chooses its actions.
 type Kind string

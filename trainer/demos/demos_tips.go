@@ -9,7 +9,6 @@ import (
 	"github.com/empo2/empo2/environments"
 	"github.com/empo2/empo2/llama"
 	"github.com/empo2/empo2/memstore"
-	"github.com/empo2/empo2/trainer/optim"
 	"github.com/empo2/empo2/trainer/rollout"
 	"github.com/empo2/empo2/trainer/sft"
 )
@@ -51,22 +50,16 @@ import (
 // turns only show complete, successful episodes, while the policy writes
 // most of its tips at RL time after failures.
 
-// Defaults of TipRecordConfig.
-const (
-	DefaultTipFailures     = 2
-	DefaultTipFailureSteps = 8
-)
-
 // TipRecordConfig says how TipRecords builds records with tips.
 type TipRecordConfig struct {
 	Prompt       rollout.PromptConfig
-	Records      int     // records per demo (at most the demo's steps)
-	Failures     int     // failed attempts played per demo (0: DefaultTipFailures)
-	FailureSteps int     // random actions after a failed attempt's prefix (0: DefaultTipFailureSteps)
+	Records      int     // records per demo (at most the demo's steps); 0 = none
+	Failures     int     // failed attempts played per demo
+	FailureSteps int     // random actions after a failed attempt's prefix
 	TopK         int     // tips per prompt (memory.top_k)
 	Threshold    float64 // retrieval cosine threshold (memory.threshold)
-	// Key and TipsIn are memory.key and memory.tips_in ("": the trainer's
-	// defaults, rollout.DefaultMemoryConfig). The store given to TipRecords
+	// Key and TipsIn are memory.key and memory.tips_in (DefaultTipRecordConfig:
+	// rollout.DefaultMemoryConfig's). The store given to TipRecords
 	// must embed as the trainer's does (rollout.OpenEmbedder of the same
 	// memory section: the hash embedder reads the first key_pieces pieces).
 	Key         rollout.KeyKind
@@ -75,33 +68,40 @@ type TipRecordConfig struct {
 	FailureTips bool  // also write each failed attempt's tip-writing turn (rollout.TipMessages + its Tip)
 }
 
-func (c TipRecordConfig) normalize() (TipRecordConfig, error) {
-	if c.Records < 0 || c.Failures < 0 || c.FailureSteps < 0 || c.TopK < 0 {
-		return c, fmt.Errorf("%w: tip records: negative count in %+v", optim.ErrConfig, c)
+// DefaultTipRecordConfig: no records; when asked for, 2 failed attempts of
+// up to 8 random actions per demo, retrieval as the memory section's
+// defaults (top_k, threshold, key, tips_in), the default prompt.
+func DefaultTipRecordConfig() TipRecordConfig {
+	m := rollout.DefaultMemoryConfig()
+	return TipRecordConfig{Prompt: rollout.DefaultPromptConfig(), Failures: 2, FailureSteps: 8, TopK: m.TopK, Threshold: m.Threshold,
+		Key: m.Key, TipsIn: m.TipsIn}
+}
+
+// Check validates c; with Records 0 (no tip records) only that
+// FailureTips is off. Errors name the setting and the value.
+func (c TipRecordConfig) Check() error {
+	bad := func(f string, a ...any) error { return fmt.Errorf("%w: "+f, append([]any{ErrDemo}, a...)...) }
+	switch {
+	case c.Records < 0:
+		return bad("tip records %d: want ≥ 0", c.Records)
+	case c.Records == 0 && c.FailureTips:
+		return bad("failure tips need tip records (a count ≥ 1)")
+	case c.Records == 0:
+		return nil
+	case c.Failures < 1:
+		return bad("tip failures %d: want at least 1 failed attempt per demo", c.Failures)
+	case c.FailureSteps < 1:
+		return bad("tip failure steps %d: want at least 1", c.FailureSteps)
+	case c.TopK < 1:
+		return bad("top-k %d: want at least 1 tip per prompt", c.TopK)
+	case !(c.Threshold >= -1 && c.Threshold <= 1):
+		return bad("threshold %g: want a cosine in [-1, 1]", c.Threshold)
+	case !c.Key.Valid() || !c.TipsIn.Valid():
+		return bad("key %q, tips_in %q: want memory.key and memory.tips_in values", c.Key, c.TipsIn)
+	case c.Prompt.History != "" && c.Prompt.History != rollout.HistoryFull:
+		return bad("tip records need history %s (the prompt of a step with tips must extend the history)", rollout.HistoryFull)
 	}
-	if c.Threshold < -1 || c.Threshold > 1 {
-		return c, fmt.Errorf("%w: tip records: threshold %g outside [-1, 1]", optim.ErrConfig, c.Threshold)
-	}
-	if c.Failures == 0 {
-		c.Failures = DefaultTipFailures
-	}
-	if c.FailureSteps == 0 {
-		c.FailureSteps = DefaultTipFailureSteps
-	}
-	def := rollout.DefaultMemoryConfig()
-	if c.TopK == 0 {
-		c.TopK = def.TopK
-	}
-	if c.Key == "" {
-		c.Key = def.Key
-	}
-	if c.TipsIn == "" {
-		c.TipsIn = def.TipsIn
-	}
-	if !c.Key.Valid() || !c.TipsIn.Valid() {
-		return c, fmt.Errorf("%w: tip records: key %q, tips_in %q", optim.ErrConfig, c.Key, c.TipsIn)
-	}
-	return c, nil
+	return nil
 }
 
 // stepKeys are the retrieval keys before each of a demo's actions and,
@@ -173,8 +173,7 @@ func FailedAttempt(ctx context.Context, env environments.Env, d Demo, prefix, st
 // use the embedder the RL run will use for the records to show the tips it
 // would retrieve.
 func TipRecords(ctx context.Context, env environments.Env, d Demo, mem *memstore.Store, cfg TipRecordConfig) ([]sft.ChatRecord, error) {
-	cfg, err := cfg.normalize()
-	if err != nil {
+	if err := cfg.Check(); err != nil {
 		return nil, err
 	}
 	pc, err := cfg.Prompt.Normalize()

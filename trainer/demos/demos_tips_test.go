@@ -143,7 +143,8 @@ func TestDemoTipRecords(t *testing.T) {
 	require.NoError(t, err)
 	pc := rollout.DefaultPromptConfig()
 	for _, tipsIn := range []rollout.TipsIn{rollout.TipsEveryTurn, rollout.TipsLastTurn} {
-		cfg := TipRecordConfig{Prompt: pc, Records: 6, TopK: 3, Threshold: 0.5, Seed: 0, FailureTips: true, TipsIn: tipsIn}
+		cfg := DefaultTipRecordConfig()
+		cfg.Prompt, cfg.Records, cfg.TopK, cfg.Threshold, cfg.Seed, cfg.FailureTips, cfg.TipsIn = pc, 6, 3, 0.5, 0, true, tipsIn
 		var seenAll, seenFail, multi int
 		for v := range 4 {
 			d, err := Explore(ctx, env, "textlab", "find-living-thing", v, 0)
@@ -174,7 +175,7 @@ func TestDemoTipRecords(t *testing.T) {
 				assert.Equal(t, 2*n+4, len(r.Messages), "system, task, n actions and observations, the request, the tip")
 				fails = append(fails, episodeEntries(r.Messages[:len(r.Messages)-2], last.Content, r.Meta["score"].(float64))...)
 			}
-			require.Equal(t, DefaultTipFailures, failTips)
+			require.Equal(t, 2, failTips, "DefaultTipRecordConfig: 2 failed attempts per demo")
 			require.LessOrEqual(t, len(recs), cfg.Records)
 			again, err := TipRecords(ctx, env, d, openTipMem(t), cfg)
 			require.NoError(t, err)
@@ -247,12 +248,17 @@ func TestDemoTipRecords(t *testing.T) {
 	require.NoError(t, err)
 	last := pc
 	last.History = rollout.HistoryLast
-	for _, bad := range []TipRecordConfig{
-		{Prompt: pc, Records: -1},
-		{Prompt: pc, Records: 2, Threshold: 1.5},
-		{Prompt: last, Records: 2},
+	for _, edit := range []func(*TipRecordConfig){
+		func(c *TipRecordConfig) { c.Records = -1 },
+		func(c *TipRecordConfig) { c.Records, c.Threshold = 2, 1.5 },
+		func(c *TipRecordConfig) { c.Records, c.Prompt = 2, last },
+		func(c *TipRecordConfig) { c.Records, c.Failures = 2, 0 },
+		func(c *TipRecordConfig) { c.Records, c.TopK = 2, 0 },
+		func(c *TipRecordConfig) { c.FailureTips = true },
 	} {
+		bad := DefaultTipRecordConfig()
+		edit(&bad)
 		_, err := TipRecords(ctx, env, d, openTipMem(t), bad)
-		require.Error(t, err, "%+v", bad)
+		require.ErrorIs(t, err, ErrDemo, "%+v", bad)
 	}
 }

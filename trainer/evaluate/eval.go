@@ -41,25 +41,34 @@ const (
 // Valid reports whether m is a known setting.
 func (m MemorySetting) Valid() bool { return m == MemoryOff || m == MemoryOn || m == MemoryBoth }
 
-// Config configures Evaluate. Its YAML keys are the `eval` section of a
-// run configuration (the periodic evaluation of training, Periodic); the
-// untagged fields are set by the caller. Zero Split, Episodes and Memory
-// take test, 1 and off in Evaluate.
-type Config struct {
-	Every         int                `yaml:"every" doc:"evaluate every N steps; 0 = never"`
+// Protocol is what an evaluation plays: its YAML keys are the `eval`
+// section of a run configuration (with `every`, Config) and of `empo2
+// eval`'s configuration (RunConfig).
+type Protocol struct {
 	Episodes      int                `yaml:"episodes" doc:"episodes per task variation"`
 	MaxVariations int                `yaml:"max_variations" doc:"the first N variations of the split per task; 0 = all"`
 	Split         environments.Split `yaml:"split" doc:"split evaluated: dev | test | train"`
-	Temperature   float64            `yaml:"temperature" doc:"sampling temperature of evaluation"` // used as given (≤ 0: greedy)
+	Temperature   float64            `yaml:"temperature" doc:"sampling temperature of evaluation; 0 = greedy"` // used as given
 	Memory        MemorySetting      `yaml:"memory" doc:"off | on | both"`
+}
 
-	Tasks        []string `yaml:"-"` // task names; empty = every task not held out
-	SuccessScore float64  `yaml:"-"` // success when score ≥ it (0 = the roller's)
-	Seed         int64    `yaml:"-"`
+// Config configures Evaluate. Its YAML keys are the `eval` section of a
+// run configuration (the periodic evaluation of training, Periodic); the
+// untagged fields are set by the caller. Zero Split, Episodes and Memory
+// take test, 1 and off in Evaluate. Success is the roller's
+// (rollout.Succeeded with its rollout.success_score).
+type Config struct {
+	Every    int `yaml:"every" doc:"evaluate every N steps; 0 = never"`
+	Protocol `yaml:",inline"`
+
+	Tasks []string `yaml:"-"` // task names; empty = every task not held out
+	Seed  int64    `yaml:"-"`
 	// WriteTips makes memory-on episodes write tips (stamped TrainStep)
 	// into the roller's memory; otherwise eval never changes the memory.
 	WriteTips bool  `yaml:"-"`
 	TrainStep int64 `yaml:"-"`
+	// Plan, when set, is told what will be played before the first episode.
+	Plan func(Plan) `yaml:"-"`
 	// Progress, when set, is called after every finished episode.
 	Progress func(done, total int) `yaml:"-"`
 }
@@ -68,7 +77,7 @@ type Config struct {
 // 0), 1 episode of each of the first 2 dev variations per task, at the
 // reference's validation temperature 0.4, memory off and on.
 func DefaultConfig() Config {
-	return Config{Every: 0, Episodes: 1, MaxVariations: 2, Split: environments.Dev, Temperature: 0.4, Memory: MemoryBoth}
+	return Config{Every: 0, Protocol: Protocol{Episodes: 1, MaxVariations: 2, Split: environments.Dev, Temperature: 0.4, Memory: MemoryBoth}}
 }
 
 // TaskResult is one task's (or the overall) result (the run-files record).
@@ -151,6 +160,18 @@ func evalVariations(tasks []environments.Task, split environments.Split, maxVars
 	return out, nil
 }
 
+// newPlan is the plan of vars (task, variation pairs) of tasks in split.
+func newPlan(split environments.Split, tasks []environments.Task, vars [][2]any) Plan {
+	p := Plan{Split: split, Variations: len(vars)}
+	for _, t := range tasks {
+		p.Tasks = append(p.Tasks, t.Name)
+	}
+	if len(vars) > 0 {
+		p.firstVariation = vars[0][1].(int)
+	}
+	return p
+}
+
 // Evaluate plays cfg.Episodes episodes per task variation with memory off
 // and/or on (the same jobs and seeds for both) and summarizes them.
 func Evaluate(ctx context.Context, r *rollout.Roller, cfg Config) (*Report, error) {
@@ -191,10 +212,6 @@ func Evaluate(ctx context.Context, r *rollout.Roller, cfg Config) (*Report, erro
 			jobs = append(jobs, rollout.Job{Task: task, Variation: v, Group: g, Seed: evalSeed(cfg.Seed, task, v, e)})
 		}
 	}
-	success := cfg.SuccessScore
-	if success == 0 {
-		success = r.SuccessScore()
-	}
 	rep := &Report{EvalReport: runfiles.EvalReport{Split: string(cfg.Split), Temperature: cfg.Temperature, Seed: cfg.Seed}}
 	settings := []bool{false, true}
 	switch cfg.Memory {
@@ -204,6 +221,14 @@ func Evaluate(ctx context.Context, r *rollout.Roller, cfg Config) (*Report, erro
 		settings = []bool{true}
 	}
 	total := len(jobs) * len(settings)
+	if cfg.Plan != nil {
+		p := newPlan(cfg.Split, tasks, vars)
+		p.Episodes, p.Total = cfg.Episodes, total
+		for _, on := range settings {
+			p.Settings = append(p.Settings, map[bool]MemorySetting{false: MemoryOff, true: MemoryOn}[on])
+		}
+		cfg.Plan(p)
+	}
 	done := 0
 	for _, on := range settings {
 		rr := r.WithTemperature(cfg.Temperature).WithMemory(r.Memory(), !cfg.WriteTips).WithProgress(nil)
@@ -226,7 +251,7 @@ func Evaluate(ctx context.Context, r *rollout.Roller, cfg Config) (*Report, erro
 				return nil, err
 			}
 		}
-		res := summarize(eps, success)
+		res := summarize(eps)
 		if on {
 			rep.MemoryOn, rep.OnEpisodes = res, eps
 		} else {
@@ -236,9 +261,9 @@ func Evaluate(ctx context.Context, r *rollout.Roller, cfg Config) (*Report, erro
 	return rep, nil
 }
 
-// summarize computes the mean score, success rate and steps, overall and
-// per task.
-func summarize(eps []rollout.Episode, success float64) *Result {
+// summarize computes the mean score, success rate (Episode.Success, as
+// rollout.Succeeded decided it) and steps, overall and per task.
+func summarize(eps []rollout.Episode) *Result {
 	type means struct{ score, succ, steps stats.Mean }
 	all, per := &means{}, map[string]*means{}
 	var retrieved stats.Mean
@@ -248,7 +273,7 @@ func summarize(eps []rollout.Episode, success float64) *Result {
 			per[ep.Task] = &means{}
 		}
 		ok := 0.0
-		if ep.Score >= success {
+		if ep.Success {
 			ok = 1
 		}
 		for _, m := range []*means{all, per[ep.Task]} {
@@ -277,13 +302,13 @@ type OODConfig struct {
 	MaxVariations int                // per task (0 = all)
 	Trials        int                // K consecutive trials per variation (0 = 3)
 	Temperature   float64            // used as given (the CLI's default: 0.4)
-	SuccessScore  float64            // 0 = the roller's
 	Seed          int64
 	// Embedder of the fresh memory (nil: the hash embedder).
 	Embedder memstore.Embedder
 	// Dir holds the fresh memory database ("" = a temporary directory,
 	// removed afterwards).
 	Dir      string
+	Plan     func(Plan) // told what will be played before the first trial
 	Progress func(done, total int)
 }
 
@@ -308,8 +333,11 @@ func EvaluateOOD(ctx context.Context, r *rollout.Roller, cfg OODConfig) (*OODRep
 	if cfg.Trials == 0 {
 		cfg.Trials = 3
 	}
-	if cfg.Trials < 1 || cfg.Trials > 1000 || cfg.MaxVariations < 0 {
-		return nil, fmt.Errorf("%w: trials %d, variations %d", ErrEval, cfg.Trials, cfg.MaxVariations)
+	if cfg.Trials < 1 || cfg.Trials > maxTrials {
+		return nil, fmt.Errorf("%w: trials %d: want 1..%d (each trial is a full pass over the held-out variations)", ErrEval, cfg.Trials, maxTrials)
+	}
+	if cfg.MaxVariations < 0 {
+		return nil, fmt.Errorf("%w: variations %d: want ≥ 0 (0 = all)", ErrEval, cfg.MaxVariations)
 	}
 	tasks, err := evalTasks(r, cfg.Tasks, true)
 	if err != nil {
@@ -319,9 +347,11 @@ func EvaluateOOD(ctx context.Context, r *rollout.Roller, cfg OODConfig) (*OODRep
 	if err != nil {
 		return nil, err
 	}
-	success := cfg.SuccessScore
-	if success == 0 {
-		success = r.SuccessScore()
+	if cfg.Plan != nil {
+		p := newPlan(cfg.Split, tasks, vars)
+		p.Episodes, p.Trials, p.Total = 1, cfg.Trials, 2*cfg.Trials*len(vars)
+		p.Settings = []MemorySetting{MemoryOn, MemoryOff}
+		cfg.Plan(p)
 	}
 	dir := cfg.Dir
 	if dir == "" {
@@ -382,7 +412,7 @@ func EvaluateOOD(ctx context.Context, r *rollout.Roller, cfg OODConfig) (*OODRep
 			if i == 1 {
 				ser, tips = &rep.MemoryOff, 0
 			}
-			res := summarize(part, success)
+			res := summarize(part)
 			ser.ScorePerTrial = append(ser.ScorePerTrial, res.ScoreMean)
 			ser.SuccessPerTrial = append(ser.SuccessPerTrial, res.SuccessRate)
 			ser.TipsPerTrial = append(ser.TipsPerTrial, tips)

@@ -23,8 +23,8 @@ import (
 // evalCfg: 1 episode of the first 2 test variations of two tasks at
 // temperature 0.4 (the CLI's defaults), memory off, seed 3.
 func evalCfg() Config {
-	return Config{Split: environments.Test, Episodes: 1, Memory: MemoryOff, Temperature: 0.4,
-		Tasks: []string{"find-living-thing", "melt"}, MaxVariations: 2, Seed: 3}
+	return Config{Protocol: Protocol{Split: environments.Test, Episodes: 1, Memory: MemoryOff, Temperature: 0.4, MaxVariations: 2},
+		Tasks: []string{"find-living-thing", "melt"}, Seed: 3}
 }
 
 func TestEvaluateDeterministic(t *testing.T) {
@@ -63,9 +63,9 @@ func TestEvaluateDeterministic(t *testing.T) {
 	c, _ := run(4)
 	assert.NotEqual(t, a.OffEpisodes[0].Steps[0].Response, c.OffEpisodes[0].Steps[0].Response, "another seed samples otherwise")
 
-	_, err := Evaluate(ctx, testutil.Roller(t, m, 2, nil), Config{Memory: MemoryOn, Tasks: []string{"melt"}})
+	_, err := Evaluate(ctx, testutil.Roller(t, m, 2, nil), Config{Protocol: Protocol{Memory: MemoryOn}, Tasks: []string{"melt"}})
 	assert.ErrorIs(t, err, rollout.ErrNoMemory)
-	_, err = Evaluate(ctx, testutil.Roller(t, m, 2, nil), Config{Memory: "sometimes"})
+	_, err = Evaluate(ctx, testutil.Roller(t, m, 2, nil), Config{Protocol: Protocol{Memory: "sometimes"}})
 	assert.ErrorIs(t, err, ErrEval)
 	_, err = Evaluate(ctx, testutil.Roller(t, m, 2, nil), Config{Tasks: []string{"juggle"}})
 	assert.Error(t, err)

@@ -1,14 +1,6 @@
 package evaluate
 
-import (
-	"context"
-	"fmt"
-	"strings"
-
-	"github.com/empo2/empo2/environments"
-	"github.com/empo2/empo2/llama"
-	"github.com/empo2/empo2/trainer/rollout"
-)
+import "github.com/empo2/empo2/trainer/rollout"
 
 // GreedyResult is one greedily played episode.
 type GreedyResult struct {
@@ -63,50 +55,19 @@ func SummarizeGreedy(rs []GreedyResult) []GreedySummary {
 	return out
 }
 
-// GreedyEpisode plays one episode with greedy decoding (temperature 0): at
-// every step the chat (rollout.Messages, no tips) is rendered by r, the model
-// continues it, and rollout.ParseAction's action is sent to the environment. A
-// response without an action ends the episode. Success = done and score >
-// successScore (the EMPO² recipe's ScienceWorld rule uses 70; textlab's
-// complete episodes score 100).
-func GreedyEpisode(ctx context.Context, lc *llama.Context, r *rollout.Renderer, env environments.Env, task string, variation, stepLimit int, successScore float64) (GreedyResult, error) {
-	res := GreedyResult{Task: task, Variation: variation}
-	pc := r.Config()
-	rr, err := env.Reset(ctx, task, variation, 0)
-	if err != nil {
-		return res, err
+// GreedyResults are the episodes of a greedy evaluation (`empo2 sft
+// eval`: Run at eval.temperature 0, memory off, one episode per
+// variation) in play order: the rollout engine's episodes (rollout.Roller
+// at temperature 0 is greedy decoding), success by its rule
+// (rollout.Succeeded).
+func GreedyResults(eps []rollout.Episode) []GreedyResult {
+	out := make([]GreedyResult, len(eps))
+	for i, ep := range eps {
+		r := GreedyResult{Task: ep.Task, Variation: ep.Variation, Score: ep.Score, Done: ep.Done, Success: ep.Success, Steps: len(ep.Steps)}
+		for _, s := range ep.Steps {
+			r.Actions = append(r.Actions, s.Action)
+		}
+		out[i] = r
 	}
-	var turns []rollout.Turn
-	for step := 0; stepLimit <= 0 || step < stepLimit; step++ {
-		ct, err := r.Tokens(rollout.Messages(pc, rr.TaskDescription, rr.Observation, turns, ""), true)
-		if err != nil {
-			return res, err
-		}
-		if len(ct.Tokens)+pc.MaxActionTokens > lc.NCtxSeq() {
-			break // the context is full: the episode ends where it is
-		}
-		seqs, err := lc.Generate(ctx, ct.Tokens, llama.SampleParams{N: 1, MaxTokens: pc.MaxActionTokens, Temperature: 0})
-		if err != nil {
-			return res, fmt.Errorf("%s/%d step %d: %w", task, variation, step+1, err)
-		}
-		text := strings.TrimSpace(seqs[0].Text)
-		action, ok := rollout.ParseAction(pc, text)
-		if !ok {
-			break
-		}
-		sr, err := env.Step(ctx, action)
-		if err != nil {
-			return res, err
-		}
-		res.Actions = append(res.Actions, action)
-		res.Steps++
-		turns = append(turns, rollout.Turn{Action: text, Observation: sr.Observation})
-		if sr.Done {
-			res.Done = true
-			break
-		}
-	}
-	res.Score = env.Score()
-	res.Success = res.Done && res.Score > successScore
-	return res, nil
+	return out
 }

@@ -2,7 +2,6 @@ package evaluate
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"github.com/empo2/empo2/environments"
@@ -28,17 +27,7 @@ func Periodic(ctx context.Context, r *rollout.Roller, cfg Config, step int) (Lin
 	if err != nil {
 		return line, err
 	}
-	var tasks []string
-	for _, t := range cfg.Tasks {
-		name := strings.TrimSpace(t)
-		if i := strings.LastIndex(name, "/"); i > 0 {
-			name = name[:i]
-		}
-		if !contains(tasks, name) {
-			tasks = append(tasks, name)
-		}
-	}
-	cfg.Tasks, cfg.Split = tasks, split
+	cfg.Tasks, cfg.Split = TaskNames(cfg.Tasks), split
 	rep, err := Evaluate(ctx, r, cfg)
 	if err != nil {
 		return line, err

@@ -409,10 +409,18 @@ func (u *Updater) checkAdapter(a *lora.Adapter) error {
 	if arch := u.Policy.Info().Arch; a.Arch != arch {
 		return fmt.Errorf("%w: adapter architecture %q, policy %q", lora.ErrMismatch, a.Arch, arch)
 	}
+	// shapes before alpha: another rank or base model is the real mismatch
+	// (its alpha, 2·rank by default, differs too)
+	if r, pr := a.Rank(), u.Policy.LoRA().Rank; r != pr {
+		return fmt.Errorf("%w: the adapter has rank %d, the policy rank %d", lora.ErrMismatch, r, pr)
+	}
+	if err := lora.SameLayout(a.Params(), u.infos); err != nil {
+		return fmt.Errorf("the adapter does not fit the policy's base model or targets: %w", err)
+	}
 	if alpha := u.Policy.LoRA().Alpha; a.Alpha != alpha {
 		return fmt.Errorf("%w: adapter alpha %v, policy %v", lora.ErrMismatch, a.Alpha, alpha)
 	}
-	return lora.SameLayout(a.Params(), u.infos)
+	return nil
 }
 
 // State returns the full training state (a deep copy; with a

@@ -98,7 +98,7 @@ func TestCorrectionAndSuccessFromEnvironment(t *testing.T) {
 	}
 
 	own := testutil.Roller(t, m, 2, nil, func(c *rollout.Config, o *rollout.Options) {
-		o.Env, c.CorrectInvalid, o.SuccessScore = "textlab-recipe", rollout.CorrectOff, 90
+		o.Env, c.CorrectInvalid, c.SuccessScore = "textlab-recipe", rollout.CorrectOff, 90
 	})
 	assert.Equal(t, rollout.CorrectOff, own.Config().CorrectInvalid)
 	assert.Equal(t, 90.0, own.SuccessScore())

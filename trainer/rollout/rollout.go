@@ -59,12 +59,12 @@ type Config struct {
 	CorrectInvalid Correction   `yaml:"correct_invalid" doc:"map an invalid action to the most similar valid one (Jaccard): auto (the environment's default: on for scienceworld, as the EMPO² recipe; off for textlab and webshop) | on | off"`
 	TipMaxTokens   int          `yaml:"tip_max_tokens" doc:"max tokens of a written tip (generation also stops at the end of its first line; the reference: 512)" range:"[0,65536]"`
 	TipTemperature float64      `yaml:"tip_temperature" doc:"sampling temperature of tip writing; < 0 = rollout.temperature (the reference), 0 = greedy" range:"[,100]"`
+	SuccessScore   float64      `yaml:"success_score" doc:"an episode succeeds when its final score reaches this; 0 = the environment's (100, the full score, on textlab and webshop; 71 on scienceworld, the EMPO² recipe's score > 70 on its integer scores)"`
 }
 
 // DefaultConfig is temperature 1, the default prompt, the environment's
-// own action correction, tips of at most 512
-// tokens (the reference code's last version) sampled at the rollout
-// temperature.
+// own action correction and success score, tips of at most 512 tokens (the
+// reference code's last version) sampled at the rollout temperature.
 func DefaultConfig() Config {
 	return Config{Temperature: 1, Prompt: DefaultPromptConfig(), CorrectInvalid: CorrectAuto, TipMaxTokens: 512, TipTemperature: -1}
 }
@@ -116,6 +116,34 @@ func (c *Correction) UnmarshalYAML(n *yaml.Node) error {
 	*c = v
 	return nil
 }
+
+// MaxAutoContext caps the automatic per-episode context (context: 0): the
+// EMPO² recipe's prompt limit (max_prompt_length 8192), which bounds the
+// KV cache of models trained on long contexts (32k for Qwen2.5-7B).
+const MaxAutoContext = 8192
+
+// EpisodeContext is the per-episode context of a `context` setting with a
+// model whose training context is nCtxTrain (0 = unknown): context when
+// set, else the training context up to MaxAutoContext (2048 when unknown).
+func EpisodeContext(context, nCtxTrain int) int {
+	switch {
+	case context != 0:
+		return context
+	case nCtxTrain <= 0:
+		return 2048
+	}
+	return min(nCtxTrain, MaxAutoContext)
+}
+
+// Succeeded is the one success rule of training, evaluation and the greedy
+// check of SFT: an episode succeeds when its final score reaches
+// successScore (Config.SuccessScore, 0 = the environment's,
+// environments.Defaults.Success). The EMPO² recipe counts success on
+// ScienceWorld as "done and score > 70", where its wrapper ends every
+// episode done (completed, failed or out of steps), so that rule is this
+// one with successScore 71 on ScienceWorld's integer scores; on textlab and
+// WebShop success is the full score, 100 (WebShop's reward 1).
+func Succeeded(score, successScore float64) bool { return score >= successScore }
 
 // MemoryConfig is the `memory` section of a run configuration: the tips
 // memory's retrieval, the intrinsic reward of memory rollouts, and tip
@@ -267,7 +295,7 @@ type Episode struct {
 	Job
 	Steps     []StepRecord
 	Score     float64 // final environment score
-	Success   bool    // Score ≥ Options.SuccessScore
+	Success   bool    // Succeeded(Score, Config.SuccessScore)
 	Done      bool    // the environment ended the episode (not the step limit or the context)
 	Intrinsic float64 // memory episodes: mean over steps of StepRecord.Intrinsic (score points); else 0
 	Tip       string  // set by WriteTips
@@ -379,9 +407,6 @@ type Options struct {
 	ReadOnlyMemory bool
 	// Seed is the run seed; an episode samples with MixSeed(Seed, Job.Seed).
 	Seed int64
-	// SuccessScore: an episode succeeds when its score reaches it (0 =
-	// the environment's, environments.Defaults.Success).
-	SuccessScore float64
 	// Progress, when set, is called after every finished episode.
 	Progress func(done, total int)
 }
@@ -402,7 +427,8 @@ type Roller struct {
 // NewRoller makes a Roller over lctx (the policy's inference context with
 // its adapter attached; at most lctx.NSeqMax() episodes are active at a
 // time). Settings are used as given (Temperature 0 = greedy) and checked:
-// TipMaxTokens ≥ 1, o.MemoryConfig.Validate.
+// TipMaxTokens ≥ 1, a finite SuccessScore, o.MemoryConfig.Validate. The
+// environment's defaults fill CorrectInvalid auto and SuccessScore 0.
 func NewRoller(lctx *llama.Context, cfg Config, o Options) (*Roller, error) {
 	if lctx == nil {
 		return nil, fmt.Errorf("%w: nil llama context", ErrRollout)
@@ -417,6 +443,8 @@ func NewRoller(lctx *llama.Context, cfg Config, o Options) (*Roller, error) {
 		return nil, fmt.Errorf("%w: temperature %v", ErrRollout, cfg.Temperature)
 	case cfg.TipTemperature > 100 || math.IsNaN(cfg.TipTemperature):
 		return nil, fmt.Errorf("%w: tip temperature %v", ErrRollout, cfg.TipTemperature)
+	case math.IsNaN(cfg.SuccessScore) || math.IsInf(cfg.SuccessScore, 0):
+		return nil, fmt.Errorf("%w: success score %v is not a finite number", ErrRollout, cfg.SuccessScore)
 	case !cfg.CorrectInvalid.Valid():
 		return nil, fmt.Errorf("%w: correct_invalid %q (want auto, on or off)", ErrRollout, cfg.CorrectInvalid)
 	}
@@ -435,8 +463,8 @@ func NewRoller(lctx *llama.Context, cfg Config, o Options) (*Roller, error) {
 	} else {
 		cfg.CorrectInvalid = CorrectOff
 	}
-	if o.SuccessScore == 0 {
-		o.SuccessScore = spec.Defaults.Success()
+	if cfg.SuccessScore == 0 {
+		cfg.SuccessScore = spec.Defaults.Success()
 	}
 	list, err := spec.Tasks(o.EnvOptions)
 	if err != nil {
@@ -455,8 +483,8 @@ func (r *Roller) Config() Config { return r.cfg }
 // MemoryConfig is the roller's (completed) memory configuration.
 func (r *Roller) MemoryConfig() MemoryConfig { return r.opts.MemoryConfig }
 
-// SuccessScore is the score at which an episode succeeds.
-func (r *Roller) SuccessScore() float64 { return r.opts.SuccessScore }
+// SuccessScore is the score at which an episode succeeds (Succeeded).
+func (r *Roller) SuccessScore() float64 { return r.cfg.SuccessScore }
 
 // Renderer is the roller's prompt renderer.
 func (r *Roller) Renderer() *Renderer { return r.rend }
@@ -491,6 +519,38 @@ func (r *Roller) WithProgress(f func(done, total int)) *Roller {
 	c := *r
 	c.opts.Progress = f
 	return &c
+}
+
+// PromptFit is the first prompt of an episode against its context.
+type PromptFit struct {
+	Prompt    int // tokens of the first prompt (no tips)
+	MaxAction int // max_action_tokens
+	Context   int // tokens per episode
+}
+
+// Fits reports whether the episode can take its first action.
+func (f PromptFit) Fits() bool { return f.Prompt+f.MaxAction <= f.Context }
+
+// FirstPrompt renders the first prompt of an episode of task/variation (no
+// tips) and measures it against the context: an episode whose first
+// prompt does not fit ends before its first action (End "context").
+func (r *Roller) FirstPrompt(ctx context.Context, task string, variation int) (PromptFit, error) {
+	fit := PromptFit{MaxAction: r.cfg.Prompt.MaxActionTokens, Context: r.lctx.NCtxSeq()}
+	env, err := r.spec.New(r.opts.EnvOptions)
+	if err != nil {
+		return fit, fmt.Errorf("%w: environment for %s/%d: %w", ErrRollout, task, variation, err)
+	}
+	defer env.Close()
+	res, err := env.Reset(ctx, task, variation, 0)
+	if err != nil {
+		return fit, fmt.Errorf("%w: reset %s/%d: %w", ErrRollout, task, variation, err)
+	}
+	ct, err := r.rend.Tokens(Messages(r.cfg.Prompt, res.TaskDescription, res.Observation, nil, ""), true)
+	if err != nil {
+		return fit, err
+	}
+	fit.Prompt = len(ct.Tokens)
+	return fit, nil
 }
 
 // Memory is the roller's tips store (nil when none).
@@ -885,7 +945,7 @@ func (r *Roller) finish(l *live) {
 	if ep.End == EndError && len(ep.Steps) == 0 { // failed at its reset: no score of its own
 		ep.Score = 0
 	}
-	ep.Success = ep.Score >= r.opts.SuccessScore
+	ep.Success = Succeeded(ep.Score, r.cfg.SuccessScore)
 	if ep.UseMemory && len(ep.Steps) > 0 {
 		for _, s := range ep.Steps {
 			ep.Intrinsic += s.Intrinsic

@@ -2,6 +2,10 @@ package sft
 
 import (
 	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -264,44 +268,68 @@ func Objective() cgo.Objective {
 	return o
 }
 
-// Config configures Train.
+// Config configures Train: the hyper-parameters of `empo2 sft` (their
+// YAML keys are the top level of RunConfig, documented here).
 type Config struct {
-	Epochs      int     // passes over the data (≥ 1)
-	LR          float64 // peak learning rate
-	MinLR       float64 // cosine floor
-	Warmup      int     // warmup steps
-	WeightDecay float64
-	MaxGradNorm float64 // global clip; ≤ 0 disables
+	Epochs      int     `yaml:"epochs" doc:"passes over the data"`
+	LR          float64 `yaml:"lr" doc:"peak learning rate (AdamW; linear warmup, then cosine decay to min_lr), in (0, 1]"`
+	MinLR       float64 `yaml:"min_lr" doc:"final learning rate of the cosine schedule, in [0, lr]"`
+	Warmup      int     `yaml:"warmup" doc:"linear warmup steps"`
+	WeightDecay float64 `yaml:"weight_decay" doc:"AdamW decoupled weight decay"`
+	MaxGradNorm float64 `yaml:"max_grad_norm" doc:"global gradient-norm clip; 0 = off"`
 	// BatchTokens: tokens (packed, incl. untrained context) per optimizer
 	// step; a step takes whole sequences until it reaches this.
-	BatchTokens int
-	// MaxLen: packing length and per-record cut (≤ the model context).
-	MaxLen int
+	BatchTokens int `yaml:"batch_tokens" doc:"tokens per optimizer step (whole packed sequences, context included)"`
+	// MaxLen: packing length and per-record cut (≤ the model context);
+	// Train needs it set.
+	MaxLen *int `yaml:"max_len" doc:"packing length and per-record cut in tokens; null = the model's training context"`
 	// MicroTokens bounds the padded tokens of one ForwardBackward call
-	// (memory); ≤ 0: MaxLen.
-	MicroTokens int
-	NoPack      bool  // one record per sequence
-	Seed        int64 // shuffling (epoch e uses PCG(Seed, e))
+	// (memory); nil: MaxLen.
+	MicroTokens *int  `yaml:"micro_tokens" doc:"padded tokens per forward/backward call (the memory bound); null = max_len"`
+	Pack        bool  `yaml:"pack" doc:"pack records into sequences of max_len tokens (false: one record per sequence)"`
+	Seed        int64 `yaml:"seed" doc:"seed of the shuffling (epoch e shuffles with PCG(seed, e)) and of a fresh LoRA adapter"`
 	// Full: train every weight (optim.FullUpdater over a cgo.LoadFull model)
 	// instead of a LoRA adapter (optim.Updater); Train checks that its updater
 	// is of this kind. Checkpoints are then optim.FullState files.
-	Full bool
+	Full bool `yaml:"full" doc:"train every weight of an F32 model (embeddings, norms and head too) and write out as a new base GGUF; memory: 4× the model in F32 + activations; the lora keys do not apply"`
 	// Checkpoint: state file written every SaveEvery steps and at the end of
-	// every epoch ("" = none); resume with Resume.
-	Checkpoint string
-	SaveEvery  int
-	Resume     bool
+	// every epoch ("" = none); resume with Resume. (RunConfig.Checkpoint
+	// names it in a configuration.)
+	Checkpoint string `yaml:"-"`
+	SaveEvery  int    `yaml:"save_every" doc:"write the checkpoint every N steps (and after every epoch); 0 = after every epoch only"`
+	Resume     bool   `yaml:"resume" doc:"continue from the checkpoint when it exists (same data, seed, max_len, pack and batch_tokens)"`
 	// Progress, when set, is called after every step.
-	Progress func(Progress)
+	Progress func(Progress) `yaml:"-"`
 	// EpochDone, when set, is called after every epoch with its summary.
-	EpochDone func(Epoch)
+	EpochDone func(Epoch) `yaml:"-"`
 }
 
 // DefaultConfig: 3 epochs, lr 1e-3 cosine to 1e-4 with 10 warmup steps,
-// clip 1, 4096 tokens per step, seed 1.
+// clip 1, 4096 tokens per step, packing, seed 1, a checkpoint every 50
+// steps; MaxLen unset (RunConfig: the model's context).
 func DefaultConfig() Config {
-	return Config{Epochs: 3, LR: 1e-3, MinLR: 1e-4, Warmup: 10, MaxGradNorm: 1, BatchTokens: 4096, Seed: 1, SaveEvery: 50}
+	return Config{Epochs: 3, LR: 1e-3, MinLR: 1e-4, Warmup: 10, MaxGradNorm: 1, BatchTokens: 4096, Pack: true, Seed: 1, SaveEvery: 50}
 }
+
+// maxLen is MaxLen (0 when unset).
+func (cfg *Config) maxLen() int {
+	if cfg.MaxLen == nil {
+		return 0
+	}
+	return *cfg.MaxLen
+}
+
+// microTokens is MicroTokens, MaxLen when unset.
+func (cfg *Config) microTokens() int {
+	if cfg.MicroTokens == nil {
+		return cfg.maxLen()
+	}
+	return *cfg.MicroTokens
+}
+
+// maxLR bounds the learning rate: AdamW moves every weight by about lr per
+// step, so a rate above 1 destroys the model in one step.
+const maxLR = 1.0
 
 // Progress reports one optimizer step.
 type Progress struct {
@@ -339,6 +367,7 @@ const (
 	metaSFTEpoch = "sft.epoch" // epoch in progress (0-based)
 	metaSFTBatch = "sft.batch" // mini-batches of that epoch done
 	metaSFTSeed  = "sft.seed"
+	metaSFTData  = "sft.data" // Fingerprint of the training samples and batching
 )
 
 // epochBatches shuffles samples with PCG(seed, epoch), packs them and cuts the
@@ -347,8 +376,8 @@ func epochBatches(samples []Sample, cfg Config, epoch int) [][]cgo.Sequence {
 	order := slices.Clone(samples)
 	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(epoch)))
 	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-	maxLen := cfg.MaxLen
-	if cfg.NoPack {
+	maxLen := cfg.maxLen()
+	if !cfg.Pack {
 		maxLen = 0
 	}
 	packed := PackSamples(order, maxLen)
@@ -378,18 +407,40 @@ func Steps(samples []Sample, cfg Config) int64 {
 	return n
 }
 
+// validate is check with MaxLen set, as Train and the updaters need it.
 func (cfg *Config) validate() error {
+	if cfg.MaxLen == nil {
+		return fmt.Errorf("%w: max length (max_len) unset: give the packing length (Run takes the model's context)", optim.ErrConfig)
+	}
+	return cfg.check()
+}
+
+// check checks every setting's range; an unset MaxLen passes (Run sets it
+// from the model's context).
+func (cfg *Config) check() error {
+	bad := func(f string, a ...any) error { return fmt.Errorf("%w: "+f, append([]any{optim.ErrConfig}, a...)...) }
+	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 	switch {
 	case cfg.Epochs < 1:
-		return fmt.Errorf("%w: epochs %d < 1", optim.ErrConfig, cfg.Epochs)
-	case !(cfg.LR > 0) || math.IsInf(cfg.LR, 0):
-		return fmt.Errorf("%w: learning rate %v", optim.ErrConfig, cfg.LR)
+		return bad("epochs %d: want at least 1", cfg.Epochs)
+	case !finite(cfg.LR) || cfg.LR <= 0 || cfg.LR > maxLR:
+		return bad("learning rate (lr) %v: want a rate in (0, %g]", cfg.LR, maxLR)
+	case !finite(cfg.MinLR) || cfg.MinLR < 0 || cfg.MinLR > cfg.LR:
+		return bad("min lr (min_lr) %v: want a rate in [0, lr = %v]", cfg.MinLR, cfg.LR)
+	case cfg.Warmup < 0:
+		return bad("warmup %d: want ≥ 0 steps", cfg.Warmup)
+	case !finite(cfg.WeightDecay) || cfg.WeightDecay < 0:
+		return bad("weight_decay %v: want ≥ 0", cfg.WeightDecay)
+	case !finite(cfg.MaxGradNorm) || cfg.MaxGradNorm < 0:
+		return bad("max_grad_norm %v: want ≥ 0 (0 = off)", cfg.MaxGradNorm)
 	case cfg.BatchTokens < 1:
-		return fmt.Errorf("%w: batch tokens %d < 1", optim.ErrConfig, cfg.BatchTokens)
-	case cfg.MaxLen < 2:
-		return fmt.Errorf("%w: max length %d < 2", optim.ErrConfig, cfg.MaxLen)
-	case cfg.MinLR < 0 || cfg.MinLR > cfg.LR:
-		return fmt.Errorf("%w: min lr %v not in [0, lr]", optim.ErrConfig, cfg.MinLR)
+		return bad("batch tokens (batch_tokens) %d: want at least 1", cfg.BatchTokens)
+	case cfg.MaxLen != nil && *cfg.MaxLen < 2:
+		return bad("max length (max_len) %d: want at least 2 tokens", *cfg.MaxLen)
+	case cfg.MicroTokens != nil && *cfg.MicroTokens < 1:
+		return bad("micro_tokens %d: want at least 1 (null = max_len)", *cfg.MicroTokens)
+	case cfg.SaveEvery < 0:
+		return bad("save_every %d: want ≥ 0 (0 = after every epoch only)", cfg.SaveEvery)
 	}
 	return nil
 }
@@ -430,11 +481,9 @@ func updateConfig(cfg Config, total int64) optim.Config {
 	}
 	ad := optim.DefaultAdamW()
 	ad.WeightDecay = cfg.WeightDecay
-	micro := 0
-	if mt := cfg.MicroTokens; mt > 0 {
-		micro = max(1, mt/cfg.MaxLen)
-	} else {
-		micro = 1
+	micro := 1
+	if cfg.MicroTokens != nil {
+		micro = max(1, *cfg.MicroTokens/cfg.maxLen())
 	}
 	return optim.Config{AdamW: ad, Schedule: sched, MaxGradNorm: cfg.MaxGradNorm, Objective: Objective(), MicroBatch: micro}
 }
@@ -501,11 +550,41 @@ func isFull(u Updater) bool {
 	return full
 }
 
+// ErrInterrupted: Train stopped because its context was cancelled, after
+// writing a checkpoint to resume from (when it has one).
+var ErrInterrupted = errors.New("trainer: sft interrupted")
+
+// Fingerprint identifies what the mini-batches of a run are made of: the
+// training samples (tokens and loss masks, in order) and the settings that
+// cut them into batches (max_len, pack, batch_tokens). A checkpoint
+// records it; resuming on other data would replay other batches.
+func Fingerprint(train []Sample, cfg Config) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "max_len=%d pack=%v batch_tokens=%d\n", cfg.maxLen(), cfg.Pack, cfg.BatchTokens)
+	var buf [4]byte
+	for _, s := range train {
+		binary.LittleEndian.PutUint32(buf[:], uint32(len(s.Tokens)))
+		h.Write(buf[:])
+		for i, t := range s.Tokens {
+			binary.LittleEndian.PutUint32(buf[:], uint32(t))
+			if s.Trained[i] {
+				buf[3] ^= 0x80 // the mask rides in the top bit (ids are < 2^31)
+			}
+			h.Write(buf[:])
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
 // Train trains u's policy on train for cfg.Epochs epochs (validation loss
 // on val after each epoch when val is non-empty and ev is not nil). With
 // cfg.Resume and an existing cfg.Checkpoint, it continues from the saved
-// step: same epoch, same shuffled order, next mini-batch.
-func Train(u Updater, ev Evaluator, train, val []Sample, cfg Config) (Result, error) {
+// step: same epoch, same shuffled order, next mini-batch; a checkpoint of
+// another seed or other data (Fingerprint) is refused. A loss that is not
+// finite stops training (the rate is too high). When ctx is cancelled,
+// Train writes the checkpoint of the mini-batches done and returns
+// ErrInterrupted (wrapping the context's error).
+func Train(ctx context.Context, u Updater, ev Evaluator, train, val []Sample, cfg Config) (Result, error) {
 	var res Result
 	if err := cfg.validate(); err != nil {
 		return res, err
@@ -516,16 +595,18 @@ func Train(u Updater, ev Evaluator, train, val []Sample, cfg Config) (Result, er
 	if len(train) == 0 {
 		return res, fmt.Errorf("%w: no training samples", ErrData)
 	}
-	micro := cfg.MicroTokens
-	if micro <= 0 {
-		micro = cfg.MaxLen
-	}
+	micro := cfg.microTokens()
+	fp := Fingerprint(train, cfg)
 	startEpoch, startBatch := 0, 0
 	if cfg.Resume && cfg.Checkpoint != "" {
 		if _, err := os.Stat(cfg.Checkpoint); err == nil {
 			meta, err := u.RestoreChecked(cfg.Checkpoint, func(meta map[string]string) error {
 				if s := meta[metaSFTSeed]; s != "" && s != strconv.FormatInt(cfg.Seed, 10) {
 					return fmt.Errorf("%w: checkpoint %s was made with seed %s, not %d", optim.ErrConfig, cfg.Checkpoint, s, cfg.Seed)
+				}
+				if d := meta[metaSFTData]; d != "" && d != fp {
+					return fmt.Errorf("%w: checkpoint %s was made on other training data (or another max_len, pack or batch_tokens): resuming would train on other batches; give the same data or start afresh without resume",
+						optim.ErrConfig, cfg.Checkpoint)
 				}
 				return nil
 			})
@@ -545,6 +626,7 @@ func Train(u Updater, ev Evaluator, train, val []Sample, cfg Config) (Result, er
 			metaSFTEpoch: strconv.Itoa(epoch),
 			metaSFTBatch: strconv.Itoa(batch),
 			metaSFTSeed:  strconv.FormatInt(cfg.Seed, 10),
+			metaSFTData:  fp,
 		})
 	}
 	t0 := time.Now()
@@ -558,12 +640,22 @@ func Train(u Updater, ev Evaluator, train, val []Sample, cfg Config) (Result, er
 			b0 = startBatch
 		}
 		for b := b0; b < len(batches); b++ {
+			if err := ctx.Err(); err != nil {
+				res.Steps = u.Updates()
+				if serr := save(e, b); serr != nil {
+					return res, errors.Join(fmt.Errorf("%w: %w", ErrInterrupted, err), serr)
+				}
+				return res, fmt.Errorf("%w at step %d: %w", ErrInterrupted, u.Updates(), err)
+			}
 			m, err := u.Update(batches[b])
 			if err != nil {
 				return res, fmt.Errorf("epoch %d, step %d: %w", e+1, u.Updates()+1, err)
 			}
 			if m.Skipped {
 				continue
+			}
+			if math.IsNaN(m.Loss) || math.IsInf(m.Loss, 0) {
+				return res, fmt.Errorf("%w: epoch %d, step %d: the loss is %v: training diverged (lower lr)", optim.ErrConfig, e+1, u.Updates(), m.Loss)
 			}
 			lossSum += m.Loss * float64(m.Tokens)
 			ep.Tokens += m.Tokens

@@ -2,6 +2,7 @@ package sft
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"math"
 	"path/filepath"
@@ -88,7 +89,7 @@ func checkSFTLossFalls(t *testing.T, r *rollout.Renderer, pol *cgo.Model, cfg Co
 	require.NoError(t, err)
 	require.Equal(t, st.Trained, n)
 	u := sftUpdaterFor(t, pol, cfg, Steps(train, cfg))
-	res, err := Train(u, pol, train, train, cfg)
+	res, err := Train(context.Background(), u, pol, train, train, cfg)
 	require.NoError(t, err)
 	require.Len(t, res.Epochs, cfg.Epochs)
 	after, _, err := Loss(pol, train, 2048)
@@ -112,7 +113,7 @@ func checkSFTResume(t *testing.T, train []Sample, cfg Config, newPol func() *cgo
 	total := Steps(train, cfg)
 	run := func(c Config) (Updater, Result) {
 		u := sftUpdaterFor(t, newPol(), c, total)
-		res, err := Train(u, nil, train, nil, c)
+		res, err := Train(context.Background(), u, nil, train, nil, c)
 		require.NoError(t, err)
 		return u, res
 	}
@@ -133,7 +134,7 @@ func checkSFTResume(t *testing.T, train []Sample, cfg Config, newPol func() *cgo
 	// a checkpoint of another seed is refused
 	c3 := c2
 	c3.Seed = 99
-	_, err := Train(sftUpdaterFor(t, newPol(), c3, total), nil, train, nil, c3)
+	_, err := Train(context.Background(), sftUpdaterFor(t, newPol(), c3, total), nil, train, nil, c3)
 	assert.ErrorIs(t, err, optim.ErrConfig)
 	return c1.Checkpoint
 }
@@ -271,7 +272,7 @@ func TestPackSamples(t *testing.T) {
 
 func sftTestConfig() Config {
 	cfg := DefaultConfig()
-	cfg.Epochs, cfg.LR, cfg.MinLR, cfg.Warmup, cfg.BatchTokens, cfg.MaxLen, cfg.SaveEvery = 6, 1e-2, 1e-2, 0, 120, 512, 0
+	cfg.Epochs, cfg.LR, cfg.MinLR, cfg.Warmup, cfg.BatchTokens, cfg.MaxLen, cfg.SaveEvery = 6, 1e-2, 1e-2, 0, 120, ptr(512), 0
 	return cfg
 }
 
@@ -301,7 +302,7 @@ func TestSFTConfigErrors(t *testing.T) {
 		func(c *Config) { c.Epochs = 0 },
 		func(c *Config) { c.LR = math.NaN() },
 		func(c *Config) { c.BatchTokens = 0 },
-		func(c *Config) { c.MaxLen = 1 },
+		func(c *Config) { c.MaxLen = ptr(1) },
 		func(c *Config) { c.MinLR = 1 },
 	} {
 		cfg := sftTestConfig()
@@ -311,7 +312,7 @@ func TestSFTConfigErrors(t *testing.T) {
 	}
 	u, err := NewUpdater(pol, sftTestConfig(), 10)
 	require.NoError(t, err)
-	_, err = Train(u, pol, nil, nil, sftTestConfig())
+	_, err = Train(context.Background(), u, pol, nil, nil, sftTestConfig())
 	assert.ErrorIs(t, err, ErrData)
 }
 
@@ -360,20 +361,20 @@ func TestSFTFullResume(t *testing.T) {
 	lc.Epochs, lc.Checkpoint = 1, filepath.Join(t.TempDir(), "lora.state.gguf")
 	lu, err := NewUpdater(lpol, lc, Steps(train, lc))
 	require.NoError(t, err)
-	_, err = Train(lu, lpol, train, nil, lc)
+	_, err = Train(context.Background(), lu, lpol, train, nil, lc)
 	require.NoError(t, err)
 	pol := sftFullModel(t, path)
 	c4 := sftFullConfig()
 	c4.Checkpoint, c4.Resume = lc.Checkpoint, true
 	u4, err := NewFullUpdater(pol, c4, 4)
 	require.NoError(t, err)
-	_, err = Train(u4, pol, train, nil, c4)
+	_, err = Train(context.Background(), u4, pol, train, nil, c4)
 	assert.ErrorIs(t, err, optim.ErrState)
 	assert.ErrorContains(t, err, "LoRA")
 	lc.Resume, lc.Checkpoint = true, fullCk
 	lu2, err := NewUpdater(lpol, lc, 4)
 	require.NoError(t, err)
-	_, err = Train(lu2, lpol, train, nil, lc)
+	_, err = Train(context.Background(), lu2, lpol, train, nil, lc)
 	assert.ErrorIs(t, err, optim.ErrState)
 }
 
@@ -389,7 +390,7 @@ func TestSFTFullConfigErrors(t *testing.T) {
 	assert.ErrorIs(t, err, optim.ErrConfig)
 	u, err := NewFullUpdater(pol, sftFullConfig(), 10)
 	require.NoError(t, err)
-	_, err = Train(u, pol, []Sample{{Tokens: []int32{1, 2}, Trained: []bool{false, true}}}, nil, sftTestConfig())
+	_, err = Train(context.Background(), u, pol, []Sample{{Tokens: []int32{1, 2}, Trained: []bool{false, true}}}, nil, sftTestConfig())
 	assert.ErrorIs(t, err, optim.ErrConfig)
 	// a full model cannot back a LoRA updater (it has no adapter)
 	_, err = NewUpdater(pol, sftTestConfig(), 10)
@@ -403,3 +404,5 @@ func TestSFTFullConfigErrors(t *testing.T) {
 	assert.ErrorIs(t, err, cgo.ErrConfig)
 	assert.ErrorContains(t, err, "F32")
 }
+
+func ptr[T any](v T) *T { return &v }
