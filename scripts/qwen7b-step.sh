@@ -89,14 +89,17 @@ fi
 # 3. the step. One task variation × 2 rollouts, 3 environment steps of ≤ 8
 #    tokens, tips of ≤ 16 tokens, 2 retrieved; per-rollout modes (p = 0.5,
 #    q = 1: an episode is off-policy with tips or on-policy without), so
-#    that the group has a memory and a no-memory episode: their intrinsic
-#    rewards differ and the update runs (an untrained model scores 0 in
-#    every episode, which gives a GRPO group no signal).
+#    that the update has a memory (off-policy, π_old recomputed with the
+#    tips) and a no-memory episode. An untrained model scores alike in every
+#    episode, which gives a GRPO group no signal (and intrinsic differences
+#    alone never make one): advantage.zero_var=train trains the group with
+#    advantage 0, as verl's GRPO does, so that the update runs at full cost.
 TRAIN=("$EMPO2" train -m "$MODEL" --env textlab --tasks melt/0 --run-dir "$run" --steps "$STEPS"
     --seed "$SEED" --threads "$THREADS"
     --set batch.tasks=1 --set batch.rollouts=2 --set context=1024
     --set rollout.step_limit=3 --set rollout.max_action_tokens=8 --set rollout.tip_max_tokens=16
-    --set memory.top_k=2 --set mode.memory_prob=0.5 --set mode.offpolicy_prob=1 --set mode.per=rollout)
+    --set memory.top_k=2 --set mode.memory_prob=0.5 --set mode.offpolicy_prob=1 --set mode.per=rollout
+    --set advantage.zero_var=train)
 # shellcheck disable=SC2206
 TRAIN+=($EXTRA)
 log "command: ${TRAIN[*]}"

@@ -79,7 +79,21 @@ type AdvantageConfig struct {
 	StdNorm     bool    `yaml:"std_norm" doc:"divide by the group's std: A = (R − mean)/(std + eps); false: A = R − mean"`
 	RewardScale float64 `yaml:"reward_scale" doc:"episode reward R = reward_scale · final score (+ intrinsic); 0.01 maps 0..100 to 0..1" range:"(0,1e6]"`
 	Eps         float64 `yaml:"eps" doc:"added to the std" range:"[0,1]"`
+	ZeroVar     ZeroVar `yaml:"zero_var" doc:"groups whose scores are all equal (no signal): skip (not built, no update: saves their compute) | train (trained with advantage 0, as verl's GRPO does: the update runs, its policy gradient is zero)"`
 }
+
+// ZeroVar is advantage.zero_var: what becomes of a group whose extrinsic
+// scores are all equal.
+type ZeroVar string
+
+// Zero-variance group handling.
+const (
+	ZeroVarSkip  ZeroVar = "skip"
+	ZeroVarTrain ZeroVar = "train"
+)
+
+// Valid reports whether z is skip or train.
+func (z ZeroVar) Valid() bool { return z == ZeroVarSkip || z == ZeroVarTrain }
 
 // UpdateConfig: the PPO update (the optimizer's settings, UpdaterConfig,
 // and how samples are built and batched).
@@ -237,7 +251,7 @@ func DefaultConfig() Config {
 		Mode:      ModeConfig{MemoryProb: 0.25, OffPolicyProb: 0.68, Per: PerStep, Update: true},
 		Rollout:   rollout.DefaultConfig(),
 		Memory:    rollout.DefaultMemoryConfig(),
-		Advantage: AdvantageConfig{StdNorm: true, RewardScale: 0.01, Eps: 1e-6},
+		Advantage: AdvantageConfig{StdNorm: true, RewardScale: 0.01, Eps: 1e-6, ZeroVar: ZeroVarSkip},
 		Update: UpdateConfig{LR: 1e-4, MinLR: 0, Schedule: optim.ScheduleConstant, Warmup: 0, WeightDecay: adam.WeightDecay,
 			Beta1: adam.Beta1, Beta2: adam.Beta2, AdamEps: adam.Eps, MaxGradNorm: 1.0, ClipLow: obj.ClipLow, ClipHigh: obj.ClipHigh,
 			DualClip: obj.DualClip, LowProbThreshold: obj.LowProbThreshold, LowProbMask: MaskOffPolicy, Aggregation: obj.Aggregation,
@@ -344,6 +358,8 @@ func (c *Config) Validate() error {
 		return bad("env is empty")
 	case c.Update.MiniBatch > 0 && c.Update.MiniBatches > 0:
 		return bad("update.mini_batch %d and update.mini_batches %d: set one (size or count of the mini-batches)", c.Update.MiniBatch, c.Update.MiniBatches)
+	case !c.Advantage.ZeroVar.Valid():
+		return bad("advantage.zero_var %q (want skip or train)", c.Advantage.ZeroVar)
 	case !c.Mode.Per.Valid():
 		return bad("mode.per %q (want step or rollout)", c.Mode.Per)
 	case c.Context != 0 && c.Context < 64:

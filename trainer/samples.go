@@ -19,6 +19,7 @@ type SampleConfig struct {
 	RewardScale      float64     // R = RewardScale·Score + Intrinsic
 	StdNorm          bool        // GRPO: divide by the group std
 	Eps              float64     // added to the std
+	TrainZeroVar     bool        // zero-variance groups are trained with advantage 0 (else not built)
 	LowProbMask      LowProbMask // where masking applies, by mode
 	LowProbThreshold float32     // δ (−5)
 	Pack             bool        // one sequence per episode where prompts extend
@@ -34,7 +35,7 @@ func (c *Config) SampleConfig() SampleConfig {
 
 // SampleStats describes the samples of one step.
 type SampleStats struct {
-	Episodes       int // episodes with a non-zero advantage
+	Episodes       int // episodes trained (with a non-zero advantage, unless TrainZeroVar)
 	ZeroVarGroups  int // groups whose rewards are all equal (no signal)
 	Steps          int // step samples (responses) before masking
 	MaskedSteps    int // responses dropped by low-probability masking
@@ -233,6 +234,15 @@ func BuildSamples(eps []rollout.Episode, modes []Mode, cfg SampleConfig, lp LogP
 	}
 	adv, skip, zv := GroupAdvantages(eps, cfg.RewardScale, cfg.StdNorm, cfg.Eps)
 	st.ZeroVarGroups = zv
+	if cfg.TrainZeroVar {
+		// verl's GRPO: a group without signal still goes through the update
+		// with A = 0 (no policy gradient); failed episodes stay out
+		for i := range eps {
+			if skip[i] && eps[i].End != rollout.EndError {
+				skip[i], adv[i] = false, make([]float64, len(eps[i].Steps))
+			}
+		}
+	}
 	var samples []Sample
 	for i := range eps {
 		if skip[i] || len(eps[i].Steps) == 0 {

@@ -435,3 +435,74 @@ func TestPackingSameGradients(t *testing.T) {
 		t.Fatalf("shifted π_old: KL %v, %v", us.First.ApproxKL, err)
 	}
 }
+
+// TestZeroVarTrain: with advantage.zero_var train, a group whose scores
+// are all equal is trained with advantage 0 on every response token (verl's
+// GRPO: the update runs, its policy gradient is zero), where skip builds
+// nothing; a group with variance gets the same samples either way, and a
+// failed episode stays out in both.
+func TestZeroVarTrain(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 7))
+	eps := []rollout.Episode{
+		synthEpisode(r, 0, 10, 3, false, 100), synthEpisode(r, 0, 10, 2, false, 100), // equal: no signal
+		synthEpisode(r, 1, 0, 2, false, 100), synthEpisode(r, 1, 50, 3, false, 100), // variance
+		synthEpisode(r, 1, 30, 2, false, 100),
+	}
+	eps[4].End = rollout.EndError
+	modes := slices.Repeat([]Mode{ModeOnPolicy}, len(eps))
+	cfg := SampleConfig{RewardScale: 0.01, StdNorm: true, Eps: 1e-6}
+	skipS, skipSt, err := BuildSamples(eps, modes, cfg, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.TrainZeroVar = true
+	trainS, trainSt, err := BuildSamples(eps, modes, cfg, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if skipSt.ZeroVarGroups != 1 || trainSt.ZeroVarGroups != 1 {
+		t.Fatalf("zero-variance groups %d, %d", skipSt.ZeroVarGroups, trainSt.ZeroVarGroups)
+	}
+	byEp := func(ss []Sample, ep int) (out []Sample) {
+		for _, s := range ss {
+			if s.Episode == ep {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	for ep := range eps {
+		sk, tr := byEp(skipS, ep), byEp(trainS, ep)
+		switch ep {
+		case 0, 1:
+			if len(sk) != 0 || len(tr) == 0 {
+				t.Fatalf("episode %d of the equal group: %d samples with skip, %d with train", ep, len(sk), len(tr))
+			}
+			steps := 0
+			for _, s := range tr {
+				steps += len(s.Spans)
+				for k, a := range s.Seq.Advantage {
+					if a != 0 {
+						t.Fatalf("episode %d: advantage %v at %d, want 0", ep, a, k)
+					}
+				}
+			}
+			if steps != len(eps[ep].Steps) {
+				t.Fatalf("episode %d: %d trained responses for %d steps", ep, steps, len(eps[ep].Steps))
+			}
+		case 2, 3:
+			if len(sk) == 0 || len(sk) != len(tr) {
+				t.Fatalf("episode %d: %d vs %d samples", ep, len(sk), len(tr))
+			}
+			for i := range sk {
+				if !slices.Equal(sk[i].Seq.Advantage, tr[i].Seq.Advantage) || !slices.Equal(sk[i].Seq.Tokens, tr[i].Seq.Tokens) {
+					t.Fatalf("episode %d sample %d differs between skip and train", ep, i)
+				}
+			}
+		case 4:
+			if len(sk)+len(tr) != 0 {
+				t.Fatalf("a failed episode was trained")
+			}
+		}
+	}
+}
