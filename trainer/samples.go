@@ -28,7 +28,7 @@ type SampleConfig struct {
 
 // SampleConfig derives the sample settings of a run configuration.
 func (c *Config) SampleConfig() SampleConfig {
-	return SampleConfig{RewardScale: c.Advantage.RewardScale, StdNorm: c.Advantage.StdNorm, Eps: c.Advantage.Eps,
+	return SampleConfig{RewardScale: c.Advantage.RewardScale, StdNorm: c.Advantage.StdNorm, Eps: c.Advantage.Eps, TrainZeroVar: c.Advantage.ZeroVar == ZeroVarTrain,
 		LowProbMask: c.Update.LowProbMask, LowProbThreshold: c.Update.LowProbThreshold,
 		Pack: c.Update.Pack && c.Update.Aggregation != cgo.AggSeqMeanTokenMean, RecomputeOldLogp: c.Update.OldLogp == OldLogpRecompute}
 }

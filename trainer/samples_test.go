@@ -455,7 +455,12 @@ func TestZeroVarTrain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.TrainZeroVar = true
+	rc := DefaultConfig()
+	if rc.SampleConfig().TrainZeroVar {
+		t.Fatal("advantage.zero_var defaults to train")
+	}
+	rc.Advantage.ZeroVar = ZeroVarTrain
+	cfg.TrainZeroVar = rc.SampleConfig().TrainZeroVar // the run configuration's setting reaches the samples
 	trainS, trainSt, err := BuildSamples(eps, modes, cfg, nil, 0)
 	if err != nil {
 		t.Fatal(err)
