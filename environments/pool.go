@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/rs/zerolog/log"
+
+	"github.com/empo2/empo2/internal/sysmem"
 )
 
 // Pool holds N instances of one environment for parallel rollouts: a
@@ -95,25 +94,14 @@ func FormatBytes(n int64) string {
 }
 
 // MachineMemory is the memory this process may use in bytes: the
-// machine's (/proc/meminfo MemTotal), or a smaller cgroup limit
-// (/sys/fs/cgroup/memory.max); 0 when neither can be read (not Linux).
+// machine's (MemTotal) or a smaller memory cgroup limit (v1 or v2;
+// sysmem.Memory.Limit); 0 when it cannot be read (not Linux).
 func MachineMemory() int64 {
-	var total int64
-	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
-				if kb, err := strconv.ParseInt(f[1], 10, 64); err == nil {
-					total = kb << 10
-				}
-			}
-		}
+	m, err := sysmem.Available()
+	if err != nil {
+		return 0
 	}
-	if b, err := os.ReadFile("/sys/fs/cgroup/memory.max"); err == nil {
-		if lim, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && lim > 0 && (total == 0 || lim < total) {
-			total = lim
-		}
-	}
-	return total
+	return m.Limit
 }
 
 // NewPoolFunc builds a pool of n instances made by newEnv. If any instance

@@ -15,6 +15,7 @@ import (
 	"github.com/empo2/empo2/cgo"
 	"github.com/empo2/empo2/environments"
 	"github.com/empo2/empo2/internal/stats"
+	"github.com/empo2/empo2/internal/sysmem"
 	"github.com/empo2/empo2/runfiles"
 	"github.com/empo2/empo2/trainer/optim"
 	"github.com/empo2/empo2/trainer/rollout"
@@ -235,7 +236,7 @@ func (m *StepMetrics) addUpdates(us UpdateSummary) {
 // finish stamps the step's end and checks the update statistics.
 func (m *StepMetrics) finish(t0 time.Time) error {
 	m.TStep = time.Since(t0).Seconds()
-	m.MaxRSSBytes = maxRSS()
+	m.MaxRSSBytes = sysmem.PeakRSS()
 	m.Time = time.Now().UTC().Format(time.RFC3339)
 	for _, v := range []float64{m.Loss, m.ClipFrac, m.ApproxKL, m.Entropy, m.GradNorm} {
 		if math.IsNaN(v) || math.IsInf(v, 0) {

@@ -23,6 +23,9 @@ type Memory struct {
 	Bytes  int64  // min(MemAvailable, the cgroup's room)
 	Source string // where Bytes comes from, e.g. "MemAvailable" or "cgroup /x memory.limit_in_bytes"
 	Total  int64  // MemTotal
+	// Limit: what this process may use at all, MemTotal or a smaller
+	// memory cgroup limit.
+	Limit int64
 }
 
 // Available reads /proc/meminfo and this process's memory cgroups.
@@ -39,17 +42,19 @@ func available(root string) (Memory, error) {
 	if !ok1 || !ok2 {
 		return Memory{}, fmt.Errorf("%w: no MemAvailable/MemTotal in /proc/meminfo", ErrUnknown)
 	}
-	m := Memory{Bytes: avail * 1024, Source: "MemAvailable", Total: total * 1024}
+	m := Memory{Bytes: avail * 1024, Source: "MemAvailable", Total: total * 1024, Limit: total * 1024}
 	for _, g := range cgroupRooms(root) {
 		if g.room < m.Bytes {
 			m.Bytes, m.Source = g.room, g.source
 		}
+		m.Limit = min(m.Limit, g.limit)
 	}
 	return m, nil
 }
 
 type room struct {
-	room   int64
+	room   int64 // limit − non-reclaimable usage
+	limit  int64
 	source string
 }
 
@@ -86,7 +91,7 @@ func cgroupRooms(root string) []room {
 				if st, err := readKV(filepath.Join(dir, "memory.stat")); err == nil {
 					usage -= min(st[inactiveK], usage)
 				}
-				out = append(out, room{room: max(limit-usage, 0), source: "cgroup " + p + " " + limitF})
+				out = append(out, room{room: max(limit-usage, 0), limit: limit, source: "cgroup " + p + " " + limitF})
 			}
 			if p == "/" {
 				break

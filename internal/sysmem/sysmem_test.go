@@ -36,7 +36,7 @@ func TestAvailableMeminfoOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.Bytes != 20000000*1024 || m.Total != 24684096*1024 || m.Source != "MemAvailable" {
+	if m.Bytes != 20000000*1024 || m.Total != 24684096*1024 || m.Limit != m.Total || m.Source != "MemAvailable" {
 		t.Fatalf("%+v", m)
 	}
 }
@@ -62,6 +62,9 @@ func TestAvailableCgroupV1(t *testing.T) {
 	if want := int64(10000000000 - (4000000000 - 1000000000)); m.Bytes != want || m.Source != "cgroup /a memory.limit_in_bytes" {
 		t.Fatalf("got %+v, want %d from /a", m, want)
 	}
+	if m.Limit != 10000000000 { // /a's limit, below MemTotal
+		t.Fatalf("limit %d, want /a's", m.Limit)
+	}
 }
 
 // cgroup v2: memory.max "max" is no limit; a limit above MemAvailable does
@@ -83,8 +86,11 @@ func TestAvailableCgroupV2(t *testing.T) {
 	if want := int64(8000000000 - 1500000000); m.Bytes != want || m.Source != "cgroup /user.slice/job memory.max" {
 		t.Fatalf("got %+v, want %d", m, want)
 	}
+	if m.Limit != 8000000000 {
+		t.Fatalf("limit %d, want the job's", m.Limit)
+	}
 	files["sys/fs/cgroup/user.slice/job/memory.max"] = "900000000000\n"
-	if m, err = available(fakeRoot(t, files)); err != nil || m.Source != "MemAvailable" {
+	if m, err = available(fakeRoot(t, files)); err != nil || m.Source != "MemAvailable" || m.Limit != m.Total {
 		t.Fatalf("a loose limit: %+v, %v", m, err)
 	}
 }

@@ -1,10 +1,10 @@
-package trainer
+package sysmem
 
 import "syscall"
 
-// maxRSS is the process's peak resident set in bytes (getrusage's
+// PeakRSS is this process's peak resident set in bytes (getrusage's
 // ru_maxrss, which Linux gives in KiB), 0 when unavailable.
-func maxRSS() int64 {
+func PeakRSS() int64 {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
