@@ -47,6 +47,10 @@ cp -r "$ggml/include" "$ggml/cmake" "$dst/"
 cp "$ggml/LICENSE" "$dst/"
 cp "$ggml"/src/CMakeLists.txt "$ggml"/src/*.c "$ggml"/src/*.cpp "$ggml"/src/*.h "$dst/src/"
 cp -r "$ggml/src/ggml-cuda" "$dst/src/"
+# ggml-quants.c (ggml-base) includes ggml-cpu/ggml-cpu-impl.h: the CPU
+# backend's headers travel, not its sources.
+mkdir -p "$dst/src/ggml-cpu"
+cp "$ggml"/src/ggml-cpu/*.h "$dst/src/ggml-cpu/"
 chmod -R u+w "$out" # the module cache is read-only
 
 cp scripts/gpu-check.sh scripts/gpu_hf_check.py CMakeLists.txt "$out/"
