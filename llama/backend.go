@@ -46,8 +46,9 @@ func LoadBackend(path string) error {
 	initBackend()
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))
-	if C.ggml_backend_load(cpath) == nil {
+	reg := C.ggml_backend_load(cpath)
+	if reg == nil {
 		return fmt.Errorf("%w: cannot load ggml backend %s (see log)", ErrModelLoad, path)
 	}
-	return nil
+	return wrapBackendReset(reg)
 }
