@@ -274,8 +274,10 @@ def bench(args):
             if cs:
                 out["ratio"]["hf_compiled_step_s"] = cs[-1]["seconds"]
                 out["ratio"]["hf_compiled_over_empo2_time"] = round(cs[-1]["seconds"] / es, 3)
-        except (OSError, KeyError, IndexError, ValueError) as err:
-            out["ratio"] = {"error": f"{args.empo2}: {err}"}
+        except (OSError, KeyError, IndexError, TypeError, ValueError) as err:
+            # empo2's benchmark failed or wrote no steps (a null "steps"): the
+            # HF figures stand on their own
+            out["ratio"] = {"error": f"{args.empo2}: {type(err).__name__}: {err}"}
     out["seconds"] = round(time.time() - t_start, 3)
     return out
 
