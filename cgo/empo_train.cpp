@@ -1426,11 +1426,30 @@ static void build_graph(empo_model & m, const empo_batch & b, bool with_backward
 }
 
 // the compute buffer m.graph needs (all backends), from ggml's allocator
-// run without allocating on the measuring scheduler
+// run without allocating on the measuring scheduler.
+// ggml_backend_sched_split_graph rewrites the graph it splits: every source
+// that crosses backends (an input on the CPU read by a device op, a CPU
+// result read by the device, ...) is replaced in its consumer by that
+// scheduler's copy, a tensor of the scheduler's own context that only that
+// scheduler fills, at the start of its compute. Left in place, those copies
+// reach m.sched, which takes them for ordinary tensors of the device: it
+// allocates them, never fills them, and copies no input (measured on the
+// SIM0 stand-in, and on an H100: one split with 0 inputs, get_rows reading
+// garbage indices, a zero loss gradient). The sources are put back, so that
+// m.sched splits the graph as it was built. With the CPU alone nothing
+// crosses and nothing is rewritten.
 static int64_t measure_graph(empo_model & m) {
+    const int n = ggml_graph_n_nodes(m.graph);
+    std::vector<ggml_tensor *> srcs((size_t) n * GGML_MAX_SRC);
+    for (int i = 0; i < n; ++i) {
+        memcpy(&srcs[(size_t) i * GGML_MAX_SRC], ggml_graph_node(m.graph, i)->src, sizeof(ggml_tensor *) * GGML_MAX_SRC);
+    }
     size_t sizes[2] = { 0, 0 };
     ggml_backend_sched_reserve_size(m.sched_measure, m.graph, sizes);
     ggml_backend_sched_reset(m.sched_measure);
+    for (int i = 0; i < n; ++i) {
+        memcpy(ggml_graph_node(m.graph, i)->src, &srcs[(size_t) i * GGML_MAX_SRC], sizeof(ggml_tensor *) * GGML_MAX_SRC);
+    }
     return (int64_t) sizes[0] + (int64_t) sizes[1];
 }
 
