@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/rs/zerolog"
@@ -140,14 +141,15 @@ func TestEngineOnSim(t *testing.T) {
 	}
 }
 
-// TestCheckTrainOnSim: `empo2 check train --device gpu --shared` passes on
-// the stand-in with zero differences, and the scheduler's own dump shows
-// the device split receiving its inputs (the H100 run that found the
-// defect showed one split with 0 inputs) and, on llama.cpp's weights, the
-// token embedding's get_rows — the one op reading a host-memory weight —
-// as the only node on the CPU.
+// TestCheckTrainOnSim: `empo2 check train --device gpu --shared
+// --compare-nodes` passes on the stand-in with zero differences at every
+// node, and both the scheduler's own dump and the node capture show the
+// device split receiving its inputs (the H100 run that found the defect
+// showed one split with 0 inputs) and, on llama.cpp's weights, the token
+// embedding's get_rows — the one op reading a host-memory weight — as the
+// only node on the CPU.
 func TestCheckTrainOnSim(t *testing.T) {
-	res, err := gpucheck.Train(gpucheck.TrainConfig{Model: tinyModel(t), Device: "gpu", Threads: 1, Shared: true, Seed: 4})
+	res, err := gpucheck.Train(gpucheck.TrainConfig{Model: tinyModel(t), Device: "gpu", Threads: 1, Shared: true, Seed: 4, CompareNodes: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,6 +163,21 @@ func TestCheckTrainOnSim(t *testing.T) {
 		dev := v.Sched.Splits[len(v.Sched.Splits)-1]
 		if dev.Backend != llama.SimDevice || dev.Inputs < 5 { // tokens, positions, mask, rows, targets (+ loss seed)
 			t.Errorf("%s: device split %+v", v.Name, dev)
+		}
+		for _, c := range []*gpucheck.NodeComparison{v.Nodes.Forward, v.Nodes.Train} {
+			if c.First != nil || c.Structure != "" || c.Compared == 0 || c.LogpWhole != 0 || c.LogpNodes != 0 {
+				t.Fatalf("%s %s: %s", v.Name, c.Graph, c.Verdict)
+			}
+			for _, d := range c.List {
+				onCPU := d.Op == "GET_ROWS" && d.Srcs[0] == "token_embd.weight" && v.Name == "shared"
+				if d.Rel != 0 || (d.Backend == "CPU") != onCPU || !onCPU && d.Backend != llama.SimDevice {
+					t.Fatalf("%s %s: %+v", v.Name, c.Graph, d)
+				}
+				// a device op reading a CPU input reads the scheduler's copy of it
+				if d.Op == "GET_ROWS" && d.Backend == llama.SimDevice && !strings.HasPrefix(d.Srcs[1], llama.SimDevice+"#") {
+					t.Fatalf("%s %s: %+v reads no copy of its indices", v.Name, c.Graph, d)
+				}
+			}
 		}
 	}
 	own, shared := res.Variants[0].Sched, res.Variants[1].Sched
