@@ -3,7 +3,7 @@
 # (docs/gpu.md, "Diagnosing the training engine"). Builds the CUDA backend
 # with gpu-check.sh (setup and build phases only: the models, the binary,
 # libggml-cuda.so, reused when a build of the same sources is on the
-# machine), then runs, each under its own timeout, with results in OUTDIR:
+# machine), then runs, each under its own timeout:
 #
 #   train-nodes      check train, own weights, --compare-nodes: every node of
 #                    the forward and training graphs against the CPU, node by
@@ -23,7 +23,11 @@
 #
 # then prints each step's exit status and seconds, the one-line node
 # verdicts and the scheduler splits. The steps take well under 90 s after
-# the build on an H100 (timeouts sum to 150 s).
+# the build on an H100 (timeouts sum to 150 s). The device tool brings back
+# at most 8 files of OUTDIR, so every step writes to the work folder and
+# OUTDIR gets, refreshed after each step: summary.txt, diag.tar.gz (every
+# step's log and JSON, steps.tsv, the setup/build report and check.log),
+# and train-nodes.json, train-notf32.json, train-shared.json as they are.
 #
 # Without a GPU it is the dry run of the same steps: no build, and
 # `--backend sim` (a host-memory stand-in for a GPU: the engine's device
@@ -42,11 +46,22 @@ OUT=$(cd "$OUT" && pwd)
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 CHECK=$REPO/build/gpu-bundle/gpu-check.sh
 [[ -x $CHECK ]] || CHECK=$REPO/scripts/gpu-check.sh
-T0=$SECONDS
-GPU_CHECK_PHASES=build GPU_CHECK_TIME=${GPU_DIAG_BUILD_TIME:-260} "$CHECK" "$OUT/check" >"$OUT/check.log" 2>&1
 W=${GPU_CHECK_WORK:-${TMPDIR:-/tmp}/empo2-gpu-check}
+D=$W/diag # every step's output; OUTDIR gets copies (pack)
+rm -rf "$D"
+mkdir -p "$D" || exit 2
+pack() {
+	tar -czf "$OUT/diag.tar.gz.tmp" -C "$W" diag && mv "$OUT/diag.tar.gz.tmp" "$OUT/diag.tar.gz"
+	local f
+	for f in train-nodes.json train-notf32.json train-shared.json summary.txt; do
+		[[ -f $D/$f ]] && cp "$D/$f" "$OUT/"
+	done
+}
+T0=$SECONDS
+GPU_CHECK_PHASES=build GPU_CHECK_TIME=${GPU_DIAG_BUILD_TIME:-260} "$CHECK" "$D/check" >"$D/check.log" 2>&1
+pack
 E=$W/bin/empo2 M=$W/models
-[[ -x $E && -f $M/tiny-f32.gguf ]] || { echo "setup failed: see $OUT/check.log"; tail -20 "$OUT/check.log"; exit 1; }
+[[ -x $E && -f $M/tiny-f32.gguf ]] || { echo "setup failed: see check.log in $OUT/diag.tar.gz"; tail -20 "$D/check.log"; exit 1; }
 nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 if [[ -x $nvcc ]]; then
 	ch=$(dirname "$(dirname "$(readlink -f "$nvcc")")")
@@ -56,8 +71,8 @@ L=$W/cuda/libggml-cuda.so
 if [[ -f $L ]]; then
 	MODE=cuda
 elif nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader 2>/dev/null | grep -qE '^[^,]+, *[0-9]+\.[0-9]+'; then
-	echo "a GPU but no $L: see $OUT/check.log"
-	tail -20 "$OUT/check.log"
+	echo "a GPU but no $L: see check.log in $OUT/diag.tar.gz"
+	tail -20 "$D/check.log"
 	exit 1
 else
 	MODE=dry-run L=sim
@@ -65,14 +80,15 @@ fi
 # the reference engine is tiny: few threads (node by node, more only cost thread starts)
 TH=${GPU_DIAG_THREADS:-$([[ $MODE == cuda ]] && echo 4 || echo 1)}
 BUILD_S=$((SECONDS - T0))
-: >"$OUT/steps.tsv"
-run() { # run NAME SECONDS CMD...: output to OUTDIR/NAME.log
+: >"$D/steps.tsv"
+run() { # run NAME SECONDS CMD...: output to NAME.log
 	local n=$1 s=$2 t0=$SECONDS rc
 	shift 2
-	echo "+ $*" >"$OUT/$n.log"
-	timeout -k 3 "$s" "$@" >>"$OUT/$n.log" 2>&1
+	echo "+ $*" >"$D/$n.log"
+	timeout -k 3 "$s" "$@" >>"$D/$n.log" 2>&1
 	rc=$?
-	printf '%s\t%s\t%s\n' "$n" "$rc" "$((SECONDS - t0))" >>"$OUT/steps.tsv"
+	printf '%s\t%s\t%s\n' "$n" "$rc" "$((SECONDS - t0))" >>"$D/steps.tsv"
+	pack
 }
 train() { # train NAME SECONDS [ENV=V...] -- FLAGS...: check train on tiny-f32
 	local n=$1 s=$2 envs=()
@@ -80,7 +96,7 @@ train() { # train NAME SECONDS [ENV=V...] -- FLAGS...: check train on tiny-f32
 	while [[ $1 != -- ]]; do envs+=("$1"); shift; done
 	shift
 	run "$n" "$s" env "${envs[@]}" "$E" --backend "$L" check train -m "$M/tiny-f32.gguf" --device gpu --threads "$TH" \
-		--out "$OUT/$n.json" "$@"
+		--out "$D/$n.json" "$@"
 }
 T1=$SECONDS
 train train-nodes 25 -- --compare-nodes
@@ -88,24 +104,25 @@ train train-notf32 20 NVIDIA_TF32_OVERRIDE=0 -- --compare-nodes
 train train-nofusion 20 GGML_CUDA_DISABLE_FUSION=1 -- --compare-nodes
 train train-nographs 20 GGML_CUDA_DISABLE_GRAPHS=1 -- --compare-nodes
 train train-shared 25 CUDA_LAUNCH_BLOCKING=1 -- --shared --compare-nodes --log-level trace
-run rollout 20 "$E" --backend "$L" check rollout -m "$M/tiny-f32.gguf" --gpu-layers -1 --threads "$TH" --out "$OUT/rollout.json"
+run rollout 20 "$E" --backend "$L" check rollout -m "$M/tiny-f32.gguf" --gpu-layers -1 --threads "$TH" --out "$D/rollout.json"
 cs=$(command -v compute-sanitizer || ls "${ch:-/usr/local/cuda}"/bin/compute-sanitizer "${ch:-/usr/local/cuda}"/compute-sanitizer/compute-sanitizer 2>/dev/null | head -1)
 if [[ $MODE == cuda && -n $cs ]]; then
 	run sanitizer 20 "$cs" --tool memcheck --print-limit 3 "$E" --backend "$L" check train -m "$M/tiny-f32.gguf" --device gpu \
-		--threads "$TH" --out "$OUT/train-cs.json"
+		--threads "$TH" --out "$D/train-cs.json"
 fi
 {
 	echo "## gpu-diag: $MODE, backend $L; setup and build $BUILD_S s, steps $((SECONDS - T1)) s"
 	printf 'step\texit\tseconds\n'
-	cat "$OUT/steps.tsv"
-	for f in "$OUT"/train-*.log; do
+	cat "$D/steps.tsv"
+	for f in "$D"/train-*.log; do
 		echo "## ${f##*/}"
 		# the verdicts, the pass/fail line, and a fault or an abort
-		grep -aE 'compare-nodes:|results disagree|check result written|failed|error|GGML_ASSERT|SIGSEGV|SIGABRT' "$f" | grep -av '"level":"trace"' | cut -c1-600 | head -12
+		grep -aE 'compare-nodes:|results disagree|check result written|failed|error|GGML_ASSERT|SIGSEGV|SIGABRT' "$f" | grep -av -e '"level":"trace"' -e ' TRC ' | cut -c1-600 | head -12
 	done
 	echo "## scheduler splits before a crash (train-shared, last graph)"
-	grep -a '## SPLIT' "$OUT/train-shared.log" | tail -4 | cut -c1-300
+	grep -a '## SPLIT' "$D/train-shared.log" | tail -4 | cut -c1-300
 	echo "## rollout"
-	tail -3 "$OUT/rollout.log" | cut -c1-300
-	[[ -f $OUT/sanitizer.log ]] && { echo "## sanitizer"; grep -aE 'ERROR SUMMARY|Invalid|========= ' "$OUT/sanitizer.log" | head -8 | cut -c1-300; }
-} | tee "$OUT/summary.txt"
+	tail -3 "$D/rollout.log" | cut -c1-300
+	[[ -f $D/sanitizer.log ]] && { echo "## sanitizer"; grep -aE 'ERROR SUMMARY|Invalid|========= ' "$D/sanitizer.log" | head -8 | cut -c1-300; }
+} | tee "$D/summary.txt"
+pack
