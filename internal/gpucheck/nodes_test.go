@@ -2,12 +2,16 @@ package gpucheck
 
 import (
 	"encoding/binary"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/rs/zerolog"
+	"github.com/rs/zerolog/log"
 
 	"github.com/empo2/empo2/cgo"
 	"github.com/empo2/empo2/gguf"
@@ -196,6 +200,36 @@ func TestCompareNodes(t *testing.T) {
 		}
 		if c.LogpNodes == 0 || c.LogpWhole == 0 || train && *c.GradWhole == 0 {
 			t.Fatalf("train %v: the perturbation does not reach the outputs: %+v", train, c)
+		}
+	}
+}
+
+// TestCaptureLogTee: at trace level the captured llama.cpp lines also reach
+// stderr as they come (so that a crash inside the capture leaves them
+// behind); at the usual levels they do not.
+func TestCaptureLogTee(t *testing.T) {
+	for _, lvl := range []zerolog.Level{zerolog.TraceLevel, zerolog.WarnLevel} {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		oldErr, oldLvl := os.Stderr, zerolog.GlobalLevel()
+		os.Stderr = w
+		zerolog.SetGlobalLevel(lvl)
+		lines, err := captureLog(func() error {
+			log.Trace().Str("src", "llama.cpp").Msg("## SPLIT #0: CPU # 0 inputs")
+			return nil
+		})
+		os.Stderr = oldErr
+		zerolog.SetGlobalLevel(oldLvl)
+		w.Close()
+		got, _ := io.ReadAll(r)
+		r.Close()
+		if err != nil || len(lines) != 1 || lines[0] != "## SPLIT #0: CPU # 0 inputs" {
+			t.Fatalf("level %v: captured %q, %v", lvl, lines, err)
+		}
+		if tee := strings.Contains(string(got), "## SPLIT #0"); tee != (lvl == zerolog.TraceLevel) {
+			t.Errorf("level %v: stderr got %q", lvl, got)
 		}
 	}
 }
