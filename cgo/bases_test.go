@@ -149,6 +149,57 @@ func TestQuantizedBases(t *testing.T) {
 	}
 }
 
+// TestInGraphTransposeTransient: with TransposeInGraph the training graph
+// holds the transient Wᵀ of one matrix at a time. Its compute buffer (ggml's
+// allocator, measured on the same 40-token step as with stored Wᵀ) may
+// exceed the stored-Wᵀ graph's by the copies of the largest matrix — F16
+// Wᵀ for an F16 base; F32 dequantized + F16 Wᵀ (6 bytes per element) for
+// Q8_0 — with room for the allocator's placement, but never by the copies
+// of every matrix (here 6 layers: 29× the largest), which is what a graph
+// that computes all Wᵀ before the backward, or copies them into leafs
+// (allocated for the whole graph), needs. Gradients stay bit-identical.
+func TestInGraphTransposeTransient(t *testing.T) {
+	cfg := quantCfg()
+	cfg.Layers = 6
+	f16 := cfg
+	f16.DType = "f16"
+	q8 := filepath.Join(t.TempDir(), "q8.gguf")
+	writeQ8Model(t, tinyModel(t, cfg), q8, "")
+	lora := LoRAConfig{Rank: 4, Alpha: 8, Seed: 3, RandomB: true}
+	C, F, KV, V := int64(cfg.Hidden), int64(cfg.FFN), int64(cfg.KVHeads*cfg.Hidden/cfg.Heads), int64(cfg.Vocab)
+	largest := max(C*F, C*V, C*C)                       // elements of the largest matrix
+	all := int64(cfg.Layers)*(2*C*C+2*C*KV+3*C*F) + C*V // of all matrices with a Wᵀ (untied head)
+	for _, c := range []struct {
+		name    string
+		path    string
+		perElem int64 // bytes of the transient copies per element
+	}{
+		{"f16", tinyModel(t, f16), 2},
+		{"q8_0", q8, 6},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			stored := mustLoad(t, c.path, lora, Options{Threads: 1})
+			inGraph := mustLoad(t, c.path, lora, Options{Threads: 1, TransposeInGraph: true})
+			_, grads := quantRun(t, 40, stored, inGraph)
+			if !equalParams(grads[0], grads[1]) {
+				t.Fatalf("in-graph Wᵀ gradients differ from the stored Wᵀ's (relative L2 %.3g)", relL2(grads[1], grads[0]))
+			}
+			ms, mi := stored.MemoryBytes(), inGraph.MemoryBytes()
+			if ms.Transposed == 0 || mi.Transposed != 0 || ms.Rewritten != mi.Rewritten || mi.Rewritten == 0 {
+				t.Fatalf("stored Wᵀ %d / %d bytes, rewritten %d / %d", ms.Transposed, mi.Transposed, ms.Rewritten, mi.Rewritten)
+			}
+			extra := mi.Compute - ms.Compute
+			one := c.perElem * largest
+			t.Logf("%s: training compute %d B with stored Wᵀ, %d B in-graph: +%d B = %.2f× the largest matrix's copies (all matrices' would be %.1f×)",
+				c.name, ms.Compute, mi.Compute, extra, float64(extra)/float64(one), float64(all)/float64(largest))
+			if extra > 2*one {
+				t.Fatalf("in-graph Wᵀ adds %d B of compute buffer, above 2× the copies of the largest matrix (%d B): the copies of several matrices are alive at once (all: %d B)",
+					extra, 2*one, c.perElem*all)
+			}
+		})
+	}
+}
+
 // TestUntrainableTensorType: a matrix of a type the graph cannot read
 // (here F64) is refused with ErrTensorType naming the tensor and the type.
 func TestUntrainableTensorType(t *testing.T) {

@@ -1088,13 +1088,36 @@ static void build_forward(empo_model & m, ggml_context * ctx, int B, int T, int 
 // transpose(w) for F32/F16/BF16; for a quantized w, its rows dequantized to
 // F32 (CPY quantized → F32 runs the type's to_float row by row, as to_f32
 // does) and copied transposed into F16 (the same round-to-nearest
-// conversion). The transient tensors live only until the MUL_MAT that reads
-// them: for a quantized 7B FFN matrix 4 + 2 bytes per element (0.41 GB).
-static ggml_tensor * in_graph_transposed(ggml_context * ctx, ggml_tensor * w) {
-    if (!ggml_is_quantized(w->type)) return ggml_cont(ctx, ggml_transpose(ctx, w));
-    ggml_tensor * f = ggml_cpy(ctx, w, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, w->ne[0], w->ne[1])); // [n_in, n_out]
-    ggml_tensor * t = ggml_new_tensor_2d(ctx, transposed_type(w->type), w->ne[1], w->ne[0]);      // [n_out, n_in]
-    return ggml_cpy(ctx, ggml_transpose(ctx, f), t);
+// conversion). The copies are transient — for a quantized 7B FFN matrix
+// 4 + 2 bytes per element (0.41 GB) — and only one matrix's copies may be
+// alive at a time, which takes two things of ggml's graph and allocator:
+//  - every copy is a graph node (ggml_cast, ggml_cont), never a CPY into a
+//    destination tensor of its own: such a destination is a leaf, and
+//    ggml-alloc allocates all leafs of a graph before its first node
+//    (ggml_gallocr_alloc_graph_impl), so the destinations of every matrix
+//    would be allocated at once for the whole graph;
+//  - the first copy gets `dy` (the gradient that Wᵀ multiplies) as an extra
+//    source in its last, unused src slot. The graph is ordered by a DFS over
+//    the sources (ggml_visit_parents, src[0] first), so MUL_MAT(Wᵀ, dY)
+//    visits the copies (which depend on the leaf w only) before dY's chain.
+//    Autograd sums the residual stream's gradient with the upper layers'
+//    part as src[0], so most chains are short and the copies land next to
+//    their MUL_MAT anyway, but not all: the output head's copy was made
+//    before the head's softmax backward (measured on a 6-layer model). With
+//    the edge every copy runs after dY, right before its MUL_MAT, and
+//    ggml-alloc frees it there. The edge costs nothing: CPY and CONT read
+//    src[0] only, and dY is alive until the MUL_MAT anyway.
+static ggml_tensor * in_graph_transposed(ggml_context * ctx, ggml_tensor * w, ggml_tensor * dy) {
+    ggml_tensor * first = nullptr, * wt = nullptr;
+    if (!ggml_is_quantized(w->type)) {
+        first = wt = ggml_cont(ctx, ggml_transpose(ctx, w));                             // [n_out, n_in]
+    } else {
+        first = ggml_cast(ctx, w, GGML_TYPE_F32);                                        // [n_in, n_out]
+        wt    = ggml_cast(ctx, ggml_transpose(ctx, first), transposed_type(w->type));   // [n_out, n_in]
+    }
+    if (first->src[GGML_MAX_SRC - 1]) throw empo_error(EMPO_ERR_INTERNAL, "in-graph Wᵀ: no free source slot for the ordering edge");
+    first->src[GGML_MAX_SRC - 1] = dy;
+    return wt;
 }
 
 // Replace autograd's dX = OUT_PROD(W, dYᵀ) through frozen W by MUL_MAT(Wᵀ, dY).
@@ -1114,7 +1137,7 @@ static int rewrite_frozen_backward(empo_model & m, ggml_context * ctx, ggml_cgra
             continue;
         }
         ggml_tensor * wt = it->second;                        // [n_out, n_in]
-        if (!wt) wt = in_graph_transposed(ctx, w);            // transient copy, freed after use
+        if (!wt) wt = in_graph_transposed(ctx, w, dy);        // transient copy, made after dY, freed after use
         t->op     = GGML_OP_MUL_MAT;                          // t: [n_in, N] = Wᵀ·dY
         t->src[0] = wt;
         t->src[1] = dy;
