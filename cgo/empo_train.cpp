@@ -215,6 +215,16 @@ struct empo_model {
     std::map<std::string, std::pair<int64_t, int64_t>> prof; // key -> (µs, count)
     std::unordered_set<const ggml_tensor *> prof_fwd;         // forward nodes of the profiled graph
 
+    // node capture (empo_model_capture): when on, the eval callback asks
+    // for every node and copies each computed node's output to the host
+    bool           cap_on = false;
+    int64_t        cap_max_bytes = EMPO_CAPTURE_DEFAULT_BYTES;
+    int64_t        cap_bytes = 0;                              // values held (bytes of F32)
+    std::unordered_map<const ggml_tensor *, int> cap_index;    // node -> index in the captured graph
+    std::vector<empo_node_info>     cap_info;                  // in compute order
+    std::vector<std::vector<float>> cap_data;                  // [same order] values (empty: none)
+    std::string    cap_err;                                    // first failure inside the callback
+
     std::string err;
 };
 
@@ -1279,11 +1289,59 @@ static void prof_record(empo_model & m, ggml_tensor * t) {
     m.prof_last_us = now;
 }
 
+static bool is_view_op(ggml_op op) {
+    return op == GGML_OP_NONE || op == GGML_OP_VIEW || op == GGML_OP_RESHAPE || op == GGML_OP_PERMUTE || op == GGML_OP_TRANSPOSE;
+}
+
+// copies node t (just computed) into the capture; never throws
+static void cap_record(empo_model & m, ggml_tensor * t) {
+    try {
+        auto it = m.cap_index.find(t);
+        if (it == m.cap_index.end()) return; // not a node of the graph (a scheduler copy)
+        empo_node_info ni{};
+        ni.index    = it->second;
+        ni.backward = it->second >= m.n_fwd ? 1 : 0;
+        ni.type     = (int32_t) t->type;
+        for (int d = 0; d < 4; ++d) ni.ne[d] = t->ne[d];
+        snprintf(ni.name, sizeof(ni.name), "%s", t->name);
+        snprintf(ni.op, sizeof(ni.op), "%s", ggml_op_desc(t));
+        ggml_backend_t be = ggml_backend_sched_get_tensor_backend(m.sched, t);
+        snprintf(ni.backend, sizeof(ni.backend), "%s", be ? ggml_backend_name(be) : "");
+        for (int j = 0; j < GGML_MAX_SRC; ++j) {
+            if (!t->src[j]) continue;
+            if (ni.n_src < EMPO_NODE_SRCS) snprintf(ni.src[ni.n_src], sizeof(ni.src[0]), "%s", t->src[j]->name);
+            ++ni.n_src;
+        }
+        std::vector<float> v;
+        const int64_t n = ggml_nelements(t);
+        if (!is_view_op(t->op) && ggml_is_contiguous(t) && (t->type == GGML_TYPE_F32 || t->type == GGML_TYPE_F16) &&
+            m.cap_bytes + n * (int64_t) sizeof(float) <= m.cap_max_bytes) {
+            v.resize((size_t) n);
+            if (t->type == GGML_TYPE_F32) {
+                ggml_backend_tensor_get(t, v.data(), 0, ggml_nbytes(t));
+            } else {
+                std::vector<ggml_fp16_t> h((size_t) n);
+                ggml_backend_tensor_get(t, h.data(), 0, ggml_nbytes(t));
+                ggml_fp16_to_fp32_row(h.data(), v.data(), n);
+            }
+            ni.n = n;
+            m.cap_bytes += n * (int64_t) sizeof(float);
+        }
+        m.cap_info.push_back(ni);
+        m.cap_data.push_back(std::move(v));
+    } catch (const std::exception & e) {
+        if (m.cap_err.empty()) m.cap_err = e.what();
+    } catch (...) {
+        if (m.cap_err.empty()) m.cap_err = "unknown exception while capturing a node";
+    }
+}
+
 static bool sched_eval_cb(ggml_tensor * t, bool ask, void * user_data) {
     empo_model & m = *(empo_model *) user_data;
-    if (m.prof_on) {
+    if (m.prof_on || m.cap_on) {
         if (ask) return true;
-        prof_record(m, t);
+        if (m.prof_on) prof_record(m, t);
+        if (m.cap_on) cap_record(m, t);
         if (!m.cb_node || t != m.cb_node) return true;
     }
     if (!m.cb_node) return false;          // forward-only graph: nothing to observe
@@ -1450,11 +1508,30 @@ static void build_graph(empo_model & m, const empo_batch & b, bool with_backward
 }
 
 // the compute buffer m.graph needs (all backends), from ggml's allocator
-// run without allocating on the measuring scheduler
+// run without allocating on the measuring scheduler.
+// ggml_backend_sched_split_graph rewrites the graph it splits: every source
+// that crosses backends (an input on the CPU read by a device op, a CPU
+// result read by the device, ...) is replaced in its consumer by that
+// scheduler's copy, a tensor of the scheduler's own context that only that
+// scheduler fills, at the start of its compute. Left in place, those copies
+// reach m.sched, which takes them for ordinary tensors of the device: it
+// allocates them, never fills them, and copies no input (measured on the
+// SIM0 stand-in, and on an H100: one split with 0 inputs, get_rows reading
+// garbage indices, a zero loss gradient). The sources are put back, so that
+// m.sched splits the graph as it was built. With the CPU alone nothing
+// crosses and nothing is rewritten.
 static int64_t measure_graph(empo_model & m) {
+    const int n = ggml_graph_n_nodes(m.graph);
+    std::vector<ggml_tensor *> srcs((size_t) n * GGML_MAX_SRC);
+    for (int i = 0; i < n; ++i) {
+        memcpy(&srcs[(size_t) i * GGML_MAX_SRC], ggml_graph_node(m.graph, i)->src, sizeof(ggml_tensor *) * GGML_MAX_SRC);
+    }
     size_t sizes[2] = { 0, 0 };
     ggml_backend_sched_reserve_size(m.sched_measure, m.graph, sizes);
     ggml_backend_sched_reset(m.sched_measure);
+    for (int i = 0; i < n; ++i) {
+        memcpy(ggml_graph_node(m.graph, i)->src, &srcs[(size_t) i * GGML_MAX_SRC], sizeof(ggml_tensor *) * GGML_MAX_SRC);
+    }
     return (int64_t) sizes[0] + (int64_t) sizes[1];
 }
 
@@ -1477,6 +1554,14 @@ static void run(empo_model & m, const empo_batch & b, empo_coef_fn coef, void * 
     if (m.prof_on) {
         m.prof_fwd.clear();
         for (int i = 0; i < m.n_fwd; ++i) m.prof_fwd.insert(ggml_graph_node(gb, i));
+    }
+    if (m.cap_on) {
+        m.cap_index.clear();
+        m.cap_info.clear();
+        m.cap_data.clear();
+        m.cap_bytes = 0;
+        m.cap_err.clear();
+        for (int i = 0; i < ggml_graph_n_nodes(gb); ++i) m.cap_index[ggml_graph_node(gb, i)] = i;
     }
 
     // ---- the cap, checked on the graph itself before anything is allocated
@@ -1524,6 +1609,10 @@ static void run(empo_model & m, const empo_batch & b, empo_coef_fn coef, void * 
         throw empo_error(EMPO_ERR_BACKEND, "graph compute failed");
     }
     ggml_backend_sched_synchronize(m.sched);
+    if (m.cap_on && !m.cap_err.empty()) {
+        if (with_backward) restore_grads();
+        throw empo_error(EMPO_ERR_BACKEND, "node capture: " + m.cap_err);
+    }
     ggml_backend_tensor_get(lp, logp, 0, M * sizeof(float));
     ggml_backend_tensor_get(en, ent,  0, M * sizeof(float));
     drop_graph(m);
@@ -1665,6 +1754,12 @@ static int init_impl(const char * path, const struct llama_model * lm, struct em
             m->backend_cpu = ggml_backend_cpu_init();
             if (!m->backend_cpu) throw empo_error(EMPO_ERR_BACKEND, "cannot init the CPU backend");
             ggml_backend_cpu_set_n_threads(m->backend_cpu, params.n_threads);
+            // a device whose registry takes a thread count (as llama.cpp sets
+            // its backends' through "ggml_backend_set_n_threads"; CUDA's does not)
+            ggml_backend_dev_t dev = ggml_backend_get_device(m->backend);
+            ggml_backend_reg_t reg = dev ? ggml_backend_dev_backend_reg(dev) : nullptr;
+            auto set_threads = reg ? (ggml_backend_set_n_threads_t) ggml_backend_reg_get_proc_address(reg, "ggml_backend_set_n_threads") : nullptr;
+            if (set_threads) set_threads(m->backend, params.n_threads);
         }
         snprintf(m->info.backend, sizeof(m->info.backend), "%s", ggml_backend_name(m->backend));
         if (lm) load_shared(*m, lw);
@@ -1917,6 +2012,37 @@ int empo_model_profile(struct empo_model * m, int on) {
         m->prof_on = on != 0;
         m->prof.clear();
     })
+}
+
+int empo_model_capture(struct empo_model * m, int on, int64_t max_bytes) {
+    if (!m) return EMPO_ERR_CONFIG;
+    EMPO_TRY(m, {
+        m->cap_on = on != 0;
+        m->cap_max_bytes = max_bytes > 0 ? max_bytes : EMPO_CAPTURE_DEFAULT_BYTES;
+        m->cap_index.clear();
+        m->cap_info.clear();
+        m->cap_data.clear();
+        m->cap_bytes = 0;
+        m->cap_err.clear();
+    })
+}
+
+int empo_model_capture_n(const struct empo_model * m) {
+    return m ? (int) m->cap_info.size() : 0;
+}
+
+int empo_model_capture_info(const struct empo_model * m, int i, struct empo_node_info * info) {
+    if (!m || !info) return EMPO_ERR_CONFIG;
+    if (i < 0 || i >= (int) m->cap_info.size()) return EMPO_ERR_SHAPE;
+    *info = m->cap_info[i];
+    return EMPO_OK;
+}
+
+int empo_model_capture_get(const struct empo_model * m, int i, float * dst, int64_t n) {
+    if (!m || (!dst && n > 0)) return EMPO_ERR_CONFIG;
+    if (i < 0 || i >= (int) m->cap_data.size() || n != (int64_t) m->cap_data[i].size()) return EMPO_ERR_SHAPE;
+    if (n > 0) memcpy(dst, m->cap_data[i].data(), (size_t) n * sizeof(float));
+    return EMPO_OK;
 }
 
 int empo_model_profile_n(const struct empo_model * m) {

@@ -202,6 +202,42 @@ int empo_model_profile(struct empo_model * m, int on);
 int empo_model_profile_n(const struct empo_model * m);
 int empo_model_profile_get(const struct empo_model * m, int i, char * key, size_t key_len, int64_t * us, int64_t * count);
 
+// ---------------------------------------------------------------- node capture (diagnosis)
+//
+// With on != 0 the following graphs (empo_model_forward, empo_model_train)
+// are computed one node at a time through the scheduler's eval callback, and
+// after each node its output is copied to host memory: contiguous F32 and
+// F16 outputs (F16 converted to F32), none for views (VIEW, RESHAPE,
+// PERMUTE, TRANSPOSE) and other types, until max_bytes of values are held
+// (later nodes are listed without values). Each call replaces the previous
+// capture. One compute per node: slower than a normal call and, on a GPU,
+// without the fusion of consecutive ops or graph capture (both work within
+// one compute), so that a result that differs only in a normal call points
+// at those. Two engines built with the same options compute the same nodes
+// in the same order (the graph depends only on the model's shapes, the
+// options and the batch), so captures can be compared node by node.
+struct empo_node_info {
+    int32_t index;        // position in the computed graph
+    int32_t backward;     // 1: after the last forward node (surrogate loss, backward, gradient accumulation)
+    int32_t type;         // ggml_type of the output
+    int32_t n_src;        // sources (src[] holds the first EMPO_NODE_SRCS)
+    int64_t ne[4];        // output shape
+    int64_t n;            // values captured (0: none)
+    char    name[64];     // ggml name ("" when unnamed)
+    char    op[32];       // ggml_op_desc
+    char    backend[32];  // backend that computed it
+    char    src[4][64];   // source names as the scheduler left them (a copy from another backend is "BACKEND#name#0")
+};
+#define EMPO_NODE_SRCS 4
+
+// on: 0 off, 1 capture; max_bytes <= 0: EMPO_CAPTURE_DEFAULT_BYTES
+int empo_model_capture(struct empo_model * m, int on, int64_t max_bytes);
+int empo_model_capture_n(const struct empo_model * m); // nodes of the last captured graph
+int empo_model_capture_info(const struct empo_model * m, int i, struct empo_node_info * info);
+// copy node i's values (n must equal its info.n) into dst
+int empo_model_capture_get(const struct empo_model * m, int i, float * dst, int64_t n);
+#define EMPO_CAPTURE_DEFAULT_BYTES ((int64_t) 1 << 30)
+
 // ---------------------------------------------------------------- AdamW on the backend
 //
 // The optimizer runs where the parameters live: first and second moments are

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -42,7 +43,7 @@ var (
 	}
 	backendFlag = &cli.StringSliceFlag{
 		Name:    "backend",
-		Usage:   "ggml backend library `FILE` to load, e.g. bin/libggml-cuda.so built by 'make cuda' (repeatable; libggml-cuda.so beside the binary is loaded by default)",
+		Usage:   "ggml backend library `FILE` to load, e.g. bin/libggml-cuda.so built by 'make cuda' (repeatable; libggml-cuda.so beside the binary is loaded by default), or 'sim': a host-memory stand-in for a GPU (docs/gpu.md)",
 		EnvVars: []string{"EMPO2_BACKEND"},
 	}
 )
@@ -120,6 +121,13 @@ func loadBackends(c *cli.Context) error {
 		paths = []string{cand}
 	}
 	for _, p := range paths {
+		if p == "sim" {
+			if err := llama.RegisterSimDevice(runtime.NumCPU()); err != nil {
+				return fmt.Errorf("--backend sim: %w", err)
+			}
+			log.Info().Str("device", llama.SimDevice).Msg("registered the host-memory stand-in for a GPU")
+			continue
+		}
 		if err := llama.LoadBackend(p); err != nil {
 			return fmt.Errorf("--backend %s: %w", p, err)
 		}

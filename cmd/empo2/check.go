@@ -52,6 +52,8 @@ func init() {
 					&cli.Float64Flag{Name: "logprob-tol", Usage: "max |Δ log-prob|", Value: 1e-4},
 					&cli.Float64Flag{Name: "grad-tol", Usage: "max ‖Δg‖/‖g‖ per LoRA tensor", Value: 1e-3},
 					&cli.StringFlag{Name: "dump", Usage: "`DIR` for adapter.gguf and hf-check.json (scripts/gpu_hf_check.py)"},
+					&cli.BoolFlag{Name: "compare-nodes", Usage: "also compare every node of the forward and training graphs with the CPU's, computed node by node and in one go (docs/gpu.md)"},
+					&cli.Float64Flag{Name: "node-tol", Usage: "with --compare-nodes: max ‖Δ‖/‖ref‖ per node", Value: 1e-2},
 				},
 				Action: checkTrainAction,
 			},
@@ -127,7 +129,8 @@ func checkTrainAction(c *cli.Context) error {
 	}
 	res, err := gpucheck.Train(gpucheck.TrainConfig{Model: c.String(checkModelFlag.Name), Device: c.String("device"),
 		Threads: c.Int(checkThreadsFlag.Name), Rank: c.Int("rank"), Seed: c.Int64(checkSeedFlag.Name), Shared: c.Bool("shared"),
-		LogpTol: c.Float64("logprob-tol"), GradTol: c.Float64("grad-tol"), Dump: c.String("dump")})
+		LogpTol: c.Float64("logprob-tol"), GradTol: c.Float64("grad-tol"), Dump: c.String("dump"),
+		CompareNodes: c.Bool("compare-nodes"), NodeTol: c.Float64("node-tol")})
 	return finishCheck(c, res, err)
 }
 

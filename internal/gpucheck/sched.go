@@ -2,6 +2,7 @@ package gpucheck
 
 import (
 	"encoding/json"
+	"io"
 	"os"
 	"regexp"
 	"sort"
@@ -161,11 +162,17 @@ func (c *logCapture) Write(p []byte) (int, error) {
 // captureLog runs f with every log line of the process (trace level
 // included) going to a capture instead of the normal logger, and returns
 // the llama.cpp/ggml messages. Not safe to nest; other goroutines' logging
-// during f is captured (and dropped) too.
+// during f is captured (and dropped) too. At trace level (--log-level
+// trace) the lines also go to stderr as they come (as JSON), so that a
+// crash inside f still leaves the scheduler's dump behind.
 func captureLog(f func() error) ([]string, error) {
 	c := &logCapture{}
 	oldLogger, oldLevel := log.Logger, zerolog.GlobalLevel()
-	log.Logger = zerolog.New(c)
+	var w io.Writer = c
+	if oldLevel == zerolog.TraceLevel {
+		w = io.MultiWriter(c, os.Stderr)
+	}
+	log.Logger = zerolog.New(w)
 	zerolog.SetGlobalLevel(zerolog.TraceLevel)
 	defer func() {
 		log.Logger = oldLogger

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rs/zerolog/log"
+
 	"github.com/empo2/empo2/cgo"
 	"github.com/empo2/empo2/gguf"
 	"github.com/empo2/empo2/llama"
@@ -28,6 +30,13 @@ type TrainConfig struct {
 	// LogpTol bounds |Δ log-prob| (0: 1e-4); GradTol bounds each LoRA
 	// tensor's ‖Δg‖/‖g‖ (0: 1e-3).
 	LogpTol, GradTol float64
+	// CompareNodes also compares every node of the forward and of the
+	// training graph with the reference's (CompareNodes; NodeTol bounds
+	// each node's ‖Δ‖/‖ref‖, 0: 1e-2, above TF32 rounding): a diagnosis,
+	// reported in TrainVariant.Nodes and logged in one line per graph; it
+	// does not change Pass.
+	CompareNodes bool
+	NodeTol      float64
 	// Dump, when set, is a directory that receives adapter.gguf (the LoRA
 	// weights of the batch) and hf-check.json (batch, objective, log-probs
 	// and gradients of both engines) for scripts/gpu_hf_check.py.
@@ -58,7 +67,8 @@ type TrainVariant struct {
 	Grads        []TensorDiff    `json:"grads"`
 	Memory       cgo.MemoryStats `json:"memory"`
 	Sched        SchedReport     `json:"sched"`
-	Seconds      float64         `json:"seconds"` // load + forward + forward/backward
+	Nodes        *NodeReport     `json:"nodes,omitempty"` // with TrainConfig.CompareNodes
+	Seconds      float64         `json:"seconds"`         // load + forward + forward/backward (+ node comparison)
 	Pass         bool            `json:"pass"`
 }
 
@@ -139,8 +149,11 @@ func Train(cfg TrainConfig) (*TrainResult, error) {
 	if cfg.GradTol == 0 {
 		cfg.GradTol = 1e-3
 	}
-	if cfg.Rank < 1 || cfg.LogpTol < 0 || cfg.GradTol < 0 || cfg.Threads < 0 {
-		return nil, fmt.Errorf("%w: rank %d, tolerances %v/%v, threads %d", ErrConfig, cfg.Rank, cfg.LogpTol, cfg.GradTol, cfg.Threads)
+	if cfg.NodeTol == 0 {
+		cfg.NodeTol = 1e-2
+	}
+	if cfg.Rank < 1 || cfg.LogpTol < 0 || cfg.GradTol < 0 || cfg.NodeTol < 0 || cfg.Threads < 0 {
+		return nil, fmt.Errorf("%w: rank %d, tolerances %v/%v/%v, threads %d", ErrConfig, cfg.Rank, cfg.LogpTol, cfg.GradTol, cfg.NodeTol, cfg.Threads)
 	}
 	lcfg := cgo.LoRAConfig{Rank: cfg.Rank, Alpha: float32(2 * cfg.Rank), Seed: cfg.Seed, RandomB: true}
 	ref, err := cgo.Load(cfg.Model, lcfg, cgo.Options{Threads: cfg.Threads, Device: "cpu"})
@@ -233,6 +246,21 @@ func Train(cfg TrainConfig) (*TrainResult, error) {
 		}
 		v.Pass = worst <= cfg.LogpTol && float64(v.GradWorstRel) <= cfg.GradTol &&
 			v.Stats.Tokens == res.ReferenceStats.Tokens && v.Stats.MaskedSequences == res.ReferenceStats.MaskedSequences
+		if cfg.CompareNodes {
+			v.Nodes = &NodeReport{}
+			for _, train := range []bool{false, true} {
+				c, err := CompareNodes(ref, m, toks, CompareConfig{Train: train, Seed: cfg.Seed, Tol: cfg.NodeTol, LogpTol: cfg.LogpTol, GradTol: cfg.GradTol})
+				if err != nil {
+					return nil, nil, nil, fmt.Errorf("node comparison: %w", err)
+				}
+				if train {
+					v.Nodes.Train = c
+				} else {
+					v.Nodes.Forward = c
+				}
+				log.Info().Str("engine", name).Msg("compare-nodes: " + c.Verdict)
+			}
+		}
 		v.Seconds = seconds(time.Since(t1))
 		return v, lp, grads, nil
 	}
