@@ -1088,9 +1088,10 @@ static void build_forward(empo_model & m, ggml_context * ctx, int B, int T, int 
 // transpose(w) for F32/F16/BF16; for a quantized w, its rows dequantized to
 // F32 (CPY quantized → F32 runs the type's to_float row by row, as to_f32
 // does) and copied transposed into F16 (the same round-to-nearest
-// conversion). The copies are transient — for a quantized 7B FFN matrix
-// 4 + 2 bytes per element (0.41 GB) — and only one matrix's copies may be
-// alive at a time, which takes two things of ggml's graph and allocator:
+// conversion). The copies are transient — 4 + 2 bytes per element for a
+// quantized matrix: 0.41 GB for a 7B FFN matrix, 3.3 GB for its untied
+// output head, the largest — and only one matrix's copies may be alive at a
+// time, which takes two things of ggml's graph and allocator:
 //  - every copy is a graph node (ggml_cast, ggml_cont), never a CPY into a
 //    destination tensor of its own: such a destination is a leaf, and
 //    ggml-alloc allocates all leafs of a graph before its first node
