@@ -10,7 +10,6 @@
 #   PRESET=qwen2.5-0.5b STEPS=4 scripts/qwen7b-step.sh       # the same at 0.5B, several steps
 #   DTYPE=q8_0 scripts/qwen7b-step.sh                        # a quantized base (made from the F16 file)
 #   MODEL=q7b.gguf KEEP_MODEL=1 scripts/qwen7b-step.sh       # reuse a model file, keep it
-#   SEED_MEMORY=.tmp/qwen7b-step/qwen2.5-0.5b/run/memory.db scripts/qwen7b-step.sh   # start from those tips
 #   EXTRA="--set update.transpose=in-graph" PRESET=qwen2.5-3b scripts/qwen7b-step.sh
 #
 # The model file is written under $OUT and deleted at the end unless
@@ -35,7 +34,6 @@ MEM_LIMIT_GB=${MEM_LIMIT_GB:-22}
 MIN_AVAIL_GB=${MIN_AVAIL_GB:-$MEM_LIMIT_GB}
 MODEL=${MODEL:-}
 KEEP_MODEL=${KEEP_MODEL:-0}
-SEED_MEMORY=${SEED_MEMORY:-}
 NICE=${NICE:-10}
 EXTRA=${EXTRA:-}                    # more train arguments, e.g. "--set update.transpose=in-graph"
 
@@ -77,14 +75,9 @@ if awk -v a="$a" -v m="$MIN_AVAIL_GB" 'BEGIN { exit !(a < m) }'; then
     exit 3
 fi
 
-# 2. the tips memory: empty, or the tips of another run (their steps set to
-#    0, so that this fresh run keeps them)
-if [[ -n "$SEED_MEMORY" ]]; then
-    mkdir -p "$run"
-    "$EMPO2" memory export --db "$SEED_MEMORY" | sed -E 's/"step":[0-9]+/"step":0/' |
-        "$EMPO2" memory import --db "$run/memory.db" - >/dev/null
-    log "memory seeded from $SEED_MEMORY: $("$EMPO2" memory stats --db "$run/memory.db" --json | grep -oE '"entries": *[0-9]+' | head -1)"
-fi
+# 2. the tips memory starts empty: a run directory must be new (train
+#    refuses one that holds a memory.db but no run.json), so tips of
+#    another run cannot be seeded; STEPS=2 gives step 2 the tips of step 1.
 
 # 3. the step. One task variation × 2 rollouts, 3 environment steps of ≤ 8
 #    tokens, tips of ≤ 16 tokens, 2 retrieved; per-rollout modes (p = 0.5,
