@@ -1293,6 +1293,15 @@ static bool is_view_op(ggml_op op) {
     return op == GGML_OP_NONE || op == GGML_OP_VIEW || op == GGML_OP_RESHAPE || op == GGML_OP_PERMUTE || op == GGML_OP_TRANSPOSE;
 }
 
+// empties the capture (its settings stay)
+static void cap_clear(empo_model & m) {
+    m.cap_index.clear();
+    m.cap_info.clear();
+    m.cap_data.clear();
+    m.cap_bytes = 0;
+    m.cap_err.clear();
+}
+
 // copies node t (just computed) into the capture; never throws
 static void cap_record(empo_model & m, ggml_tensor * t) {
     try {
@@ -1556,11 +1565,7 @@ static void run(empo_model & m, const empo_batch & b, empo_coef_fn coef, void * 
         for (int i = 0; i < m.n_fwd; ++i) m.prof_fwd.insert(ggml_graph_node(gb, i));
     }
     if (m.cap_on) {
-        m.cap_index.clear();
-        m.cap_info.clear();
-        m.cap_data.clear();
-        m.cap_bytes = 0;
-        m.cap_err.clear();
+        cap_clear(m);
         for (int i = 0; i < ggml_graph_n_nodes(gb); ++i) m.cap_index[ggml_graph_node(gb, i)] = i;
     }
 
@@ -2019,11 +2024,7 @@ int empo_model_capture(struct empo_model * m, int on, int64_t max_bytes) {
     EMPO_TRY(m, {
         m->cap_on = on != 0;
         m->cap_max_bytes = max_bytes > 0 ? max_bytes : EMPO_CAPTURE_DEFAULT_BYTES;
-        m->cap_index.clear();
-        m->cap_info.clear();
-        m->cap_data.clear();
-        m->cap_bytes = 0;
-        m->cap_err.clear();
+        cap_clear(*m);
     })
 }
 
