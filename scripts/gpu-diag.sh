@@ -42,12 +42,18 @@
 set -u
 OUT=${1:?usage: gpu-diag.sh OUTDIR}
 mkdir -p "$OUT" || exit 2
-OUT=$(cd "$OUT" && pwd)
+OUT=$(cd "$OUT" && pwd -P)
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 CHECK=$REPO/build/gpu-bundle/gpu-check.sh
 [[ -x $CHECK ]] || CHECK=$REPO/scripts/gpu-check.sh
 W=${GPU_CHECK_WORK:-${TMPDIR:-/tmp}/empo2-gpu-check}
 D=$W/diag # every step's output; OUTDIR gets copies (pack)
+case "$OUT/" in
+"$(readlink -m "$D")"/*) # D is emptied below: it must not hold OUTDIR
+	echo "gpu-diag.sh: OUTDIR $OUT is inside the work folder $D, which each run empties; choose another" >&2
+	exit 2
+	;;
+esac
 rm -rf "$D"
 mkdir -p "$D" || exit 2
 pack() {
