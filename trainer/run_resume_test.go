@@ -22,13 +22,15 @@ import (
 	"github.com/empo2/empo2/trainer/optim"
 )
 
-// Timing fields differ run to run, and prompt_tokens_decoded counts KV-cache
+// Timing fields differ run to run, prompt_tokens_decoded counts KV-cache
 // hits, which depend on what the process's cache held before (a resumed
-// process starts empty); everything else must be identical.
+// process starts empty), and max_rss_bytes is the process's peak RSS so far
+// (getrusage), which depends on everything the process did before;
+// everything else must be identical.
 func stripTiming(ms []map[string]any) []map[string]any {
 	for _, m := range ms {
 		for k := range m {
-			if k == "time" || k == "prompt_tokens_decoded" || strings.HasPrefix(k, "t_") || strings.HasSuffix(k, "_per_s") {
+			if k == "time" || k == "prompt_tokens_decoded" || k == "max_rss_bytes" || strings.HasPrefix(k, "t_") || strings.HasSuffix(k, "_per_s") {
 				delete(m, k)
 			}
 		}
