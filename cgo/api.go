@@ -130,6 +130,16 @@ type Options struct {
 	// a transient of 2 (F16/BF16), 4 (F32) or 6 (quantized) bytes per
 	// element of the largest matrix in the compute buffer.
 	TransposeInGraph bool
+	// AttentionBlockBytes bounds the attention's memory: a layer whose score
+	// block softmax(Kᵀ·Q), [T, T, H·B] floats, is larger computes its
+	// attention in query chunks whose blocks fit, and a training graph
+	// whose layers' blocks together exceed it recomputes each softmax in
+	// the backward instead of keeping it from the forward. The values are
+	// unchanged (the same sums); the compute buffer's attention share drops
+	// from L·T²·H·B floats to a few blocks, at the cost of one more Kᵀ·Q and
+	// softmax per layer in the backward. 0: 32 MiB; < 0: off (every
+	// layer's full block kept, as before).
+	AttentionBlockBytes int64
 }
 
 // DefaultOptions: CPU, all cores, transposed-weight backward on.
@@ -330,4 +340,10 @@ type MemoryStats struct {
 	// backend computed all of it (always on the CPU), more when ops fell
 	// back from the device to the CPU.
 	Splits int
+	// AttnChunks: query chunks per layer of the last graph (1: the whole
+	// [T, T, H·B] score block at once; see Options.AttentionBlockBytes).
+	AttnChunks int
+	// AttnRecomputed: attention softmaxes recomputed in the last training
+	// graph's backward instead of kept from the forward.
+	AttnRecomputed int
 }

@@ -15,6 +15,8 @@
 //   q,k,v = Wq·h+bq, Wk·h+bk, Wv·h+bv (+ s·B·A·h each)    [C|D*Hkv, N]
 //   q,k = RoPE_NeoX(q,k; pos, base)                       [D, H|Hkv, N]
 //   att = softmax(Kᵀ·Q/√D + causal) ; o = V·att            [T, T, H*B], [D, T, H*B]
+//     (a [T, T, H*B] block larger than attn_block: in query chunks [T, Tq, H*B],
+//      and in training each chunk's att recomputed in the backward — attention())
 //   x  += Wo·o ; x += Wdown·(silu(Wgate·h2) ⊙ Wup·h2)     (h2 = RMSNorm(x)·w_ffn_norm)
 // Head: gather the M predicting rows BEFORE the output projection
 //   hs = RMSNorm(get_rows(x, rows))·w_out_norm  [C, M];  z = Wout·hs  [V, M]
@@ -80,6 +82,8 @@
 
 namespace {
 
+constexpr int EMPO_ATTN_MAX_CHUNKS = 64; // query chunks per layer at most (see attn_rows)
+
 struct empo_error : std::runtime_error {
     int code;
     empo_error(int code, const std::string & msg) : std::runtime_error(msg), code(code) {}
@@ -96,7 +100,7 @@ struct empo_linear {
 struct graph_inputs {
     ggml_tensor * tokens;  // [N] I32
     ggml_tensor * pos;     // [N] I32
-    ggml_tensor * mask;    // [T, T] F32 causal (0 / -inf)
+    ggml_tensor * mask;    // [T, T] F32 causal (0 / -inf); null when the attention is chunked (DIAG_MASK_INF)
     ggml_tensor * rows;    // [M] I32
     ggml_tensor * tidx;    // [M] I32, j*V + target_j into z viewed as [1, V*M]
 };
@@ -188,6 +192,8 @@ struct empo_model {
     int            n_rewritten = 0;   // OUT_PROD nodes replaced in the last graph
     int            n_rewritten_op = 0; // other (LoRA) OUT_PROD nodes computed as MUL_MAT in the last graph
     int            n_pinned    = 0;   // *_BACK operands pinned against in-place reuse
+    int            attn_chunks = 1;   // query chunks per layer of the last graph
+    int            attn_recomputed = 0; // softmaxes recomputed in the last training graph's backward
     int            n_splits    = 0;   // scheduler splits of the last graph
     ggml_tensor *  t_logp  = nullptr; // [1, M]
     ggml_tensor *  t_ent   = nullptr; // [1, M]
@@ -1010,9 +1016,107 @@ static ggml_tensor * rms_norm_forward(ggml_context * ctx, ggml_tensor * x, ggml_
     return ggml_mul(ctx, ggml_rms_norm(ctx, x, eps), w);
 }
 
-// Forward to logp [1, M] and entropy [1, M].
-static void build_forward(empo_model & m, ggml_context * ctx, int B, int T, int M, graph_inputs & in,
-                          ggml_tensor ** out_logp, ggml_tensor ** out_ent) {
+// One query chunk of one layer's attention, kept for recompute_attention.
+struct attn_chunk {
+    ggml_tensor * k;     // [D, T, Hkv*B]   the layer's keys (a forward node)
+    ggml_tensor * q;     // [D, Tq, H*B]    the chunk's queries (a forward node)
+    ggml_tensor * mask;  // [T, T]          the causal mask (unchunked), or null: DIAG_MASK_INF from row t0
+    int           t0;    // the chunk's first query row
+    ggml_tensor * y;     // [T, Tq, H*B]    the forward's softmax
+    ggml_tensor * o;     // [D, Tq, H*B]    the chunk's output V·y
+    float         scale; // 1/√D
+};
+
+// Query rows per attention chunk for a batch of B sequences of T tokens:
+// T when one layer's score block [T, T, H·B] F32 fits attn_block (or
+// chunking is off), else the most rows whose block [T, Tq, H·B] fits — at
+// least 64 and at least T/EMPO_ATTN_MAX_CHUNKS, which bound the nodes per
+// layer (a block may then exceed attn_block).
+static int attn_rows(const empo_model & m, int B, int T) {
+    const int64_t limit = m.cfg.attn_block == 0 ? EMPO_ATTN_BLOCK : m.cfg.attn_block;
+    const int64_t row   = (int64_t) T * m.info.n_head * B * (int64_t) sizeof(float); // one query row, all heads
+    if (limit < 0 || row * T <= limit) return T;
+    const int64_t fewest = (T + EMPO_ATTN_MAX_CHUNKS - 1) / EMPO_ATTN_MAX_CHUNKS; // at most that many chunks
+    return (int) std::min<int64_t>(T, std::max<int64_t>({ 64, fewest, limit / row }));
+}
+
+// o = V·softmax(Kᵀ·Q/√D + mask) per head, in query chunks of Tq rows.
+//   q [D, T, H*B], k [D, T, Hkv*B], v [T, D, Hkv*B], mask [T, T] -> o [D, T, H*B]
+// Tq == T is llama.cpp's own formulation (one [T, T, H*B] block). With
+// Tq < T, chunk c computes rows t0..t0+n-1 from a copy of those query rows
+// against every key, the future masked by DIAG_MASK_INF(n_past = t0) instead
+// of the [T, T] mask input (which would be T² floats itself; mask is then
+// null). Each score, softmax row and output element is the same as
+// unchunked (x·scale + 0 there, −inf·scale = −inf here), and ACC
+// places its [D, n, H*B] output into the result (starting from 0·q, which
+// has o's shape since D_v = D; ACC's backward hands each chunk its slice of
+// the gradient). Every chunk is recorded in *chunks.
+static ggml_tensor * attention(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * mask,
+                               float scale, int Tq, std::vector<attn_chunk> * chunks) {
+    const int64_t D = q->ne[0], T = q->ne[1], HB = q->ne[2];
+    if (Tq >= T) {
+        ggml_tensor * kq = ggml_mul_mat(ctx, k, q);                                  // [T(kv), T(q), H*B]
+        ggml_tensor * y  = ggml_soft_max_ext(ctx, kq, mask, scale, 0.0f);            // [T, T, H*B]
+        ggml_tensor * o  = ggml_mul_mat(ctx, v, y);                                  // [D, T, H*B]
+        chunks->push_back({ k, q, mask, 0, y, o, scale });
+        return o;
+    }
+    if (ggml_nbytes(q) > (size_t) INT32_MAX) throw empo_error(EMPO_ERR_TOO_LARGE, "attention output too large to assemble in chunks (ACC offsets are 32-bit)");
+    ggml_tensor * o = ggml_scale(ctx, q, 0.0f);                                      // [D, T, H*B] zeros
+    for (int64_t t0 = 0; t0 < T; t0 += Tq) {
+        const int64_t n = std::min<int64_t>(Tq, T - t0);
+        ggml_tensor * qc = ggml_cont(ctx, ggml_view_3d(ctx, q, D, n, HB, q->nb[1], q->nb[2], t0 * q->nb[1])); // [D, n, H*B]
+        ggml_tensor * kq = ggml_mul_mat(ctx, k, qc);                                 // [T, n, H*B]
+        kq = ggml_diag_mask_inf(ctx, kq, (int) t0);                                  // key s > t0 + row: −inf
+        ggml_tensor * y  = ggml_soft_max_ext(ctx, kq, nullptr, scale, 0.0f);         // [T, n, H*B]
+        ggml_tensor * oc = ggml_mul_mat(ctx, v, y);                                  // [D, n, H*B]
+        o = ggml_acc(ctx, o, oc, o->nb[1], o->nb[2], o->nb[3], t0 * o->nb[1]);       // [D, T, H*B]
+        chunks->push_back({ k, qc, nullptr, (int) t0, y, oc, scale });
+    }
+    return o;
+}
+
+// Gradient checkpointing of the attention probabilities. Autograd's backward
+// reads each forward softmax y twice — SOFT_MAX_BACK(dy, y) and dV =
+// OUT_PROD(y, dO) — so every layer's [T, Tq, H*B] blocks would stay alive
+// from the forward to the backward. Instead each chunk gets
+// y' = softmax(Kᵀ·Q/√D + mask) rebuilt from the same forward nodes (K, Q and
+// the mask stay alive for the backward anyway: the gradients of Kᵀ·Q read
+// them), and every backward use of y reads y'. y' is computed right after
+// the chunk's output gradient dO exists: the recompute's first node gets dO
+// as an extra source in its last, unused slot (the ordering edge of
+// in_graph_transposed; MUL_MAT reads src[0], src[1] only), so ggml-alloc
+// frees y' after that chunk's backward and y after the forward's V·y. The
+// same ops on the same inputs give y' == y bit for bit. fwd: the nodes of
+// the forward (their uses of y are left alone). Returns the chunks rewritten.
+static int recompute_attention(ggml_context * ctx, ggml_cgraph * gf, const std::vector<attn_chunk> & chunks,
+                               const std::unordered_set<const ggml_tensor *> & fwd, std::vector<ggml_tensor *> * redone) {
+    std::unordered_map<const ggml_tensor *, ggml_tensor *> redo;
+    for (const attn_chunk & c : chunks) {
+        ggml_tensor * d_o = ggml_graph_get_grad(gf, c.o);
+        if (!d_o) continue;                                                          // no gradient reaches this layer
+        ggml_tensor * kq = ggml_mul_mat(ctx, c.k, c.q);                              // [T, Tq, H*B]
+        kq->src[GGML_MAX_SRC - 1] = d_o;                                             // ordering edge: after dO
+        if (!c.mask) kq = ggml_diag_mask_inf(ctx, kq, c.t0);
+        redo[c.y] = ggml_soft_max_ext(ctx, kq, c.mask, c.scale, 0.0f);               // y'
+        redone->push_back(redo[c.y]);
+    }
+    if (redo.empty()) return 0;
+    for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
+        ggml_tensor * t = ggml_graph_node(gf, i);
+        if (fwd.count(t)) continue;
+        for (int j = 0; j < GGML_MAX_SRC; ++j) {
+            auto it = t->src[j] ? redo.find(t->src[j]) : redo.end();
+            if (it != redo.end()) t->src[j] = it->second;
+        }
+    }
+    return (int) redo.size();
+}
+
+// Forward to logp [1, M] and entropy [1, M]; the attention in query chunks
+// of Tq rows (attention()), each recorded in *chunks.
+static void build_forward(empo_model & m, ggml_context * ctx, int B, int T, int M, int Tq, graph_inputs & in,
+                          std::vector<attn_chunk> * chunks, ggml_tensor ** out_logp, ggml_tensor ** out_ent) {
     const empo_model_info & hp = m.info;
     const int64_t C = hp.n_embd, D = hp.n_embd_head, H = hp.n_head, Hkv = hp.n_head_kv, V = hp.n_vocab;
     const int64_t N = (int64_t) B * T;
@@ -1020,7 +1124,8 @@ static void build_forward(empo_model & m, ggml_context * ctx, int B, int T, int 
 
     in.tokens = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, N);  ggml_set_input(in.tokens);
     in.pos    = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, N);  ggml_set_input(in.pos);
-    in.mask   = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, T, T); ggml_set_input(in.mask);
+    in.mask   = nullptr;
+    if (Tq >= T) { in.mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, T, T); ggml_set_input(in.mask); } // chunked: DIAG_MASK_INF
     in.rows   = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, M);  ggml_set_input(in.rows);
     in.tidx   = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, M);  ggml_set_input(in.tidx);
 
@@ -1049,9 +1154,7 @@ static void build_forward(empo_model & m, ggml_context * ctx, int B, int T, int 
         k = ggml_reshape_3d(ctx, k, D, T, Hkv * B);                                                  // [D, T, Hkv*B]
         v = ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_4d(ctx, v, D, Hkv, T, B), 1, 2, 0, 3));   // [T, D, Hkv, B]
         v = ggml_reshape_3d(ctx, v, T, D, Hkv * B);                                                  // [T, D, Hkv*B]
-        ggml_tensor * kq = ggml_mul_mat(ctx, k, q);                              // [T(kv), T(q), H*B]
-        kq = ggml_soft_max_ext(ctx, kq, in.mask, 1.0f / sqrtf((float) D), 0.0f); // [T, T, H*B]
-        ggml_tensor * o = ggml_mul_mat(ctx, v, kq);                              // [D, T, H*B]
+        ggml_tensor * o = attention(ctx, q, k, v, in.mask, 1.0f / sqrtf((float) D), Tq, chunks); // [D, T, H*B]
         o = ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_4d(ctx, o, D, T, H, B), 0, 2, 1, 3));     // [D, H, T, B]
         o = ggml_reshape_2d(ctx, o, C, N);                                       // [C, N]
         o = linear_forward(ctx, L.lin[EMPO_TARGET_O], s, o);                     // [C, N]
@@ -1229,27 +1332,36 @@ static void set_inputs(empo_model & m, const empo_batch & b) {
     const int T = b.T, M = b.M;
     const int64_t N = (int64_t) b.B * T, V = m.info.n_vocab;
     ggml_tensor * tokens = m.in.tokens, * pos = m.in.pos, * mask = m.in.mask, * rows = m.in.rows, * tidx = m.in.tidx;
-    if (!tokens->buffer || !pos->buffer || !mask->buffer || !rows->buffer || !tidx->buffer) {
+    if (!tokens->buffer || !pos->buffer || (mask && !mask->buffer) || !rows->buffer || !tidx->buffer) {
         throw empo_error(EMPO_ERR_INTERNAL, "graph inputs not allocated");
     }
     ggml_backend_tensor_set(tokens, b.tokens, 0, N * sizeof(int32_t));
     ggml_backend_tensor_set(pos,    b.pos,    0, N * sizeof(int32_t));
-    std::vector<float> mk((size_t) T * T);
-    for (int t = 0; t < T; ++t) {          // query row t
-        for (int s = 0; s < T; ++s) {      // key column s
-            mk[(size_t) t * T + s] = s <= t ? 0.0f : -INFINITY;
+    if (mask) { // unchunked attention (chunks mask with DIAG_MASK_INF)
+        std::vector<float> mk((size_t) T * T);
+        for (int t = 0; t < T; ++t) {          // query row t
+            for (int s = 0; s < T; ++s) {      // key column s
+                mk[(size_t) t * T + s] = s <= t ? 0.0f : -INFINITY;
+            }
         }
+        ggml_backend_tensor_set(mask, mk.data(), 0, mk.size() * sizeof(float));
     }
-    ggml_backend_tensor_set(mask, mk.data(), 0, mk.size() * sizeof(float));
     ggml_backend_tensor_set(rows, b.rows, 0, M * sizeof(int32_t));
     std::vector<int32_t> ti(M);
     for (int j = 0; j < M; ++j) ti[j] = (int32_t) (j * V + b.targets[j]);
     ggml_backend_tensor_set(tidx, ti.data(), 0, M * sizeof(int32_t));
 }
 
-// nodes (and leafs) of one graph; the scheduler's hash set is 4× this
-static size_t graph_size(const empo_model & m) {
-    return 4096 + (size_t) m.info.n_layer * 1024;
+// nodes (and leafs) of one graph whose attention runs in `chunks` query
+// chunks per layer (≈ 40 nodes per chunk: forward, recompute, backward);
+// the scheduler's hash set is 4× the largest (EMPO_ATTN_MAX_CHUNKS, or 1
+// with chunking off)
+static size_t graph_size(const empo_model & m, int chunks) {
+    return 4096 + (size_t) m.info.n_layer * (1024 + 40 * (size_t) std::max(chunks, 1));
+}
+
+static int max_attn_chunks(const empo_model & m) {
+    return m.cfg.attn_block < 0 ? 1 : EMPO_ATTN_MAX_CHUNKS;
 }
 
 static void drop_graph(empo_model & m) {
@@ -1385,7 +1497,7 @@ static ggml_backend_sched_t new_sched(empo_model & m) {
     ggml_backend_t backends[2] = { m.backend, m.backend_cpu };
     const int n_backends = m.backend_cpu ? 2 : 1;
     // graph_size sizes the scheduler's hash set: nodes + leafs + split copies
-    ggml_backend_sched_t s = ggml_backend_sched_new(backends, nullptr, n_backends, graph_size(m) * 4, false, false);
+    ggml_backend_sched_t s = ggml_backend_sched_new(backends, nullptr, n_backends, graph_size(m, max_attn_chunks(m)) * 4, false, false);
     if (!s) throw empo_error(EMPO_ERR_BACKEND, "cannot create the backend scheduler");
     return s;
 }
@@ -1423,6 +1535,90 @@ static void check_batch(const empo_model & m, const empo_batch & b) {
     }
 }
 
+// The chunk-sized tensors of a recomputed attention chunk — y', the
+// incoming dY = ∂L/∂y (OUT_PROD(V, dOᵀ)), SOFT_MAX_BACK's dS and its
+// transposed copies — are read by three reducers whose outputs are small:
+// dV's OUT_PROD(y', dO) [T, D, H*B] and the two products of dS, for dK
+// [D, T, H*B] and dQ [D, Tq, H*B]. Autograd sums each over the chunks in its
+// own chain (ADD for dK and dV, ACC for dQ), and the graph's DFS from the
+// parameters' gradients follows one chain to its end before the next, so
+// left alone it computes every chunk's y' and dS for the first chain and
+// keeps them, or the other reducers' [T, D, H*B] outputs, until the other
+// chains reach them: T² again. order_attn_backward adds the backward to
+// the graph chunk by chunk instead (ggml_build_forward_expand, one node at a
+// time, in the chains' own order): a chunk's three reducers, then the node
+// of each chain that takes its contribution, so that ggml-alloc frees the
+// chunk's tensors and its reducers' outputs before the next chunk's exist.
+struct attn_reducers {
+    std::vector<std::vector<ggml_tensor *>> of; // per chunk: the reducers
+    std::vector<int> first;                     // per chunk: gf index of its first reducer (the chains' order)
+};
+
+static ggml_tensor * view_root(ggml_tensor * t) {
+    while (t && is_view_op(t->op) && t->op != GGML_OP_NONE && t->src[0]) t = t->src[0];
+    return t;
+}
+
+// the reducers of each recomputed chunk (before the rewrites: autograd's
+// nodes, whose identity the rewrites keep)
+static attn_reducers find_attn_reducers(ggml_cgraph * gf, const std::vector<ggml_tensor *> & redone,
+                                        const std::unordered_set<const ggml_tensor *> & fwd) {
+    attn_reducers r;
+    r.of.resize(redone.size());
+    r.first.assign(redone.size(), INT32_MAX);
+    std::unordered_map<const ggml_tensor *, int> big; // chunk-sized tensors -> chunk
+    for (size_t c = 0; c < redone.size(); ++c) big[redone[c]] = (int) c;
+    for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {            // topological order
+        ggml_tensor * t = ggml_graph_node(gf, i);
+        if (fwd.count(t) || is_view_op(t->op)) continue;
+        int c = -1;
+        for (int j = 0; j < GGML_MAX_SRC && c < 0; ++j) {
+            auto it = t->src[j] ? big.find(view_root(t->src[j])) : big.end();
+            if (it != big.end()) c = it->second;
+        }
+        if (c < 0) continue;
+        if (ggml_nelements(t) >= ggml_nelements(redone[c])) { big[t] = c; continue; } // dS and copies: chunk-sized too
+        r.of[c].push_back(t);
+        r.first[c] = std::min(r.first[c], i);
+    }
+    return r;
+}
+
+// Adds the attention backward to gb chunk by chunk (see attn_reducers),
+// after every rewrite and before the rest of the backward. gf: autograd's
+// graph (its nodes' consumers). Returns the chunks added.
+static int order_attn_backward(ggml_cgraph * gb, ggml_cgraph * gf, const attn_reducers & r) {
+    std::unordered_map<const ggml_tensor *, std::vector<ggml_tensor *>> users;
+    for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
+        ggml_tensor * t = ggml_graph_node(gf, i);
+        for (int j = 0; j < GGML_MAX_SRC; ++j) if (t->src[j]) users[t->src[j]].push_back(t);
+    }
+    std::vector<int> order;
+    for (size_t c = 0; c < r.of.size(); ++c) if (!r.of[c].empty()) order.push_back((int) c);
+    std::sort(order.begin(), order.end(), [&](int a, int b) { return r.first[a] < r.first[b]; });
+    for (int c : order) {
+        for (ggml_tensor * t : r.of[c]) ggml_build_forward_expand(gb, t);
+        for (ggml_tensor * t : r.of[c]) {
+            // follow the contribution (views, REPEAT_BACK, CONT, ...) to the
+            // chain node that adds it (src[1] of an ADD / ACC); the chain's
+            // first contribution is src[0] of the next chunk's, added then
+            ggml_tensor * cur = t;
+            for (int hop = 0; hop < 16; ++hop) {
+                auto it = users.find(cur);
+                if (it == users.end() || it->second.size() != 1) break;
+                ggml_tensor * nx = it->second[0];
+                if (nx->op == GGML_OP_ADD || nx->op == GGML_OP_ACC) {
+                    if (nx->src[1] == cur) cur = nx;
+                    break;
+                }
+                cur = nx;
+            }
+            ggml_build_forward_expand(gb, cur);
+        }
+    }
+    return (int) order.size();
+}
+
 // Builds m.graph for batch b: the forward (logp, ent) or, with_backward, the
 // training graph (forward, the surrogate loss with the coefficient tensors,
 // autograd's backward with the rewrites and pins). *mul_lp / *mul_en: the
@@ -1431,7 +1627,9 @@ static void build_graph(empo_model & m, const empo_batch & b, bool with_backward
                         ggml_tensor ** mul_lp_out, ggml_tensor ** mul_en_out) {
     drop_graph(m);
     const int B = b.B, T = b.T, M = b.M;
-    const size_t gsize = graph_size(m);
+    const int Tq = attn_rows(m, B, T);
+    m.attn_chunks = (T + Tq - 1) / Tq;
+    const size_t gsize = graph_size(m, m.attn_chunks);
     ggml_init_params ip = { ggml_tensor_overhead() * gsize * 2 + ggml_graph_overhead_custom(gsize, true) * 2, nullptr, true };
     m.ctx_c = ggml_init(ip);
     if (!m.ctx_c) throw empo_error(EMPO_ERR_BACKEND, "ggml_init failed");
@@ -1439,11 +1637,13 @@ static void build_graph(empo_model & m, const empo_batch & b, bool with_backward
 
     graph_inputs in{};
     ggml_tensor *lp = nullptr, *en = nullptr;
-    build_forward(m, ctx, B, T, M, in, &lp, &en);
+    std::vector<attn_chunk> chunks;
+    m.attn_recomputed = 0;
+    build_forward(m, ctx, B, T, M, Tq, in, &chunks, &lp, &en);
     m.in = in;
     ggml_set_name(in.tokens, "in_tokens");
     ggml_set_name(in.pos,    "in_pos");
-    ggml_set_name(in.mask,   "in_mask");
+    if (in.mask) ggml_set_name(in.mask, "in_mask");
     ggml_set_name(in.rows,   "in_rows");
     ggml_set_name(in.tidx,   "in_tidx");
     m.M = M;
@@ -1485,6 +1685,8 @@ static void build_graph(empo_model & m, const empo_batch & b, bool with_backward
         ggml_build_forward_expand(gf, lp);
         ggml_build_forward_expand(gf, en);
         ggml_build_forward_expand(gf, loss);
+        std::unordered_set<const ggml_tensor *> fwd_nodes;
+        for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) fwd_nodes.insert(ggml_graph_node(gf, i));
         std::unordered_map<const ggml_tensor *, ggml_tensor *> acc;
         for (size_t i = 0; i < m.params.size(); ++i) acc[m.params[i]] = m.grads[i];
         std::vector<ggml_tensor *> grad_accs(ggml_graph_n_nodes(gf), nullptr);
@@ -1496,6 +1698,15 @@ static void build_graph(empo_model & m, const empo_batch & b, bool with_backward
         m.t_lgrad = ggml_graph_get_grad_acc(gf, loss); // [1], seeded with 1
         if (!m.t_lgrad) throw empo_error(EMPO_ERR_INTERNAL, "no loss gradient");
         ggml_set_input(m.t_lgrad);
+        // checkpoint the softmaxes when all layers' blocks together exceed attn_block
+        const int64_t limit = m.cfg.attn_block == 0 ? EMPO_ATTN_BLOCK : m.cfg.attn_block;
+        const int64_t kept  = (int64_t) m.info.n_layer * T * T * m.info.n_head * B * (int64_t) sizeof(float);
+        std::vector<ggml_tensor *> redone;
+        attn_reducers reducers;
+        if (limit >= 0 && kept > limit) {
+            m.attn_recomputed = recompute_attention(ctx, gf, chunks, fwd_nodes, &redone);
+            reducers = find_attn_reducers(gf, redone, fwd_nodes);
+        }
         if (!m.cfg.autograd_frozen) {
             m.n_rewritten     = rewrite_frozen_backward(m, ctx, gf);
             m.n_rewritten_op  = rewrite_out_prods(m, ctx, gf);
@@ -1505,6 +1716,7 @@ static void build_graph(empo_model & m, const empo_batch & b, bool with_backward
         // rebuild the computed graph from the outputs so leafs and use counts
         // reflect the rewrite; forward nodes stay first (same DFS order)
         ggml_build_forward_expand(gb, loss);
+        order_attn_backward(gb, gf, reducers);
         for (ggml_tensor * p : m.params) {
             ggml_tensor * g = ggml_graph_get_grad(gf, p);
             if (!g) throw empo_error(EMPO_ERR_INTERNAL, std::string("no gradient for ") + p->name);
@@ -1708,6 +1920,7 @@ struct empo_model_params empo_model_default_params(void) {
     p.compute_ref_tokens = 0;
     p.compute_budget  = 0;
     p.keep_compute    = EMPO_COMPUTE_KEEP;
+    p.attn_block      = 0;
     return p;
 }
 
@@ -1881,6 +2094,8 @@ int empo_model_get_mem(const struct empo_model * m, struct empo_model_mem * mem)
     mem->n_rewritten_op = m->n_rewritten_op;
     mem->n_pinned     = m->n_pinned;
     mem->n_splits     = m->n_splits;
+    mem->attn_chunks  = m->attn_chunks;
+    mem->attn_recomputed = m->attn_recomputed;
     return EMPO_OK;
 }
 

@@ -89,15 +89,29 @@ struct empo_model_params {
     // call, so that a long batch does not keep its memory resident until the
     // next one; smaller ones are kept for reuse. < 0: never freed.
     int64_t  keep_compute;
+    // Attention memory bound (bytes). The score block softmax(Kᵀ·Q) of a
+    // layer is [T, T, H·B] floats; when it exceeds this, each layer computes
+    // its attention in query chunks of Tq rows whose block [T, Tq, H·B] fits
+    // (the outputs assembled with ACC). When the blocks of all layers
+    // together exceed it, a training graph does not keep the forward's
+    // softmax for the backward: each chunk's softmax is recomputed from Q
+    // and K in the backward, right after its output's gradient (gradient
+    // checkpointing of the attention probabilities). Both leave every value
+    // as it was (the same dot products and row softmaxes); they cap the
+    // attention's share of the compute buffer at a few blocks instead of
+    // L·T²·H·B floats. 0: EMPO_ATTN_BLOCK; < 0: neither (one block per layer,
+    // every layer's softmax kept).
+    int64_t  attn_block;
 };
 
 // the default compute cap's floor and reference length, the default keep_compute
 #define EMPO_COMPUTE_FLOOR      ((int64_t) 256 << 20)
 #define EMPO_COMPUTE_REF_TOKENS 2048
 #define EMPO_COMPUTE_KEEP       ((int64_t) 64 << 20)
+#define EMPO_ATTN_BLOCK         ((int64_t) 32 << 20)
 
 // defaults: 1 thread, CPU, transposed-copy backward, r = 8, alpha = 16, all
-// targets, the default compute cap, EMPO_COMPUTE_KEEP.
+// targets, the default compute cap, EMPO_COMPUTE_KEEP, EMPO_ATTN_BLOCK.
 // Returned by value; nothing to free.
 struct empo_model_params empo_model_default_params(void);
 
@@ -126,6 +140,8 @@ struct empo_model_mem {
     int32_t n_pinned;        // RMS_NORM_BACK / SOFT_MAX_BACK operands pinned against in-place aliasing
     int32_t n_splits;        // ggml_backend_sched splits of the last graph (1: one backend ran all of it)
     int32_t n_rewritten_op;  // other 2-D OUT_PROD nodes (LoRA gradients, dX through LoRA) computed as MUL_MAT
+    int32_t attn_chunks;     // query chunks per layer of the last graph (1: unchunked; see attn_block)
+    int32_t attn_recomputed; // attention softmaxes recomputed in the last training graph's backward
 };
 
 struct empo_model;

@@ -183,6 +183,7 @@ func load(path string, lm *llama.Model, lora LoRAConfig, opts Options, full bool
 	if opts.KeepComputeBytes != 0 {
 		p.keep_compute = C.int64_t(opts.KeepComputeBytes)
 	}
+	p.attn_block = C.int64_t(opts.AttentionBlockBytes)
 
 	var errbuf [512]C.char
 	var h *C.struct_empo_model
@@ -494,6 +495,7 @@ func (M *Model) MemoryBytes() MemoryStats {
 		Compute: int64(cm.compute_peak), ComputeLast: int64(cm.compute_last), ComputeAlloc: int64(cm.compute_alloc),
 		ComputeCap: int64(cm.compute_cap), Frozen: int64(cm.frozen), PaddedTokens: m.last,
 		Rewritten: int(cm.n_rewritten), RewrittenLoRA: int(cm.n_rewritten_op), Pinned: int(cm.n_pinned), Splits: int(cm.n_splits),
+		AttnChunks: int(cm.attn_chunks), AttnRecomputed: int(cm.attn_recomputed),
 	}
 }
 

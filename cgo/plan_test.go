@@ -341,10 +341,13 @@ func TestComputeBuffersReleased(t *testing.T) {
 }
 
 // TestComputeRefTokens: the default cap fits the training graph of one
-// sequence of min(context, 2048) tokens, so a model with a 4096-token
-// context refuses a log-prob near the end of a 3900-token sequence; with
-// ComputeRefTokens at the context the cap fits it (and the cap is that of
-// a 4096-token training graph, whatever larger value is asked).
+// sequence of min(context, 2048) tokens, so with the attention unchunked
+// (AttentionBlockBytes < 0: its T² matrices dominate) a model with a
+// 4096-token context refuses a log-prob near the end of a 3900-token
+// sequence; with ComputeRefTokens at the context the cap fits it (and the
+// cap is that of a 4096-token training graph, whatever larger value is
+// asked). With the default chunked attention the same sequence fits the
+// default cap.
 func TestComputeRefTokens(t *testing.T) {
 	cfg := tinyCfg()
 	cfg.Ctx = 4096
@@ -353,28 +356,34 @@ func TestComputeRefTokens(t *testing.T) {
 	s := randTokens(rng, 3900, cfg.Vocab)
 	last := make([]bool, len(s))
 	last[len(s)-1] = true
-	def := loadTiny(t, cfg, lora, Options{Threads: 1})
+	chunked := loadTiny(t, cfg, lora, Options{Threads: 1})
+	want, err := chunked.LogProbsAt([][]int32{s}, [][]bool{last})
+	if err != nil {
+		t.Fatalf("chunked attention, default cap: %v", err)
+	}
+	def := loadTiny(t, cfg, lora, Options{Threads: 1, AttentionBlockBytes: -1})
 	if _, err := def.LogProbsAt([][]int32{s}, [][]bool{last}); !errors.Is(err, ErrComputeCap) {
 		t.Fatalf("default cap: got %v, want ErrComputeCap", err)
 	}
-	long := loadTiny(t, cfg, lora, Options{Threads: 1, ComputeRefTokens: 4096})
+	long := loadTiny(t, cfg, lora, Options{Threads: 1, ComputeRefTokens: 4096, AttentionBlockBytes: -1})
 	got, err := long.LogProbsAt([][]int32{s}, [][]bool{last})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if lp := got[0][len(s)-1]; !(lp < 0) {
-		t.Fatalf("log-prob %v", lp)
+	if lp := got[0][len(s)-1]; !(lp < 0) || lp != want[0][len(s)-1] {
+		t.Fatalf("log-prob %v unchunked, %v chunked", lp, want[0][len(s)-1])
 	}
 	capDef, capLong := def.MemoryBytes().ComputeCap, long.MemoryBytes().ComputeCap
 	if capLong <= capDef {
 		t.Fatalf("cap for 4096 tokens %d, not above the default %d", capLong, capDef)
 	}
-	beyond := loadTiny(t, cfg, lora, Options{Threads: 1, ComputeRefTokens: 100000})
+	beyond := loadTiny(t, cfg, lora, Options{Threads: 1, ComputeRefTokens: 100000, AttentionBlockBytes: -1})
 	if c := beyond.MemoryBytes().ComputeCap; c != capLong {
 		t.Fatalf("ComputeRefTokens past the context: cap %d, want the context's %d", c, capLong)
 	}
 	if _, err := Load(tinyModel(t, cfg), lora, Options{Threads: 1, ComputeRefTokens: -1}); !errors.Is(err, ErrConfig) {
 		t.Fatalf("ComputeRefTokens -1: %v", err)
 	}
-	t.Logf("cap: default %d MiB, 4096 tokens %d MiB", capDef>>20, capLong>>20)
+	t.Logf("cap (unchunked): default %d MiB, 4096 tokens %d MiB; chunked: default %d MiB, the 3900-token forward needed %d MiB",
+		capDef>>20, capLong>>20, chunked.MemoryBytes().ComputeCap>>20, chunked.MemoryBytes().ComputeLast>>20)
 }
