@@ -339,3 +339,22 @@ func TestPoolMemoryLine(t *testing.T) {
 	require.Equal(t, "512 MiB", FormatBytes(512<<20))
 	require.Equal(t, "23.4 GiB", FormatBytes(25125558681))
 }
+
+// TestNewPoolRefusesRepeatedInstance: a constructor that returns one
+// instance twice (trainer's newEnvPool once did, racing on its first
+// instance) is refused, and the instances are closed once each; two
+// episodes played on one instance end in ErrEpisodeDone or a refused
+// Release mid-run.
+func TestNewPoolRefusesRepeatedInstance(t *testing.T) {
+	var closed atomic.Int32
+	shared := &closeCounter{&closed}
+	var n atomic.Int32
+	_, err := NewPoolFunc(func() (Env, error) {
+		if n.Add(1) <= 2 {
+			return shared, nil
+		}
+		return &closeCounter{&closed}, nil
+	}, 4)
+	require.ErrorContains(t, err, "twice")
+	require.Equal(t, int32(3), closed.Load(), "three distinct instances started, each closed once")
+}

@@ -104,8 +104,11 @@ func MachineMemory() int64 {
 	return m.Limit
 }
 
-// NewPoolFunc builds a pool of n instances made by newEnv. If any instance
-// fails to start, the others are closed and the first error is returned.
+// NewPoolFunc builds a pool of n instances made by newEnv, which it calls
+// from n goroutines at once (newEnv must be safe for that). If any instance
+// fails to start, the others are closed and the first error is returned;
+// so, too, when newEnv returns one instance twice (two episodes would play
+// on it at once).
 func NewPoolFunc(newEnv func() (Env, error), n int) (*Pool, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("environments: pool size %d: want at least 1", n)
@@ -121,9 +124,17 @@ func NewPoolFunc(newEnv func() (Env, error), n int) (*Pool, error) {
 		}()
 	}
 	wg.Wait()
+	seen := make(map[Env]bool, n)
+	for i, e := range envs {
+		if errs[i] == nil && e != nil && seen[e] {
+			errs[i] = fmt.Errorf("environments: the instance constructor returned instance %d twice", i)
+			continue
+		}
+		seen[e] = true
+	}
 	if err := errors.Join(errs...); err != nil {
 		for i, e := range envs {
-			if errs[i] == nil && e != nil { // only instances that started
+			if errs[i] == nil && e != nil { // only instances that started (a repeat has its error)
 				_ = e.Close()
 			}
 		}

@@ -486,7 +486,12 @@ func loadRolloutAdapter(lm *llama.Model, u *optim.Updater) (*llama.Adapter, erro
 
 // newEnvPool makes n instances of env (ScienceWorld: one JVM each): the
 // first alone, so that a bad option (a missing jar) is one error, not one
-// per instance, then the others in parallel.
+// per instance, then the others in parallel. NewPoolFunc calls its
+// constructor from n goroutines at once: the first instance goes to exactly
+// one of them through a channel (a plain "handed" flag, read and set
+// unsynchronized, once let two calls both take it, so that two episodes
+// of a batch shared one instance and the second to step after its end
+// failed with environments.ErrEpisodeDone).
 func newEnvPool(env string, o environments.Options, n int) (*environments.Pool, error) {
 	spec, err := environments.Lookup(env)
 	if err != nil {
@@ -496,16 +501,22 @@ func newEnvPool(env string, o environments.Options, n int) (*environments.Pool, 
 	if err != nil {
 		return nil, fmt.Errorf("%w: env %s: %w", ErrRunConfig, env, err)
 	}
-	handed := false
+	firsts := make(chan environments.Env, 1)
+	firsts <- first
 	pool, err := environments.NewPoolFunc(func() (environments.Env, error) {
-		if !handed {
-			handed = true
-			return first, nil
+		select {
+		case e := <-firsts:
+			return e, nil
+		default:
+			return spec.New(o)
 		}
-		return spec.New(o)
 	}, n)
-	if err != nil && !handed {
-		first.Close()
+	if err != nil {
+		select {
+		case e := <-firsts: // never handed to the pool: not closed by it
+			e.Close()
+		default:
+		}
 	}
 	return pool, err
 }
