@@ -77,7 +77,8 @@ MINI_BATCHES=${MINI_BATCHES:-2} # mini-batches per PPO epoch (update.mini_batche
 PPO_EPOCHS=${PPO_EPOCHS:-2}
 OLD_LOGP=${OLD_LOGP:-rollout} # π_old from the rollout's own log-probs (no recompute pass; docs/experiment.md)
 THRESHOLD=${THRESHOLD:-0.5} # retrieval threshold (the empo2 preset's, conversation keys; docs/memory.md)
-TIPS_IN=${TIPS_IN:-last-turn} # memory.tips_in of runs, SFT tip records and eval: every-turn does not fit the budget (docs/experiment.md, Study 2)
+TIPS_IN=${TIPS_IN:-last-turn} # memory.tips_in of runs and eval (docs/experiment.md, Study 2; its every-turn run: TIPS_IN=every-turn)
+SFT_TIPS_IN=${SFT_TIPS_IN:-$TIPS_IN} # placement in the SFT tip records (every-turn records cost the SFT ≈ 3×: docs/experiment.md)
 CTX=${CTX:-4096}
 EVAL_TEMP=${EVAL_TEMP:-0.4}
 RANK=${RANK:-8}          # rank of the fresh RL LoRA on the SFT base (alpha 2·rank)
@@ -149,7 +150,7 @@ demos() {
 	# memory of the demo and of failed attempts at its variation, with the
 	# RL runs' threshold and top-k, so that the warm start has seen tip
 	# blocks before EMPO²'s memory steps show it one (docs/experiment.md)
-	local tips=(--threshold "$THRESHOLD" --top-k "$TOP_K" --tips-in "$TIPS_IN" --tip-records)
+	local tips=(--threshold "$THRESHOLD" --top-k "$TOP_K" --tips-in "$SFT_TIPS_IN" --tip-records)
 	# the corpus covers all six families and the tip blocks (the vocabulary only; docs/experiment.md)
 	"$EMPO2" env demos textlab --split train --kind explore --held-out "${SIMP[@]}" --tip-records 1 \
 		-o "$OUT/corpus-demos.jsonl" --text "$OUT/corpus.txt"
