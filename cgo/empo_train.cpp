@@ -1577,7 +1577,10 @@ static attn_reducers find_attn_reducers(ggml_cgraph * gf, const std::vector<ggml
             if (it != big.end()) c = it->second;
         }
         if (c < 0) continue;
-        if (ggml_nelements(t) >= ggml_nelements(redone[c])) { big[t] = c; continue; } // dS and copies: chunk-sized too
+        if (t->op == GGML_OP_SOFT_MAX_BACK || t->op == GGML_OP_DIAG_MASK_ZERO || t->op == GGML_OP_DIAG_MASK_INF) {
+            big[t] = c; // dS, and dS with the future zeroed (DIAG_MASK_INF's backward): chunk-sized too
+            continue;
+        }
         r.of[c].push_back(t);
         r.first[c] = std::min(r.first[c], i);
     }
