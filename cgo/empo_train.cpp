@@ -1032,9 +1032,14 @@ struct attn_chunk {
 // chunking is off), else the most rows whose block [T, Tq, H·B] fits — at
 // least 64 and at least T/EMPO_ATTN_MAX_CHUNKS, which bound the nodes per
 // layer (a block may then exceed attn_block).
+// bytes of one layer's score block [T, rows, H·B] F32
+static int64_t attn_block_bytes(const empo_model & m, int B, int T, int64_t rows) {
+    return (int64_t) T * rows * m.info.n_head * B * (int64_t) sizeof(float);
+}
+
 static int attn_rows(const empo_model & m, int B, int T) {
-    const int64_t limit = m.cfg.attn_block == 0 ? EMPO_ATTN_BLOCK : m.cfg.attn_block;
-    const int64_t row   = (int64_t) T * m.info.n_head * B * (int64_t) sizeof(float); // one query row, all heads
+    const int64_t limit = m.cfg.attn_block;
+    const int64_t row   = attn_block_bytes(m, B, T, 1); // one query row, all heads
     if (limit < 0 || row * T <= limit) return T;
     const int64_t fewest = (T + EMPO_ATTN_MAX_CHUNKS - 1) / EMPO_ATTN_MAX_CHUNKS; // at most that many chunks
     return (int) std::min<int64_t>(T, std::max<int64_t>({ 64, fewest, limit / row }));
@@ -1088,20 +1093,22 @@ static ggml_tensor * attention(ggml_context * ctx, ggml_tensor * q, ggml_tensor 
 // in_graph_transposed; MUL_MAT reads src[0], src[1] only), so ggml-alloc
 // frees y' after that chunk's backward and y after the forward's V·y. The
 // same ops on the same inputs give y' == y bit for bit. fwd: the nodes of
-// the forward (their uses of y are left alone). Returns the chunks rewritten.
-static int recompute_attention(ggml_context * ctx, ggml_cgraph * gf, const std::vector<attn_chunk> & chunks,
-                               const std::unordered_set<const ggml_tensor *> & fwd, std::vector<ggml_tensor *> * redone) {
+// the forward (their uses of y are left alone). Returns the y' made, one per
+// chunk that a gradient reaches.
+static std::vector<ggml_tensor *> recompute_attention(ggml_context * ctx, ggml_cgraph * gf, const std::vector<attn_chunk> & chunks,
+                                                      const std::unordered_set<const ggml_tensor *> & fwd) {
     std::unordered_map<const ggml_tensor *, ggml_tensor *> redo;
+    std::vector<ggml_tensor *> redone;
     for (const attn_chunk & c : chunks) {
         ggml_tensor * d_o = ggml_graph_get_grad(gf, c.o);
         if (!d_o) continue;                                                          // no gradient reaches this layer
         ggml_tensor * kq = ggml_mul_mat(ctx, c.k, c.q);                              // [T, Tq, H*B]
         kq->src[GGML_MAX_SRC - 1] = d_o;                                             // ordering edge: after dO
         if (!c.mask) kq = ggml_diag_mask_inf(ctx, kq, c.t0);
-        redo[c.y] = ggml_soft_max_ext(ctx, kq, c.mask, c.scale, 0.0f);               // y'
-        redone->push_back(redo[c.y]);
+        ggml_tensor * y2 = ggml_soft_max_ext(ctx, kq, c.mask, c.scale, 0.0f);        // y'
+        redo[c.y] = y2;
+        redone.push_back(y2);
     }
-    if (redo.empty()) return 0;
     for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
         ggml_tensor * t = ggml_graph_node(gf, i);
         if (fwd.count(t)) continue;
@@ -1110,7 +1117,7 @@ static int recompute_attention(ggml_context * ctx, ggml_cgraph * gf, const std::
             if (it != redo.end()) t->src[j] = it->second;
         }
     }
-    return (int) redo.size();
+    return redone;
 }
 
 // Forward to logp [1, M] and entropy [1, M]; the attention in query chunks
@@ -1589,8 +1596,8 @@ static attn_reducers find_attn_reducers(ggml_cgraph * gf, const std::vector<ggml
 
 // Adds the attention backward to gb chunk by chunk (see attn_reducers),
 // after every rewrite and before the rest of the backward. gf: autograd's
-// graph (its nodes' consumers). Returns the chunks added.
-static int order_attn_backward(ggml_cgraph * gb, ggml_cgraph * gf, const attn_reducers & r) {
+// graph (its nodes' consumers).
+static void order_attn_backward(ggml_cgraph * gb, ggml_cgraph * gf, const attn_reducers & r) {
     std::unordered_map<const ggml_tensor *, std::vector<ggml_tensor *>> users;
     for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
         ggml_tensor * t = ggml_graph_node(gf, i);
@@ -1619,7 +1626,6 @@ static int order_attn_backward(ggml_cgraph * gb, ggml_cgraph * gf, const attn_re
             ggml_build_forward_expand(gb, cur);
         }
     }
-    return (int) order.size();
 }
 
 // Builds m.graph for batch b: the forward (logp, ent) or, with_backward, the
@@ -1702,12 +1708,10 @@ static void build_graph(empo_model & m, const empo_batch & b, bool with_backward
         if (!m.t_lgrad) throw empo_error(EMPO_ERR_INTERNAL, "no loss gradient");
         ggml_set_input(m.t_lgrad);
         // checkpoint the softmaxes when all layers' blocks together exceed attn_block
-        const int64_t limit = m.cfg.attn_block == 0 ? EMPO_ATTN_BLOCK : m.cfg.attn_block;
-        const int64_t kept  = (int64_t) m.info.n_layer * T * T * m.info.n_head * B * (int64_t) sizeof(float);
-        std::vector<ggml_tensor *> redone;
         attn_reducers reducers;
-        if (limit >= 0 && kept > limit) {
-            m.attn_recomputed = recompute_attention(ctx, gf, chunks, fwd_nodes, &redone);
+        if (m.cfg.attn_block >= 0 && m.info.n_layer * attn_block_bytes(m, B, T, T) > m.cfg.attn_block) {
+            const std::vector<ggml_tensor *> redone = recompute_attention(ctx, gf, chunks, fwd_nodes);
+            m.attn_recomputed = (int) redone.size();
             reducers = find_attn_reducers(gf, redone, fwd_nodes);
         }
         if (!m.cfg.autograd_frozen) {
@@ -1944,6 +1948,7 @@ static int init_impl(const char * path, const struct llama_model * lm, struct em
         if (params.full && lm) throw empo_error(EMPO_ERR_CONFIG, "full training needs its own F32 copy of the weights: not on llama.cpp's (use empo_model_init)");
         m = new empo_model();
         m->cfg = params;
+        if (m->cfg.attn_block == 0) m->cfg.attn_block = EMPO_ATTN_BLOCK; // the default, resolved once
         for (int k = 0; k < EMPO_TARGET_COUNT; ++k) {
             if (!params.target_tensor[k] || !params.target_tensor[k][0]) throw empo_error(EMPO_ERR_CONFIG, "missing target tensor name");
             m->target_tensor[k] = params.target_tensor[k];
