@@ -90,8 +90,12 @@ func testChunkedAttention(t *testing.T, cfg modelgen.Config, attentionBound bool
 	if attentionBound && mc.Compute > mw.Compute/4 {
 		t.Fatalf("chunked training compute %.1f MiB is not below a quarter of the unchunked %.1f MiB", mib(mc.Compute), mib(mw.Compute))
 	}
-	if fwdChunked > fwdWhole/2 {
-		t.Fatalf("chunked forward compute %.1f MiB is not below half the unchunked %.1f MiB", mib(fwdChunked), mib(fwdWhole))
+	// the unchunked forward holds at least one whole [T, T, H] block at a
+	// time, the chunked one pieces of 1/16 of it; the rest of the forward
+	// (the head's [V, M] tensors among it) is the same in both
+	if saved := fwdWhole - fwdChunked; saved < block*3/4 {
+		t.Fatalf("chunked forward compute %.1f MiB saves %.1f MiB on the unchunked %.1f MiB, less than ¾ of the %.1f MiB score block",
+			mib(fwdChunked), mib(saved), mib(fwdWhole), mib(block))
 	}
 }
 

@@ -102,7 +102,7 @@ struct graph_inputs {
     ggml_tensor * pos;     // [N] I32
     ggml_tensor * mask;    // [T, T] F32 causal (0 / -inf); null when the attention is chunked (DIAG_MASK_INF)
     ggml_tensor * rows;    // [M] I32
-    ggml_tensor * tidx;    // [M] I32, j*V + target_j into z viewed as [1, V*M]
+    ggml_tensor * tidx;    // [1, M] I32, target_j: the row of onehot's column j that is 1 (head)
 };
 
 struct empo_layer {
@@ -1134,7 +1134,7 @@ static void build_forward(empo_model & m, ggml_context * ctx, int B, int T, int 
     in.mask   = nullptr;
     if (Tq >= T) { in.mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, T, T); ggml_set_input(in.mask); } // chunked: DIAG_MASK_INF
     in.rows   = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, M);  ggml_set_input(in.rows);
-    in.tidx   = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, M);  ggml_set_input(in.tidx);
+    in.tidx   = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, 1, M); ggml_set_input(in.tidx);
 
     ggml_tensor * x = ggml_get_rows(ctx, m.tok_embd, in.tokens);                 // [C, N]
     for (int il = 0; il < hp.n_layer; ++il) {
@@ -1183,7 +1183,20 @@ static void build_forward(empo_model & m, ggml_context * ctx, int B, int T, int 
     ggml_tensor * e    = ggml_exp(ctx, ggml_add(ctx, z, ggml_scale(ctx, mu, -1.0f))); // [V, M] exp(z − m)
     ggml_tensor * logS = ggml_log(ctx, ggml_sum_rows(ctx, e));                   // [1, M] = entropy
     ggml_tensor * lse  = ggml_add(ctx, mu, logS);                                // [1, M]
-    ggml_tensor * zt   = ggml_get_rows(ctx, ggml_reshape_2d(ctx, z, 1, V * M), in.tidx); // [1, M] z[target]
+    // z[target] as Σ_v z ⊙ onehot, not a GET_ROWS of z viewed as [1, V*M]: that
+    // gather's backward (GET_ROWS_BACK) launches one CUDA block row per source
+    // row, V·M of them, over the 65,535 a grid allows for any real vocabulary
+    // ("invalid argument", measured on an H200), each looping over all M
+    // indices. The one-hot is built from nodes autograd never differentiates
+    // (STEP's source is ignored, so FILL and SET_ROWS need no backward); the
+    // sum adds one z·1 to exact zeros, the value GET_ROWS gave, and its
+    // backward is one dense MUL. Costs one more [V, M] tensor, alive until the
+    // head's backward.
+    ggml_tensor * zero = ggml_fill_inplace(ctx, ggml_step(ctx, z), 0.0f);       // [V, M] zeros, no gradient
+    ggml_tensor * one  = ggml_fill_inplace(ctx, ggml_step(ctx, mu), 1.0f);      // [1, M] ones, no gradient
+    ggml_tensor * hot  = ggml_set_rows(ctx, ggml_reshape_3d(ctx, zero, 1, V, M),
+                                       ggml_reshape_3d(ctx, one, 1, 1, M), in.tidx); // [1, V, M]: 1 at (target_j, j)
+    ggml_tensor * zt   = ggml_sum_rows(ctx, ggml_mul(ctx, z, ggml_reshape_2d(ctx, hot, V, M))); // [1, M] z[target]
     ggml_tensor * logp = ggml_sub(ctx, zt, lse);                                 // [1, M]
     ggml_set_name(logp, "logp");
     ggml_set_name(logS, "entropy");
@@ -1337,7 +1350,7 @@ static int pin_backward_operands(ggml_context * ctx, ggml_cgraph * g) {
 
 static void set_inputs(empo_model & m, const empo_batch & b) {
     const int T = b.T, M = b.M;
-    const int64_t N = (int64_t) b.B * T, V = m.info.n_vocab;
+    const int64_t N = (int64_t) b.B * T;
     ggml_tensor * tokens = m.in.tokens, * pos = m.in.pos, * mask = m.in.mask, * rows = m.in.rows, * tidx = m.in.tidx;
     if (!tokens->buffer || !pos->buffer || (mask && !mask->buffer) || !rows->buffer || !tidx->buffer) {
         throw empo_error(EMPO_ERR_INTERNAL, "graph inputs not allocated");
@@ -1354,9 +1367,7 @@ static void set_inputs(empo_model & m, const empo_batch & b) {
         ggml_backend_tensor_set(mask, mk.data(), 0, mk.size() * sizeof(float));
     }
     ggml_backend_tensor_set(rows, b.rows, 0, M * sizeof(int32_t));
-    std::vector<int32_t> ti(M);
-    for (int j = 0; j < M; ++j) ti[j] = (int32_t) (j * V + b.targets[j]);
-    ggml_backend_tensor_set(tidx, ti.data(), 0, M * sizeof(int32_t));
+    ggml_backend_tensor_set(tidx, b.targets, 0, M * sizeof(int32_t));
 }
 
 // nodes (and leafs) of one graph whose attention runs in `chunks` query
@@ -1990,6 +2001,13 @@ static int init_impl(const char * path, const struct llama_model * lm, struct em
         snprintf(m->info.backend, sizeof(m->info.backend), "%s", ggml_backend_name(m->backend));
         if (lm) load_shared(*m, lw);
         else    load_model(*m, path);
+        // full training differentiates the token embedding's GET_ROWS into a
+        // [C, V] gradient; ggml-cuda launches one grid row per vocabulary row
+        // and a grid holds 65,535 ("CUDA error: invalid argument", an abort)
+        if (m->cfg.full && m->info.n_vocab > 65535 && strncmp(ggml_backend_name(m->backend), "CUDA", 4) == 0) {
+            throw empo_error(EMPO_ERR_CONFIG, "full training on " + std::string(ggml_backend_name(m->backend)) + ": a vocabulary of " +
+                             std::to_string(m->info.n_vocab) + " rows is over the 65535 that ggml-cuda's GET_ROWS_BACK can write; train a LoRA, or train on the CPU");
+        }
         snprintf(m->info.wtype_name, sizeof(m->info.wtype_name), "%s", ggml_type_name((ggml_type) m->info.wtype));
         m->sched = new_sched(*m);
         ggml_backend_sched_set_eval_callback(m->sched, sched_eval_cb, m);
