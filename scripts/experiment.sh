@@ -8,7 +8,7 @@
 #   runs → results table with the pre-registered decision (scripts/exptable)
 #   and diagnosis.
 #
-#   scripts/experiment.sh            # or: make experiment        (≤ 70 min, 2 cores, idle)
+#   scripts/experiment.sh            # or: make experiment        (≈ 50 min, 2 cores, idle)
 #   scripts/experiment.sh quick      # or: make experiment-quick  (≤ 10 min smoke test)
 #   OUT=dir SEEDS="1 2" ARMS="grpo empo2" STEPS=20 scripts/experiment.sh
 #   RESUME=1 scripts/experiment.sh   # continue in an existing OUT, skipping finished stages
@@ -77,12 +77,12 @@ MINI_BATCHES=${MINI_BATCHES:-2} # mini-batches per PPO epoch (update.mini_batche
 PPO_EPOCHS=${PPO_EPOCHS:-2}
 OLD_LOGP=${OLD_LOGP:-rollout} # π_old from the rollout's own log-probs (no recompute pass; docs/experiment.md)
 THRESHOLD=${THRESHOLD:-0.5} # retrieval threshold (the empo2 preset's, conversation keys; docs/memory.md)
-TIPS_IN=${TIPS_IN:-last-turn} # memory.tips_in of runs and eval (docs/experiment.md, Study 2; its every-turn run: TIPS_IN=every-turn)
-SFT_TIPS_IN=${SFT_TIPS_IN:-$TIPS_IN} # placement in the SFT tip records (every-turn records cost the SFT ≈ 3×: docs/experiment.md)
+TIPS_IN=${TIPS_IN:-every-turn} # memory.tips_in of runs and eval, as the authors' code (docs/experiment.md, Study 2; its first run: TIPS_IN=last-turn TOP_K=3 ATTEMPT_TIPS=0)
+SFT_TIPS_IN=${SFT_TIPS_IN:-last-turn} # placement in the SFT tip records (every-turn records cost the SFT ≈ 3–4×: docs/experiment.md)
 CTX=${CTX:-4096}
 EVAL_TEMP=${EVAL_TEMP:-0.4}
 RANK=${RANK:-8}          # rank of the fresh RL LoRA on the SFT base (alpha 2·rank)
-TOP_K=${TOP_K:-3}        # tips per prompt (memory.top_k; eval --top-k); the preset's 10 costs ≈ 3× per memory step
+TOP_K=${TOP_K:-1}        # tips per prompt (memory.top_k; eval --top-k); every-turn blocks of 3 overfill the 4096 context (docs/experiment.md)
 SFT_LR=${SFT_LR:-3e-3}   # full SFT: peak lr (cosine to SFT_MIN_LR)
 SFT_MIN_LR=${SFT_MIN_LR:-3e-4}
 SFT_MAXLEN=${SFT_MAXLEN:-2048} # tokens per SFT record (these demos + tip turn fit; a cut one is refused); 2 per forward
@@ -90,7 +90,7 @@ HIDDEN=${HIDDEN:-64}
 TIP_RECORDS=${TIP_RECORDS:-4}         # per RL-family SFT episode: records with retrieved tips in the prompt (0: none)
 SFT_TIP_RECORDS=${SFT_TIP_RECORDS:-1} # the same for the other SFT families (each record costs a prefix forward)
 TIP_TEMP=${TIP_TEMP:-0}               # tip-writing temperature (rollout.tip_temperature; <0: the rollout's 1.0)
-ATTEMPT_TIPS=${ATTEMPT_TIPS:-0}       # per RL-family SFT demo: tip turns after attempts gone astray, with their true tips (env demos --attempt-tips; unmeasured here, 0: none)
+ATTEMPT_TIPS=${ATTEMPT_TIPS:-8}       # per RL-family SFT demo: tip turns after attempts gone astray, with their true tips (env demos --attempt-tips; docs/experiment.md, the tip-teaching run)
 RESUME=${RESUME:-0}
 UNTIL=${UNTIL:-} # stop after this stage (then RESUME=1 continues)
 SIMP=(--simplifications easy) # explore demos need "teleport to"; every phase uses the same world
@@ -169,7 +169,7 @@ demos() {
 		local low
 		low=$(grep -o '"variation":[0-9]*' "$OUT/rl-sft.jsonl" | cut -d: -f2 | sort -n | head -1)
 		((low >= POOL)) || die "rl-sft.jsonl holds pool variation $low (< POOL=$POOL)"
-		(($(grep '"steps":' "$OUT/rl-sft.jsonl" | grep -vc '"failed":true') == RL_SFT_VARS)) ||
+		(($(grep '"steps":' "$OUT/rl-sft.jsonl" | grep -v '"failed":true' | grep -vc '"attempt":true') == RL_SFT_VARS)) ||
 			die "expected $RL_SFT_VARS $RL_TASK demonstrations in rl-sft.jsonl"
 		cat "$OUT/rl-sft.jsonl" >>"$OUT/sft-train.jsonl"
 		"$EMPO2" env demos textlab --tasks "$RL_TASK" --split dev --variations 2 \
