@@ -26,7 +26,9 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 
@@ -102,6 +104,7 @@ type memLine struct {
 	Content   string  `json:"content"`
 	Score     float64 `json:"score"`
 	Step      int64   `json:"step"`
+	Episode   string  `json:"episode"`
 }
 
 // run is one policy: the warm start or one trained run.
@@ -703,11 +706,13 @@ func writeDecision(w io.Writer, runs []*run) {
 // steps (or rollouts, per-rollout modes) in memory and off-policy modes,
 // the masking rate (masked responses / responses with a signal), the mean
 // clip fraction and updates of the steps that updated, the mean true-tip
-// fraction of the steps that report one, and the share of episodes that
-// ended on a full context (ok false: not recorded).
+// fraction of the steps that report one (and the well-formed fraction),
+// the share of episodes that ended on a full context, and the mean length
+// of the written tips in characters, one per episode (memory.jsonl; ok
+// false: not recorded).
 type trainStats struct {
-	memFrac, offFrac, maskRate, clip, updates, tipsTrue, ctxEnd float64
-	maskOK, updOK, tipsOK, ctxOK                                bool
+	memFrac, offFrac, maskRate, clip, updates, tipsTrue, tipsWell, ctxEnd, tipLen float64
+	maskOK, updOK, tipsOK, ctxOK, lenOK                                           bool
 }
 
 func stats(r *run) (t trainStats, ok bool) {
@@ -715,7 +720,7 @@ func stats(r *run) (t trainStats, ok bool) {
 		return t, false
 	}
 	var all, mem, off, masked, resp, upd, nTrue, eps, ctxEnds int
-	var clip, updates, tru float64
+	var clip, updates, tru, well float64
 	for _, s := range r.steps {
 		modes := s.Modes
 		if len(modes) == 0 {
@@ -740,6 +745,9 @@ func stats(r *run) (t trainStats, ok bool) {
 		if s.TipsTrueFrac != nil {
 			nTrue++
 			tru += *s.TipsTrueFrac
+			if s.TipsWellFormedFrac != nil {
+				well += *s.TipsWellFormedFrac
+			}
 		}
 		if len(s.EndReasons) > 0 {
 			t.ctxOK = true
@@ -757,12 +765,55 @@ func stats(r *run) (t trainStats, ok bool) {
 		t.clip, t.updates, t.updOK = clip/float64(upd), updates/float64(upd), true
 	}
 	if nTrue > 0 {
-		t.tipsTrue, t.tipsOK = tru/float64(nTrue), true
+		t.tipsTrue, t.tipsWell, t.tipsOK = tru/float64(nTrue), well/float64(nTrue), true
 	}
+	t.tipLen, t.lenOK = meanTipLength(r.tips)
 	if t.ctxOK && eps > 0 {
 		t.ctxEnd = float64(ctxEnds) / float64(eps)
 	}
 	return t, true
+}
+
+// tipText is the tip of a memory entry: its content without what the code
+// appends (trainer/rollout.TipContent: ` (At this step the action was %q;
+// the episode ended with score S/100.)`). The action is a quoted string
+// that may itself hold that text, so the suffix is the first occurrence
+// whose rest is exactly one quoted string and the score sentence.
+func tipText(content string) string {
+	const pre, post = " (At this step the action was ", "; the episode ended with score "
+	for off := 0; ; {
+		i := strings.Index(content[off:], pre)
+		if i < 0 {
+			return content
+		}
+		i += off
+		rest := content[i+len(pre):]
+		if j := strings.LastIndex(rest, post); j >= 0 && strings.HasSuffix(rest, "/100.)") {
+			if _, err := strconv.Unquote(rest[:j]); err == nil {
+				return content[:i]
+			}
+		}
+		off = i + 1
+	}
+}
+
+// meanTipLength is the mean length in characters of the tips written,
+// one per episode (its entries repeat the tip once per step).
+func meanTipLength(tips []memLine) (float64, bool) {
+	seen := map[string]bool{}
+	var sum, n int
+	for _, m := range tips {
+		if m.Episode == "" || seen[m.Episode] {
+			continue
+		}
+		seen[m.Episode] = true
+		sum += utf8.RuneCountInString(tipText(m.Content))
+		n++
+	}
+	if n == 0 {
+		return 0, false
+	}
+	return float64(sum) / float64(n), true
 }
 
 // writeTraining prints the training figures per arm (mean ± std over seeds).
@@ -777,20 +828,22 @@ func writeTraining(w io.Writer, runs []*run) {
 			return f(t)
 		}
 	}
-	tableHead(w, "**Training: mode mix, updates, masking, clipping, tips** (per run over its steps, mean ± std over seeds; memory = steps with tips in the rollouts, off-policy and on-policy-with-tips; masked = masked responses / responses with a signal; clip and updates: mean over the steps that updated; true tips: tips_true_frac; context ends: episodes ended on a full context)",
-		"arm", "memory steps %", "off-policy steps %", "updates per step", "masked %", "clip frac %", "true tips %", "context ends %")
+	tableHead(w, "**Training: mode mix, updates, masking, clipping, tips** (per run over its steps, mean ± std over seeds; memory = steps with tips in the rollouts, off-policy and on-policy-with-tips; masked = masked responses / responses with a signal; clip and updates: mean over the steps that updated; true and well-formed tips: tips_true_frac, tips_wellformed_frac; tip length: characters per written tip, one per episode; context ends: episodes ended on a full context)",
+		"arm", "memory steps %", "off-policy steps %", "updates per step", "masked %", "clip frac %", "true tips %", "well-formed tips %", "tip length", "context ends %")
 	for _, a := range arms {
 		rs := by[a]
 		if len(rs[0].steps) == 0 {
 			continue
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", a,
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", a,
 			cell(rs, get(func(t trainStats) (float64, bool) { return t.memFrac, true }), 100),
 			cell(rs, get(func(t trainStats) (float64, bool) { return t.offFrac, true }), 100),
 			cell(rs, get(func(t trainStats) (float64, bool) { return t.updates, t.updOK }), 1),
 			cell(rs, get(func(t trainStats) (float64, bool) { return t.maskRate, t.maskOK }), 100),
 			cell(rs, get(func(t trainStats) (float64, bool) { return t.clip, t.updOK }), 100),
 			cell(rs, get(func(t trainStats) (float64, bool) { return t.tipsTrue, t.tipsOK }), 100),
+			cell(rs, get(func(t trainStats) (float64, bool) { return t.tipsWell, t.tipsOK }), 100),
+			cell(rs, get(func(t trainStats) (float64, bool) { return t.tipLen, t.lenOK }), 1),
 			cell(rs, get(func(t trainStats) (float64, bool) { return t.ctxEnd, t.ctxOK }), 100))
 	}
 }

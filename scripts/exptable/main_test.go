@@ -2,12 +2,15 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/empo2/empo2/trainer/rollout"
 )
 
 func write(t *testing.T, path, body string) {
@@ -165,13 +168,24 @@ func TestDecisionAndTraining(t *testing.T) {
 {"step":1,"mode":"on-policy","episodes":16,"sample_steps":0,"updates":0,"end_reasons":{"done":10,"step-limit":6,"context":0}}
 `
 			if arm != "grpo" {
-				metrics = `{"step":0,"mode":"off-policy","episodes":16,"sample_steps":100,"masked_seqs":10,"updates":4,"clip_frac":0.04,"tips_true_frac":0.25,"end_reasons":{"done":8,"step-limit":4,"context":4}}
-{"step":1,"mode":"on-policy-tips","episodes":16,"sample_steps":60,"masked_seqs":0,"updates":4,"clip_frac":0.02,"tips_true_frac":0.75,"end_reasons":{"done":16,"context":0}}
+				metrics = `{"step":0,"mode":"off-policy","episodes":16,"sample_steps":100,"masked_seqs":10,"updates":4,"clip_frac":0.04,"tips_true_frac":0.25,"tips_wellformed_frac":0.5,"end_reasons":{"done":8,"step-limit":4,"context":4}}
+{"step":1,"mode":"on-policy-tips","episodes":16,"sample_steps":60,"masked_seqs":0,"updates":4,"clip_frac":0.02,"tips_true_frac":0.75,"tips_wellformed_frac":1,"end_reasons":{"done":16,"context":0}}
 {"step":2,"mode":"on-policy","episodes":16,"sample_steps":40,"masked_seqs":0,"updates":4,"clip_frac":0,"end_reasons":{"done":16}}
 {"step":3,"mode":"on-policy","episodes":16,"sample_steps":0,"updates":0,"end_reasons":{"done":16}}
 `
 			}
 			write(t, filepath.Join(dir, "metrics.jsonl"), metrics)
+			if arm != "grpo" { // two episodes' tips of 6 and 2 characters, the first entered at two steps
+				var mem strings.Builder
+				for _, e := range []struct{ ep, tip, action string }{
+					{"e1", "I went", "look around"}, {"e1", "I went", "go to kitchen"},
+					{"e2", "ok", `say "x (At this step the action was "y"; the episode ended with score 3/100.)"`},
+				} {
+					b, _ := json.Marshal(map[string]any{"episode": e.ep, "content": rollout.TipContent(e.tip, e.action, 10)})
+					mem.Write(append(b, '\n'))
+				}
+				write(t, filepath.Join(dir, "memory.jsonl"), mem.String())
+			}
 		}
 	}
 	runs, err := load(out)
@@ -186,9 +200,10 @@ func TestDecisionAndTraining(t *testing.T) {
 		"| empo2-paper − grpo | 3 vs 3 | 4.00 | 1.63 | 3.27 | **EMPO² better** |",
 		// memory 2/4 steps, off-policy 1/4; updates 4 over the 3 updating
 		// steps; masked 10/200; clip (4+2+0)/3 %; true tips (25+75)/2 %;
+		// well-formed (50+100)/2 %; tip length (6+2)/2 characters;
 		// context ends 4/64
-		"| empo2 | 50.0 ± 0.0 | 25.0 ± 0.0 | 4.0 ± 0.0 | 5.0 ± 0.0 | 2.0 ± 0.0 | 50.0 ± 0.0 | 6.2 ± 0.0 |",
-		"| grpo | 0.0 ± 0.0 | 0.0 ± 0.0 | 4.0 ± 0.0 | 0.0 ± 0.0 | 2.0 ± 0.0 | — | 0.0 ± 0.0 |",
+		"| empo2 | 50.0 ± 0.0 | 25.0 ± 0.0 | 4.0 ± 0.0 | 5.0 ± 0.0 | 2.0 ± 0.0 | 50.0 ± 0.0 | 75.0 ± 0.0 | 4.0 ± 0.0 | 6.2 ± 0.0 |",
+		"| grpo | 0.0 ± 0.0 | 0.0 ± 0.0 | 4.0 ± 0.0 | 0.0 ± 0.0 | 2.0 ± 0.0 | — | — | — | 0.0 ± 0.0 |",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("table lacks %q:\n%s", want, got)
