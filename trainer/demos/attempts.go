@@ -21,7 +21,9 @@ import (
 // reaches the step limit (FailedAttempt), and its record is the tip
 // request after the attempt (rollout.TipMessages) answered with Tip of the
 // attempt: a true tip about a partial or failed trajectory, as cheap to
-// make as the demo itself.
+// make as the demo itself. Only the tip is trained (sft.LastOnly): the
+// attempt's actions, random ones among them, are the record's context,
+// which an SFT that trained every assistant turn would teach as actions.
 
 // AttemptTipRecords plays n attempts at d's variation on env (limit: the
 // task's step limit) and returns their tip-writing records; seed drives the
@@ -50,9 +52,9 @@ func AttemptTipRecords(ctx context.Context, env environments.Env, d Demo, n, lim
 			continue
 		}
 		msgs := append(rollout.TipMessages(pc, f.Desc, f.FirstObs, actionTurns(pc, f)), llama.Message{Role: sft.RoleAssistant, Content: Tip(f)})
-		out = append(out, sft.ChatRecord{Messages: msgs, Meta: map[string]any{
+		out = append(out, sft.LastOnly(msgs, map[string]any{
 			"env": d.Env, "task": d.Task, "variation": d.Variation, "kind": d.Kind,
-			"score": f.Score, "done": f.Done, "steps": len(f.Steps), "tip": true, "attempt": true}})
+			"score": f.Score, "done": f.Done, "steps": len(f.Steps), "tip": true, "attempt": true}))
 	}
 	return out, nil
 }

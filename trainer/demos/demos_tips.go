@@ -46,9 +46,10 @@ import (
 // whose retrieval finds nothing is not written.
 //
 // With cfg.FailureTips each failed attempt also gives its tip-writing
-// record (rollout.TipMessages of the attempt + its Tip): the demos' own tip
-// turns only show complete, successful episodes, while the policy writes
-// most of its tips at RL time after failures.
+// record (rollout.TipMessages of the attempt + its Tip, the tip alone
+// trained: sft.LastOnly): the demos' own tip turns only show complete,
+// successful episodes, while the policy writes most of its tips at RL time
+// after failures.
 
 // TipRecordConfig says how TipRecords builds records with tips.
 type TipRecordConfig struct {
@@ -203,8 +204,8 @@ func TipRecords(ctx context.Context, env environments.Env, d Demo, mem *memstore
 		}
 		if cfg.FailureTips {
 			msgs := append(rollout.TipMessages(pc, f.Desc, f.FirstObs, actionTurns(pc, f)), llama.Message{Role: sft.RoleAssistant, Content: Tip(f)})
-			out = append(out, sft.ChatRecord{Messages: msgs, Meta: meta(map[string]any{
-				"score": f.Score, "done": f.Done, "steps": len(f.Steps), "tip": true, "failed": true})})
+			out = append(out, sft.LastOnly(msgs, meta(map[string]any{
+				"score": f.Score, "done": f.Done, "steps": len(f.Steps), "tip": true, "failed": true})))
 		}
 		es := demoEntries(pc, cfg.Key, f, ns+"/fail"+strconv.Itoa(k))
 		for _, space := range []string{"fail|" + ns, "all|" + ns} {

@@ -165,6 +165,10 @@ func TestDemoTipRecords(t *testing.T) {
 				n := r.Meta["steps"].(int)
 				last := r.Messages[len(r.Messages)-1]
 				require.Equal(t, sft.RoleAssistant, last.Role)
+				for i, m := range r.Messages {
+					// the attempt's actions (random ones among them) are context: only the tip is trained
+					require.Equal(t, m.Role == sft.RoleAssistant && i < len(r.Messages)-1, r.IsContext(i), "message %d", i)
+				}
 				require.Equal(t, rollout.TipRequest, r.Messages[len(r.Messages)-2].Content, "the tip request is a user turn of its own")
 				// the attempt replays the demo's first actions: its tip turn's chat
 				// starts like the demo's and its tip is not the demo's
@@ -223,6 +227,7 @@ func TestDemoTipRecords(t *testing.T) {
 				require.Equal(t, r.Meta["tips"], len(lines))
 				last := r.Messages[len(r.Messages)-1]
 				require.Equal(t, sft.RoleAssistant, last.Role)
+				require.Nil(t, r.Context, "a step record trains its demo's actions")
 				require.Equal(t, d.Steps[i].Action, last.Content)
 				switch space {
 				case "fail":

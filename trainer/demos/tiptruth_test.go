@@ -89,8 +89,11 @@ func TestAttemptTipRecords(t *testing.T) {
 			var acts []string
 			for i := 2; i+1 < len(msgs)-1; i += 2 {
 				require.Equal(t, sft.RoleAssistant, msgs[i].Role)
+				require.True(t, r.IsContext(i), "the attempt's action %d is context, not trained", i)
 				acts = append(acts, msgs[i].Content)
 			}
+			require.False(t, r.IsContext(len(msgs)-1), "the tip is trained")
+			require.NoError(t, r.Check())
 			require.LessOrEqual(t, len(acts), 30)
 			p, err := Play(ctx, replay, "textlab", d.Task, v, 0, acts)
 			require.NoError(t, err)

@@ -50,23 +50,103 @@ const (
 
 // ChatRecord is one line of SFT data. Meta is free-form (demos record the
 // environment, task, variation and score there) and ignored by training.
+//
+// Every assistant message is trained unless Context marks it: Context[i]
+// true makes message i context only, in the prompt but not in the loss (a
+// tip-writing record trains its tip, not the episode's actions before
+// it). In JSON this is OpenAI fine-tuning's per-message "weight": 0 on an
+// assistant message (1 or absent: trained).
 type ChatRecord struct {
-	Messages []llama.Message `json:"messages"`
-	Meta     map[string]any  `json:"meta,omitempty"`
+	Messages []llama.Message
+	Meta     map[string]any
+	Context  []bool // len(Messages) or nil (nothing marked)
 }
 
+// chatMessage is a message as JSON: llama.Message with the optional weight.
+type chatMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+	Weight  *int   `json:"weight,omitempty"`
+}
+
+type chatRecordJSON struct {
+	Messages []chatMessage `json:"messages"`
+	Meta     map[string]any `json:"meta,omitempty"`
+}
+
+// MarshalJSON writes "weight": 0 on the context-only messages.
+func (r ChatRecord) MarshalJSON() ([]byte, error) {
+	j := chatRecordJSON{Messages: make([]chatMessage, len(r.Messages)), Meta: r.Meta}
+	zero := 0
+	for i, m := range r.Messages {
+		j.Messages[i] = chatMessage{Role: m.Role, Content: m.Content}
+		if r.IsContext(i) {
+			j.Messages[i].Weight = &zero
+		}
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON reads "weight" (0 or 1, assistant messages only).
+func (r *ChatRecord) UnmarshalJSON(b []byte) error {
+	var j chatRecordJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*r = ChatRecord{Messages: make([]llama.Message, len(j.Messages)), Meta: j.Meta}
+	for i, m := range j.Messages {
+		r.Messages[i] = llama.Message{Role: m.Role, Content: m.Content}
+		if m.Weight == nil {
+			continue
+		}
+		switch {
+		case m.Role != RoleAssistant:
+			return fmt.Errorf("message %d: a weight on a %s message (only assistant messages are trained)", i, m.Role)
+		case *m.Weight == 0:
+			if r.Context == nil {
+				r.Context = make([]bool, len(j.Messages))
+			}
+			r.Context[i] = true
+		case *m.Weight != 1:
+			return fmt.Errorf("message %d: weight %d (want 0 or 1)", i, *m.Weight)
+		}
+	}
+	return nil
+}
+
+// LastOnly returns a record whose assistant messages before the last one
+// are context only: the last message is what it teaches (a tip written
+// after an episode whose actions, random or wrong ones among them, are
+// only its prompt).
+func LastOnly(msgs []llama.Message, meta map[string]any) ChatRecord {
+	r := ChatRecord{Messages: msgs, Meta: meta, Context: make([]bool, len(msgs))}
+	for i := range len(msgs) - 1 {
+		r.Context[i] = msgs[i].Role == RoleAssistant
+	}
+	return r
+}
+
+// IsContext reports whether message i is context only (not trained).
+func (r ChatRecord) IsContext(i int) bool { return i < len(r.Context) && r.Context[i] }
+
 // Check validates the record: known roles, no NUL bytes, at least one
-// non-empty assistant message.
+// non-empty trained assistant message.
 func (r ChatRecord) Check() error {
 	if len(r.Messages) == 0 {
 		return fmt.Errorf("%w: no messages", ErrData)
+	}
+	if r.Context != nil && len(r.Context) != len(r.Messages) {
+		return fmt.Errorf("%w: %d context marks for %d messages", ErrData, len(r.Context), len(r.Messages))
 	}
 	assistant := false
 	for i, m := range r.Messages {
 		switch m.Role {
 		case RoleSystem, RoleUser:
+			if r.IsContext(i) {
+				return fmt.Errorf("%w: message %d: a %s message marked context (only assistant messages are trained)", ErrData, i, m.Role)
+			}
 		case RoleAssistant:
-			if strings.TrimSpace(m.Content) != "" {
+			if strings.TrimSpace(m.Content) != "" && !r.IsContext(i) {
 				assistant = true
 			}
 		default:
@@ -77,7 +157,7 @@ func (r ChatRecord) Check() error {
 		}
 	}
 	if !assistant {
-		return fmt.Errorf("%w: no assistant message with content (nothing to learn)", ErrData)
+		return fmt.Errorf("%w: no trained assistant message with content (nothing to learn)", ErrData)
 	}
 	return nil
 }
@@ -166,16 +246,29 @@ func (s Sample) TrainedCount() int {
 	return n
 }
 
-// TokenizeChat renders one record and marks its assistant spans.
+// TokenizeChat renders one record and marks its trained assistant spans
+// (every assistant message's but the context-only ones').
 func TokenizeChat(tk ChatTokenizer, rec ChatRecord) (Sample, error) {
 	ct, err := tk.Tokens(rec.Messages, false)
 	if err != nil {
 		return Sample{}, fmt.Errorf("%w: rendering: %w", ErrData, err)
 	}
+	var asst []int // the assistant messages, in order: one span each
+	for i, m := range rec.Messages {
+		if m.Role == RoleAssistant {
+			asst = append(asst, i)
+		}
+	}
+	if len(ct.Assistant) != len(asst) {
+		return Sample{}, fmt.Errorf("%w: %d assistant spans rendered for %d assistant messages", ErrData, len(ct.Assistant), len(asst))
+	}
 	s := Sample{Tokens: ct.Tokens, Trained: make([]bool, len(ct.Tokens))}
-	for _, sp := range ct.Assistant {
+	for k, sp := range ct.Assistant {
 		if sp[0] < 0 || sp[1] > len(ct.Tokens) || sp[0] > sp[1] {
 			return Sample{}, fmt.Errorf("%w: assistant span %v outside %d tokens", ErrData, sp, len(ct.Tokens))
+		}
+		if rec.IsContext(asst[k]) {
+			continue
 		}
 		for t := max(sp[0], 1); t < sp[1]; t++ { // token 0 has no prefix to predict it from
 			s.Trained[t] = true

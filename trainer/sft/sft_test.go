@@ -172,12 +172,64 @@ func TestReadChatJSONL(t *testing.T) {
 		"empty answer": `{"messages":[{"role":"user","content":"x"},{"role":"assistant","content":"  "}]}`,
 		"nul":          `{"messages":[{"role":"user","content":"a\u0000b"},{"role":"assistant","content":"a"}]}`,
 		"no messages":  `{}`,
+		"only context": `{"messages":[{"role":"user","content":"x"},{"role":"assistant","content":"a","weight":0}]}`,
+		"user weight":  `{"messages":[{"role":"user","content":"x","weight":0},{"role":"assistant","content":"a"}]}`,
+		"weight 2":     `{"messages":[{"role":"user","content":"x"},{"role":"assistant","content":"a","weight":2}]}`,
 	} {
 		_, err := ReadChatJSONL(strings.NewReader(`{"messages":[{"role":"user","content":"ok"},{"role":"assistant","content":"a"}]}` + "\n" + line + "\n"))
 		require.Error(t, err, name)
 		assert.True(t, errors.Is(err, ErrData), name)
 		assert.Contains(t, err.Error(), "line 2", name)
 	}
+}
+
+// OpenAI fine-tuning's per-message "weight": 0 makes an assistant message
+// context only; it survives a write and read, and LastOnly marks every
+// assistant message but the last.
+func TestChatRecordWeights(t *testing.T) {
+	msgs := []llama.Message{{Role: RoleUser, Content: "go"}, {Role: RoleAssistant, Content: "look"},
+		{Role: RoleUser, Content: "a room"}, {Role: RoleAssistant, Content: "wait"},
+		{Role: RoleUser, Content: "tip?"}, {Role: RoleAssistant, Content: "I looked."}}
+	rec := LastOnly(msgs, map[string]any{"tip": true})
+	assert.Equal(t, []bool{false, true, false, true, false, false}, rec.Context)
+	var buf bytes.Buffer
+	require.NoError(t, WriteChatJSONL(&buf, []ChatRecord{rec}))
+	assert.Equal(t, 2, strings.Count(buf.String(), `"weight":0`), buf.String())
+	got, err := ReadChatJSONL(&buf)
+	require.NoError(t, err)
+	assert.Equal(t, []ChatRecord{rec}, got)
+	// "weight": 1 is the default: no marks
+	got, err = ReadChatJSONL(strings.NewReader(`{"messages":[{"role":"user","content":"x"},{"role":"assistant","content":"a","weight":1}]}`))
+	require.NoError(t, err)
+	assert.Nil(t, got[0].Context)
+}
+
+// A context-only assistant message is rendered but not trained: the
+// trained mask is the last assistant span alone, so the loss differs from
+// the same chat's with every assistant message trained.
+func TestSFTContextMessagesNotTrained(t *testing.T) {
+	r, pol, _ := sftModels(t, 4)
+	rec := sftChats()[0]
+	rec = LastOnly(rec.Messages, nil)
+	s, err := TokenizeChat(r, rec)
+	require.NoError(t, err)
+	ct, err := r.Tokens(rec.Messages, false)
+	require.NoError(t, err)
+	require.Len(t, ct.Assistant, 2)
+	last := ct.Assistant[len(ct.Assistant)-1]
+	for t0 := range s.Tokens {
+		assert.Equal(t, t0 >= last[0] && t0 < last[1], s.Trained[t0], "token %d", t0)
+	}
+	loss := func(s Sample) float64 {
+		st, err := pol.Evaluate([]cgo.Sequence{s.Sequence()}, Objective(), 1)
+		require.NoError(t, err)
+		return st.Loss
+	}
+	all, err := TokenizeChat(r, ChatRecord{Messages: rec.Messages})
+	require.NoError(t, err)
+	assert.Greater(t, all.TrainedCount(), s.TrainedCount(), "without marks every assistant message is trained")
+	base := loss(s)
+	assert.NotEqual(t, base, loss(all))
 }
 
 // The loss is taken on assistant tokens only: the trained mask is exactly
