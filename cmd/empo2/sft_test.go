@@ -118,7 +118,7 @@ func TestSFTCommandErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"sft", "-m", model, "--data", bad, "-o", filepath.Join(dir, "a.gguf")}, "no assistant message"},
+		{[]string{"sft", "-m", model, "--data", bad, "-o", filepath.Join(dir, "a.gguf")}, "no trained assistant message"},
 		{[]string{"sft", "-m", model, "--data", filepath.Join(dir, "missing.jsonl"), "-o", filepath.Join(dir, "a.gguf")}, "no such file"},
 		{[]string{"sft", "-m", model, "--data", good, "-o", filepath.Join(dir, "a.gguf"), "--full", "--rank", "8"}, "lora.rank does not apply to full"},
 		{[]string{"sft", "-m", model, "--data", good, "-o", filepath.Join(dir, "a.gguf"), "--full", "--targets", "q"}, "lora.targets does not apply to full"},
