@@ -8,7 +8,7 @@
 #   runs → results table with the pre-registered decision (scripts/exptable)
 #   and diagnosis.
 #
-#   scripts/experiment.sh            # or: make experiment        (≈ 50 min, 2 cores, idle)
+#   scripts/experiment.sh            # or: make experiment        (≤ 80 min, 2 cores: 79.4 measured under load)
 #   scripts/experiment.sh quick      # or: make experiment-quick  (≤ 10 min smoke test)
 #   OUT=dir SEEDS="1 2" ARMS="grpo empo2" STEPS=20 scripts/experiment.sh
 #   RESUME=1 scripts/experiment.sh   # continue in an existing OUT, skipping finished stages

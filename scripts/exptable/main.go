@@ -593,10 +593,7 @@ func quoteTips(w io.Writer, rs []*run) {
 		seen := map[string]bool{}
 		var ts []tip
 		for _, m := range r.tips {
-			t := m.Content
-			if i := strings.Index(t, " (At this step the action was"); i >= 0 {
-				t = t[:i]
-			}
+			t := tipText(m.Content)
 			if seen[t] {
 				continue
 			}
