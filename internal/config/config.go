@@ -108,7 +108,8 @@ func (s *Schema[T]) Doc(key string) string { return s.docs[key] }
 // Decode decodes one YAML document from r onto c strictly: an unknown key
 // is an error naming it and its line, and so is a fraction in an integer
 // key (never truncated) or a non-finite number (.nan, .inf) in a float key.
-// what names the source in errors. An empty document leaves c as it is.
+// what names the source in errors. An empty document leaves c as it is;
+// a second document is an error (it would be ignored).
 func (s *Schema[T]) Decode(r io.Reader, c *T, what string) error {
 	b, err := io.ReadAll(r)
 	if err != nil {
@@ -126,7 +127,28 @@ func (s *Schema[T]) Decode(r io.Reader, c *T, what string) error {
 	if err := d.Decode(c); err != nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("%w: %s: %w", s.err, what, err)
 	}
+	// A second document ("---" then more keys) would be ignored silently.
+	var extra yaml.Node
+	if err := d.Decode(&extra); err == nil && !emptyDocument(&extra) {
+		line := extra.Line
+		if len(extra.Content) > 0 {
+			line = extra.Content[0].Line
+		}
+		return fmt.Errorf("%w: %s: a second YAML document starts at line %d (after a \"---\" line): a configuration is one document; merge the two or remove the \"---\"",
+			s.err, what, line)
+	} else if err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("%w: %s: %w", s.err, what, err)
+	}
 	return nil
+}
+
+// emptyDocument: a document with nothing in it (a trailing "---").
+func emptyDocument(n *yaml.Node) bool {
+	if len(n.Content) == 0 {
+		return true
+	}
+	c := n.Content[0]
+	return len(n.Content) == 1 && c.Kind == yaml.ScalarNode && c.Tag == "!!null" && c.Value == ""
 }
 
 // Set applies one override "key.path=value" to c; value is YAML ("0.5",

@@ -76,6 +76,22 @@ func TestSchemaDecodeStrict(t *testing.T) {
 	}
 }
 
+// A second YAML document would be ignored: it is an error naming its line
+// (issue 38); a leading "---" is one document.
+func TestSchemaDecodeMultiDocument(t *testing.T) {
+	s := New(testDefault, errTest)
+	c := testDefault()
+	err := s.Decode(strings.NewReader("name: y\n---\nname: z\n"), &c, "f.yaml")
+	if !errors.Is(err, errTest) || !strings.Contains(err.Error(), "second YAML document") || !strings.Contains(err.Error(), "line 3") ||
+		!strings.Contains(err.Error(), "f.yaml") {
+		t.Fatalf("want an error naming the second document at line 3 of f.yaml, got %v", err)
+	}
+	c = testDefault()
+	if err := s.Decode(strings.NewReader("---\nname: y\n---\n"), &c, "f.yaml"); err != nil || c.Name != "y" {
+		t.Fatalf("leading ---: %v %+v", err, c)
+	}
+}
+
 func TestSchemaSet(t *testing.T) {
 	s := New(testDefault, errTest)
 	c := testDefault()
