@@ -1,7 +1,7 @@
 package main
 
 // `empo2 check …`: the developer commands of the GPU verification
-// (internal/gpucheck, run by scripts/gpu-check.sh; docs/gpu.md). Hidden from
+// (gpucheck/, run by scripts/gpu-check.sh; docs/gpu.md). Hidden from
 // the main help.
 
 import (
@@ -13,7 +13,7 @@ import (
 	"github.com/rs/zerolog/log"
 	"github.com/urfave/cli/v2"
 
-	"github.com/empo2/empo2/internal/gpucheck"
+	"github.com/empo2/empo2/gpucheck"
 	"github.com/empo2/empo2/internal/safefile"
 )
 

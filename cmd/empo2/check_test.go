@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/empo2/empo2/internal/gpucheck"
+	"github.com/empo2/empo2/gpucheck"
 )
 
 // gpuCheck runs scripts/gpu-check.sh OUT as the CPU dry run (GPU_CHECK_NO_GPU:

@@ -10,7 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/empo2/empo2/cgo"
-	"github.com/empo2/empo2/internal/gpucheck"
+	"github.com/empo2/empo2/gpucheck"
 	"github.com/empo2/empo2/llama"
 	"github.com/empo2/empo2/modelgen"
 )
