@@ -16,6 +16,7 @@ import (
 	"github.com/empo2/empo2/environments"
 	"github.com/empo2/empo2/internal/stats"
 	"github.com/empo2/empo2/internal/sysmem"
+	"github.com/empo2/empo2/internal/watch"
 	"github.com/empo2/empo2/runfiles"
 	"github.com/empo2/empo2/trainer/optim"
 	"github.com/empo2/empo2/trainer/rollout"
@@ -430,6 +431,9 @@ func (l *Loop) Step(ctx context.Context, step int) (StepMetrics, error) {
 	cfg := &l.Cfg
 	jobs, modes := PlanStep(cfg, l.Pool, step)
 	m := newStepMetrics(step, cfg, modes)
+	w := watch.From(ctx) // progress: the step's phases (the rollout engine counts episodes and tokens)
+	w.Step(step, cfg.Steps)
+	w.Phase(watch.Rollouts, len(jobs))
 	eps, rs, err := l.Runner.Run(ctx, jobs)
 	if err != nil {
 		return m, fmt.Errorf("%w: rollouts: %w", ErrTrain, err)
@@ -442,6 +446,7 @@ func (l *Loop) Step(ctx context.Context, step int) (StepMetrics, error) {
 	m.EndReasons, m.Context = rollout.CountEnds(eps), cfg.Context
 	if cfg.Memory.WriteTips {
 		t := time.Now()
+		w.Phase(watch.Tips, 0)
 		if m.TipsWritten, err = l.Runner.WriteTips(ctx, eps, int64(step)); err != nil {
 			return m, fmt.Errorf("%w: writing tips: %w", ErrTrain, err)
 		}
@@ -472,6 +477,7 @@ func (l *Loop) update(ctx context.Context, step int, eps []rollout.Episode, mode
 	var lp LogProber
 	if cfg.Update.OldLogp == OldLogpRecompute {
 		lp = l.Prober
+		watch.From(ctx).Phase(watch.OldLogp, 0)
 	}
 	samples, st, err := BuildSamples(eps, modes, cfg.SampleConfig(), lp, cfg.Update.MicroBatch)
 	if err != nil {
@@ -480,6 +486,7 @@ func (l *Loop) update(ctx context.Context, step int, eps []rollout.Episode, mode
 	m.TOldLogp = time.Since(t).Seconds()
 	m.addSamples(st)
 	t = time.Now()
+	watch.From(ctx).Phase(watch.Update, 0)
 	us, err := RunUpdates(l.Updater, samples, cfg.Update.PPOEpochs,
 		MiniBatching{Size: cfg.Update.MiniBatch, Count: cfg.Update.MiniBatches}, stepRNG(cfg.Seed, step, streamShuffle),
 		Progress{Step: step, Steps: cfg.Steps})

@@ -18,6 +18,7 @@ import (
 	"github.com/empo2/empo2/gguf"
 	"github.com/empo2/empo2/internal/safefile"
 	"github.com/empo2/empo2/internal/sysmem"
+	"github.com/empo2/empo2/internal/watch"
 	"github.com/empo2/empo2/llama"
 	"github.com/empo2/empo2/lora"
 	"github.com/empo2/empo2/memstore"
@@ -571,6 +572,7 @@ func (r *run) run(ctx context.Context, opts RunOptions) (RunResult, error) {
 	}
 	lastCkpt := r.start
 	checkpoint := func(step int) error {
+		watch.From(ctx).Phase(watch.Checkpoint, 0)
 		p, err := optim.WriteCheckpoint(r.dir, step, cfg.Seed, r.loop.Updater, cfg.Checkpoint.Keep)
 		if err != nil {
 			return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 
+	"github.com/empo2/empo2/internal/watch"
 	"github.com/empo2/empo2/trainer/evaluate"
 	"github.com/empo2/empo2/trainer/rollout"
 )
@@ -24,5 +25,6 @@ func periodicEval(ctx context.Context, r *rollout.Roller, cfg *Config, step int)
 	ec := cfg.Eval
 	ec.Tasks = cfg.Tasks
 	ec.Seed = int64(stepRNG(cfg.Seed, step, streamEval).Uint64() >> 1)
+	ec.Plan = func(p evaluate.Plan) { watch.From(ctx).Phase(watch.Eval, p.Total) }
 	return evaluate.Periodic(ctx, r, ec, step)
 }

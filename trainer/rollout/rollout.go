@@ -14,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/empo2/empo2/environments"
+	"github.com/empo2/empo2/internal/watch"
 	"github.com/empo2/empo2/llama"
 	"github.com/empo2/empo2/memstore"
 	"github.com/empo2/empo2/runfiles"
@@ -606,6 +607,7 @@ func (r *Roller) Run(ctx context.Context, jobs []Job) ([]Episode, Stats, error) 
 		}
 	}
 	eps := make([]Episode, len(jobs))
+	w := watch.From(ctx) // progress: tokens per decode, episodes as they finish
 	nSlots := r.lctx.NSeqMax()
 	if r.opts.Pool != nil {
 		// one instance per active episode: never wait on the pool
@@ -693,6 +695,7 @@ func (r *Roller) Run(ctx context.Context, jobs []Job) ([]Episode, Stats, error) 
 			st.PromptTokensSeen += ss.PromptSeen
 			st.PromptTokensDecoded += ss.PromptDecoded
 			st.GenTokens += ss.Generated
+			w.Tokens(ss.Generated)
 			if err := r.stepAll(ctx, turn, seqs); err != nil {
 				return nil, st, err
 			}
@@ -710,6 +713,7 @@ func (r *Roller) Run(ctx context.Context, jobs []Job) ([]Episode, Stats, error) 
 				return nil, st, fmt.Errorf("%w: releasing an environment: %w", ErrRollout, err)
 			}
 			finished++
+			w.Add(1)
 			if r.opts.Progress != nil {
 				r.opts.Progress(finished, len(jobs))
 			}
