@@ -51,6 +51,7 @@ type pageFigure struct {
 	Files                []string     // written files, relative to the page
 	Src                  template.URL // what <img> shows: a file name or a data URI
 	SrcFile              string       // the file behind Src
+	Points               int          // data points drawn (learning curves; 0: not counted)
 }
 
 type table struct {
@@ -236,7 +237,7 @@ dd { margin: 0 0 0.5em 1.5em; }
 </body>
 </html>
 {{define "figure"}}
-<figure id="fig-{{.Name}}">
+<figure id="fig-{{.Name}}"{{if .Points}} data-points="{{.Points}}"{{end}}>
 <img src="{{.Src}}" alt="{{.Title}}" />
 <figcaption>{{.Caption}}{{range .Files}} <a href="{{.}}">{{.}}</a>{{end}}</figcaption>
 </figure>

@@ -418,6 +418,7 @@ func (b *builder) build() (*page, error) {
 		if err != nil {
 			return nil, err
 		}
+		pf.Points = b.points(overviewKeys...)
 		pg.Overview = pf
 	} else {
 		b.skip("overview", "overview: no run has metrics (no metrics.jsonl or none of %s)", strings.Join(overviewKeys, ", "))
@@ -438,6 +439,7 @@ func (b *builder) build() (*page, error) {
 		if err != nil {
 			return nil, err
 		}
+		pf.Points = b.points(m.Key)
 		pg.Curves = append(pg.Curves, *pf)
 	}
 
@@ -459,6 +461,19 @@ func (b *builder) build() (*page, error) {
 	pg.Notes = b.notes
 	pg.Warnings = b.res.Warnings
 	return pg, nil
+}
+
+// points counts the (run, step) values of the fields that a figure draws
+// (the page's data-points: a live page's figure grows with it).
+func (b *builder) points(keys ...string) int {
+	n := 0
+	for _, r := range b.runs {
+		for _, k := range keys {
+			xs, _ := r.Series(k)
+			n += len(xs)
+		}
+	}
+	return n
 }
 
 func specOf(key string) metricSpec {
