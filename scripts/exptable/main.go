@@ -7,6 +7,7 @@
 //
 //	go build -o exptable ./scripts/exptable
 //	exptable -out build/experiment -diagnosis build/experiment/diagnosis.md > table.md
+//	exptable -gate build/experiment/gate > gate.md   # Study 3's gate (gate.go)
 //
 // Layout read (docs/experiment.md): OUT/warmstart/eval/*.json and
 // OUT/runs/<arm>-s<seed>/{eval/*.json,metrics.jsonl,memory.jsonl}, with the
@@ -129,7 +130,17 @@ var runName = regexp.MustCompile(`^(.+)-s(\d+)$`)
 func main() {
 	out := flag.String("out", "", "experiment output `DIR` (scripts/experiment.sh's OUT)")
 	diag := flag.String("diagnosis", "", "also write the diagnosis page to `FILE`")
+	gate := flag.String("gate", "", "instead: the pre-registered gate's table and verdict from `DIR` (OUT/gate: pool-sS.json, heldout-sS.json; gate.go)")
 	flag.Parse()
+	if *gate != "" {
+		g, err := loadGate(*gate)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		writeGate(os.Stdout, g)
+		return
+	}
 	if *out == "" {
 		fmt.Fprintln(os.Stderr, "exptable: -out DIR is required")
 		os.Exit(2)
