@@ -1,0 +1,195 @@
+package demos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+
+	"github.com/empo2/empo2/environments"
+	"github.com/empo2/empo2/llama"
+	"github.com/empo2/empo2/memstore"
+	"github.com/empo2/empo2/trainer/rollout"
+	"github.com/empo2/empo2/trainer/sft"
+)
+
+// Memory-reading records (`empo2 env demos --read-records N`, issue 36):
+// records that teach a policy to *use* a memory block, as instruction
+// tuning teaches a large model to read "earlier attempts: action X, final
+// score S". TipRecords shows tip blocks; these make the block decide the
+// answer. Per demonstration:
+//
+//   - for each of N record steps i (drawn without replacement), one
+//     attempt that replays the demo's first i actions and then *deviates*
+//     at step i (a random valid action other than the demo's), then takes
+//     random valid actions until the episode ends or cfg.FailureSteps
+//     actions were taken in all after the prefix (DeviatingAttempt); plus
+//     cfg.Failures attempts deviating at uniformly drawn steps. Their
+//     entries carry their own final scores (−100 after a wrong focus, the
+//     partial credit of where they got otherwise) and, at the state where
+//     they deviated, an action that is not the demo's;
+//   - the demonstration itself (score 100).
+//
+// Every attempt and the demo are stored exactly as WriteTips stores an
+// episode (rollout.EpisodeEntries of its Tip: one entry per step, content
+// = tip + the code-written action of that step + the final score), in two
+// namespaces of mem: "read-all|NS" (the attempts, then the demo: high- and
+// low-score entries mixed) and "read-fail|NS" (the attempts only). Record
+// r retrieves from one of them in turn (the first drawn): the prompt of
+// step i (rollout.Messages with the history, the tips of every earlier
+// step kept under cfg.TipsIn every-turn), its block retrieved as the
+// rollout retrieves (rollout.StepKey under cfg.Key, cfg.TopK above
+// cfg.Threshold, by score with ties oldest first, rollout.FormatTips), and
+// the demo's action as the one trained answer (sft.LastOnly: the history's
+// actions are the demo record's to teach). With "read-all" the block's
+// best-scored entries say what the successful episode did here, and the
+// answer follows them; with "read-fail" the block holds only low-score
+// entries, the deviation at this state among them, and the answer is not
+// what the failed attempt did. A record whose retrieval finds nothing is
+// not written.
+
+// DeviatingAttempt replays the demo's first prefix actions, then takes a
+// random valid action other than the demo's step-prefix action (any valid
+// one when no other exists), then further random valid actions until the
+// episode ends or steps actions were taken after the prefix.
+func DeviatingAttempt(ctx context.Context, env environments.Env, d Demo, prefix, steps int, seed int64, rng *rand.Rand) (Demo, error) {
+	if prefix < 0 || prefix >= len(d.Steps) || steps < 1 {
+		panic(fmt.Sprintf("demos: DeviatingAttempt prefix %d of %d steps, %d steps", prefix, len(d.Steps), steps))
+	}
+	f, err := reset(ctx, env, d.Env, d.Task, d.Variation, seed, d.Kind)
+	if err != nil {
+		return f, err
+	}
+	if done, err := f.play(ctx, env, d.Actions()[:prefix]); err != nil || done {
+		return f, err
+	}
+	for k := range steps {
+		acts, err := env.ValidActions(ctx)
+		if err != nil {
+			return f, fmt.Errorf("%w: valid actions of %s/%d: %w", ErrDemo, d.Task, d.Variation, err)
+		}
+		if k == 0 {
+			other := make([]string, 0, len(acts))
+			for _, a := range acts {
+				if a != d.Steps[prefix].Action {
+					other = append(other, a)
+				}
+			}
+			if len(other) > 0 {
+				acts = other
+			}
+		}
+		if len(acts) == 0 {
+			break
+		}
+		sr, err := f.step(ctx, env, acts[rng.IntN(len(acts))])
+		if err != nil {
+			return f, err
+		}
+		if sr.Done {
+			break
+		}
+	}
+	return f, nil
+}
+
+// ReadRecords plays d's deviating attempts on env, stores them and d in
+// mem and returns up to cfg.Records memory-reading records (see the
+// comment above; cfg.FailureTips is ignored: the attempts' tip turns are
+// --attempt-tips' records). mem must embed as the RL run's memory does
+// (rollout.OpenEmbedder of the same memory section).
+func ReadRecords(ctx context.Context, env environments.Env, d Demo, mem *memstore.Store, cfg TipRecordConfig) ([]sft.ChatRecord, error) {
+	cfg.FailureTips = false
+	if err := cfg.Check(); err != nil {
+		return nil, err
+	}
+	pc, err := cfg.Prompt.Normalize()
+	if err != nil {
+		return nil, err
+	}
+	if pc.History != rollout.HistoryFull {
+		return nil, fmt.Errorf("%w: read records need history %q", rollout.ErrPrompt, rollout.HistoryFull)
+	}
+	if len(d.Steps) == 0 || cfg.Records == 0 {
+		return nil, nil
+	}
+	ns := rollout.Job{Task: d.Task, Variation: d.Variation}.Namespace()
+	// a stream of its own (TipRecords' and AttemptTipRecords' draws stay as they were)
+	rng := rand.New(rand.NewPCG(rollout.MixSeed(cfg.Seed, int64(d.Variation)), rollout.MixSeed(int64(len(d.Task)), int64(len(d.Steps))+2<<32)))
+	steps := rng.Perm(len(d.Steps))[:min(cfg.Records, len(d.Steps))]
+	prefixes := append([]int(nil), steps...)
+	for range cfg.Failures {
+		prefixes = append(prefixes, rng.IntN(len(d.Steps)))
+	}
+	all, fail := "read-all|"+ns, "read-fail|"+ns
+	for k, p := range prefixes {
+		f, err := DeviatingAttempt(ctx, env, d, p, cfg.FailureSteps, cfg.Seed, rng)
+		if err != nil {
+			return nil, err
+		}
+		if len(f.Steps) == 0 {
+			continue
+		}
+		es := demoEntries(pc, cfg.Key, f, ns+"/dev"+strconv.Itoa(k))
+		for _, space := range []string{fail, all} {
+			if _, err := mem.Add(ctx, space, es); err != nil {
+				return nil, fmt.Errorf("%w: storing tips: %w", ErrDemo, err)
+			}
+		}
+	}
+	if _, err := mem.Add(ctx, all, demoEntries(pc, cfg.Key, d, ns+"/demo")); err != nil {
+		return nil, fmt.Errorf("%w: storing tips: %w", ErrDemo, err)
+	}
+
+	keys := stepKeys(pc, cfg.Key, d)
+	turns := actionTurns(pc, d)
+	first := rng.IntN(2)
+	q := memstore.Query{K: cfg.TopK, Threshold: float32(cfg.Threshold), Order: memstore.OrderByScoreStable}
+	var out []sft.ChatRecord
+	for r, i := range steps {
+		space, name := all, "read-all"
+		if (r+first)%2 == 1 {
+			space, name = fail, "read-fail"
+		}
+		msgs, n, err := memoryPrompt(ctx, mem, space, q, pc, cfg.TipsIn, d, keys, turns, i)
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			continue
+		}
+		msgs = append(msgs, llama.Message{Role: sft.RoleAssistant, Content: turns[i].Action})
+		out = append(out, sft.LastOnly(msgs, map[string]any{
+			"env": d.Env, "task": d.Task, "variation": d.Variation, "kind": d.Kind,
+			"score": d.Score, "done": d.Done, "step": i + 1, "tips": n, "memory": name, "read": true}))
+	}
+	return out, nil
+}
+
+// memoryPrompt is the prompt of the demo's step i as a rollout with memory
+// renders it: the tips retrieved from namespace space for the key of every
+// step up to i (only step i's under tips_in last-turn) at the end of the
+// user message that step answers. n is the number of tips in step i's block
+// (0: none, and no prompt is worth writing).
+func memoryPrompt(ctx context.Context, mem *memstore.Store, space string, q memstore.Query, pc rollout.PromptConfig,
+	tipsIn rollout.TipsIn, d Demo, keys []string, turns []rollout.Turn, i int) (msgs []llama.Message, n int, err error) {
+	blocks := make([]string, i+1)
+	for j := range blocks {
+		if j < i && tipsIn != rollout.TipsEveryTurn {
+			continue
+		}
+		res, err := mem.RetrieveText(ctx, space, keys[j], q)
+		if err != nil {
+			return nil, 0, fmt.Errorf("%w: retrieval: %w", ErrDemo, err)
+		}
+		blocks[j], n = rollout.FormatTips(res.Entries), len(res.Entries)
+	}
+	if n == 0 {
+		return nil, 0, nil
+	}
+	shown := append([]rollout.Turn(nil), turns[:i]...)
+	for j := range shown {
+		shown[j].Tips = blocks[j]
+	}
+	return rollout.Messages(pc, d.Desc, d.FirstObs, shown, blocks[i]), n, nil
+}
