@@ -78,18 +78,18 @@ var demosFast = []string{"env", "demos", "textlab", "--tasks", "melt", "--split"
 
 // TestEnvDemosOutputs: `env demos -o X --text X` used to replace the JSONL
 // with the text corpus; every spelling of one file for both outputs is
-// refused, naming both flags, and X stays byte-identical. Different files
-// are both written.
+// refused, naming both keys (out, text: demos.Run's configuration), and X
+// stays byte-identical. Different files are both written.
 func TestEnvDemosOutputs(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "X"), []byte(`{"messages":[]}`+"\n"), 0o644))
 	require.NoError(t, os.Link(filepath.Join(dir, "X"), filepath.Join(dir, "hard")))
 	require.NoError(t, os.Symlink("X", filepath.Join(dir, "link")))
 	for _, text := range []string{"X", "./X", filepath.Join(dir, "X"), "hard", "link"} {
-		wantRefused(t, dir, []string{"--out X", "--text " + text, "same file"}, append(demosFast, "-o", "X", "--text", text)...)
+		wantRefused(t, dir, []string{"out X", "text " + text, "same file"}, append(demosFast, "-o", "X", "--text", text)...)
 	}
-	wantRefused(t, dir, []string{"--out .", "must name a file"}, append(demosFast, "-o", ".")...)
-	wantRefused(t, dir, []string{"--text sub/t.txt", "does not exist"}, append(demosFast, "-o", "d.jsonl", "--text", "sub/t.txt")...)
+	wantRefused(t, dir, []string{"out .", "must name a file"}, append(demosFast, "-o", ".")...)
+	wantRefused(t, dir, []string{"text sub/t.txt", "does not exist"}, append(demosFast, "-o", "d.jsonl", "--text", "sub/t.txt")...)
 
 	_, stderr, err := runCLIIn(t, dir, append(demosFast, "-o", "d.jsonl", "--text", "t.txt")...)
 	require.NoError(t, err, stderr)

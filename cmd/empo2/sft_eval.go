@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog/log"
 	"github.com/urfave/cli/v2"
 
+	"github.com/empo2/empo2/trainer/demos"
 	"github.com/empo2/empo2/trainer/evaluate"
 )
 
@@ -56,7 +57,7 @@ func sftEvalAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	tasks, err := pickTasks(all, splitList(c.StringSlice(demosTasksFlag.Name)), c.Bool(demosHeldFlag.Name))
+	tasks, err := demos.PickTasks(all, splitList(c.StringSlice(demosTasksFlag.Name)), c.Bool(demosHeldFlag.Name))
 	if err != nil {
 		return err
 	}
