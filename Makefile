@@ -90,6 +90,18 @@ link-check: deps
 bench: build
 	set -o pipefail; $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./... 2>&1 | tee bench.txt
 
+# The live report's browser test (report: TestLivePageInChromium, docs/report.md)
+# loads the page in headless Chromium: Debian's chromium package, installed
+# where no Chromium is on PATH (.ci/run runs this before make test).
+.PHONY: chromium
+chromium:
+	@if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || command -v google-chrome >/dev/null 2>&1; then \
+	  echo "chromium: $$(command -v chromium chromium-browser google-chrome | head -1)"; \
+	else \
+	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; \
+	fi
+
 # The SFT warm start of docs/sft.md: textlab demos -> generated model -> LoRA
 # SFT -> greedy eval, written under build/sft-recipe/ (tens of minutes on 2 cores).
 .PHONY: sft-recipe
