@@ -81,11 +81,13 @@ type LiveRun struct {
 	StepsTotal  int                `json:"steps_total"` // config.yaml's steps (0: unknown)
 	Last        map[string]float64 `json:"last,omitempty"`
 	Evals       int                `json:"evals"`
+	Waiting     string             `json:"waiting,omitempty"`  // why there is no data yet
 	Progress    *progress.Progress `json:"progress,omitempty"` // the step in progress
 	ProgressAge float64            `json:"progress_age_s,omitempty"`
 }
 
-// NewLive checks the run directories (each must be one, as for Generate)
+// NewLive checks the run directories (each must be one, as for Generate,
+// or a missing or empty folder: a run about to start, shown as waiting)
 // and draws the first version.
 func NewLive(dirs []string, opt LiveOptions) (*Live, error) {
 	if len(dirs) == 0 {
@@ -98,7 +100,9 @@ func NewLive(dirs []string, opt LiveOptions) (*Live, error) {
 		opt.Poll = time.Second
 	}
 	for _, d := range dirs {
-		if _, err := LoadRun(d); err != nil {
+		// A run not started yet is waited for; anything else that is not a
+		// run directory is refused, as Generate refuses it.
+		if _, err := LoadRun(d); err != nil && !waiting(d, err) {
 			return nil, err
 		}
 	}
@@ -208,8 +212,17 @@ var srcRe = regexp.MustCompile(`(<img src="|<a href=")([^"#/][^"]*)"`)
 // the page's report part (picture paths made absolute: /g/version/…) and
 // its <head> contents.
 func (l *Live) draw(version int) (report, head []byte, err error) {
+	var dirs []string
+	for _, d := range l.dirs {
+		if _, err := LoadRun(d); err == nil || !waiting(d, err) {
+			dirs = append(dirs, d)
+		}
+	}
+	if len(dirs) == 0 {
+		return []byte(`<p id="waiting">No run has written anything yet: the report appears with the first files.</p>`), l.head, nil
+	}
 	out := filepath.Join(l.tmp, strconv.Itoa(version))
-	res, err := Generate(l.dirs, Options{Out: out, Smooth: l.opt.Smooth, Formats: []string{"svg"}, Title: l.opt.Title, Logf: l.opt.Logf})
+	res, err := Generate(dirs, Options{Out: out, Smooth: l.opt.Smooth, Formats: []string{"svg"}, Title: l.opt.Title, Logf: l.opt.Logf})
 	if err != nil {
 		os.RemoveAll(out)
 		return nil, nil, err
@@ -250,7 +263,13 @@ func (l *Live) runs() []LiveRun {
 	for _, d := range l.dirs {
 		abs, _ := filepath.Abs(d)
 		lr := LiveRun{Name: filepath.Base(abs), Dir: d}
-		if r, err := LoadRun(d); err == nil {
+		r, err := LoadRun(d)
+		if err != nil {
+			lr.Waiting = "waiting for the run to start"
+			if !waiting(d, err) {
+				lr.Waiting = err.Error()
+			}
+		} else {
 			deriveStepTime(r)
 			lr.Steps, lr.Evals = len(r.Metrics), len(r.Evals)
 			if n := len(r.Metrics); n > 0 {
@@ -277,6 +296,16 @@ func (l *Live) runs() []LiveRun {
 	}
 	disambiguateLive(out)
 	return out
+}
+
+// waiting reports whether d is a run not started yet: err is LoadRun's
+// ErrNoRun and d is missing or an empty folder.
+func waiting(d string, err error) bool {
+	if !errors.Is(err, ErrNoRun) {
+		return false
+	}
+	ents, rerr := os.ReadDir(d)
+	return errors.Is(rerr, os.ErrNotExist) || (rerr == nil && len(ents) == 0)
 }
 
 func disambiguateLive(runs []LiveRun) {
@@ -366,6 +395,13 @@ func (l *Live) servePage(w http.ResponseWriter, r *http.Request) {
 	l.mu.Lock()
 	st, head, report := l.state, l.head, l.report
 	l.mu.Unlock()
+	if len(head) == 0 { // no run has files yet
+		title := l.opt.Title
+		if title == "" {
+			title = "EMPO² training report"
+		}
+		head = []byte(`<meta charset="utf-8" /><title>` + template.HTMLEscapeString(title) + `</title>`)
+	}
 	stateJSON, _ := json.Marshal(st)
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
@@ -480,7 +516,7 @@ var runTableTmpl = template.Must(template.New("runs").Funcs(template.FuncMap{
 {{- range .}}
 <tr class="live-run" data-run="{{.Name}}" data-steps="{{.Steps}}" data-last-step="{{.LastStep}}"{{with .Progress}} data-progress-step="{{.Step}}" data-phase="{{.Phase}}"{{end}}>
 <td title="{{.Dir}}">{{.Name}}</td>
-<td>{{.Steps}}{{if .StepsTotal}} / {{.StepsTotal}}{{end}}</td>
+<td>{{if .Waiting}}<i>{{.Waiting}}</i>{{else}}{{.Steps}}{{if .StepsTotal}} / {{.StepsTotal}}{{end}}{{end}}</td>
 <td>{{get .Last "score_mean"}}</td><td>{{get .Last "success_rate"}}</td><td>{{get .Last "approx_kl"}}</td><td>{{get .Last "t_step"}}</td>
 <td class="live-progress">{{with .Progress}}{{if eq .Phase "done"}}finished{{else}}step {{.Step}} · <b class="phase">{{.Phase}}</b>{{if .EpisodesTotal}} · {{.EpisodesDone}}/{{.EpisodesTotal}} episodes{{end}}{{if gt .TokensPerS 0.0}} · {{tps .TokensPerS}} tok/s{{end}}{{if gt .ETAStepS 0.0}} · step ETA {{dur .ETAStepS}}{{end}}{{if gt .ETARunS 0.0}} · run ETA {{dur .ETARunS}}{{end}}{{end}}{{end}}{{if .Progress}} <span class="age">({{dur .ProgressAge}} ago)</span>{{else}}—{{end}}</td>
 </tr>

@@ -138,6 +138,34 @@ func TestLiveServerFollowsRuns(t *testing.T) {
 	}
 }
 
+// A run not started yet is waited for; a file is not a run.
+func TestLiveWaitsForARun(t *testing.T) {
+	root := t.TempDir()
+	file := filepath.Join(root, "file")
+	must(t, os.WriteFile(file, []byte("x"), 0o644))
+	if _, err := NewLive([]string{file}, LiveOptions{}); !errors.Is(err, ErrNoRun) {
+		t.Fatalf("a file: %v", err)
+	}
+	dir := filepath.Join(root, "later")
+	l, err := NewLive([]string{dir}, LiveOptions{Poll: time.Hour})
+	must(t, err)
+	defer l.Close()
+	srv := httptest.NewServer(l.Handler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/")
+	must(t, err)
+	page := readAll(t, resp)
+	resp.Body.Close()
+	if st := l.State(); st.Runs[0].Waiting == "" || !strings.Contains(page, "waiting for the run to start") || !strings.Contains(page, "<title>") {
+		t.Fatalf("state %+v\npage %s", st, page)
+	}
+	liveRun(t, dir, 0.3, 1)
+	l.refresh()
+	if st := l.State(); st.Version != 2 || st.Runs[0].Waiting != "" || st.Runs[0].Steps != 1 {
+		t.Fatalf("after the first step: %+v", st)
+	}
+}
+
 func readAll(t *testing.T, resp *http.Response) string {
 	t.Helper()
 	var sb strings.Builder
