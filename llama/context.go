@@ -73,7 +73,9 @@ type Context struct {
 	kvSig      uint64
 	adapterVer uint64 // bumped by SetAdapter/RemoveAdapter/ClearAdapters
 	reused     int    // prompt tokens reused by the last Generate
-	lastIdx    []int  // scratch of prefillMany
+	threads    int    // decode threads; also the sampler's workers (sampleRows)
+	// per-worker scratch of sampleRows (n_vocab float64s each)
+	sampleScratch [][]float64
 
 	// per-sequence KV contents of GenerateSlots (slots.go); nil = unknown
 	slots *slotSet
@@ -188,6 +190,7 @@ func NewContext(model *Model, p ContextParams) (*Context, error) {
 		embd:     p.Embeddings,
 		adapters: map[*Adapter]float32{},
 		noCache:  p.NoPrefixCache,
+		threads:  p.Threads,
 	}
 	c.nBatch = min(c.nBatch, p.NBatch)
 	if model.maxPos > 0 {

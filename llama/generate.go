@@ -97,8 +97,7 @@ func (c *Context) generate(ctx context.Context, prompts [][]int32, p SampleParam
 		return nil, err
 	}
 
-	// prefill: prompt i into sequence i*N; lastIdx[i] is the batch index of
-	// its last token in the decode that computed it
+	// prefill: prompt i into sequence i*N, its last logits in firstLogits[i]
 	nP, N := len(prompts), p.N
 	firstLogits := make([][]float32, nP)
 	sig := c.adapterSig()
@@ -133,56 +132,13 @@ func (c *Context) generate(ctx context.Context, prompts [][]int32, p SampleParam
 	for i := range st {
 		st[i] = &genState{s: newSampler(p, p.SeqOffset+i), pos0: len(prompts[i/N]), maxTok: maxTok[i/N]}
 	}
-	accept := func(i int, tok int32, lp float32) { st[i].accept(c.model, &p, maxStop, tok, lp) }
-
-	// first token of every sequence from its prompt's last logits (read
-	// before any further decode overwrites them)
-	for i := range st {
-		tok, lp, err := st[i].s.sample(firstLogits[i/N])
-		if err != nil {
-			c.clearKV()
-			return nil, err
-		}
-		accept(i, tok, lp)
-	}
-	active := make([]int, 0, len(st))
-	V := c.model.info.NVocab
-	for {
-		if err := ctx.Err(); err != nil {
-			c.clearKV()
-			return nil, err
-		}
-		active = active[:0]
-		for i, x := range st {
-			if !x.done {
-				active = append(active, i)
-			}
-		}
-		if len(active) == 0 {
-			break
-		}
-		for k, i := range active {
-			x := st[i]
-			n := len(x.seq.Tokens)
-			c.setBatch(k, x.seq.Tokens[n-1], x.pos0+n-1, i, true)
-		}
-		if err := c.decode(len(active)); err != nil {
-			c.clearKV()
-			return nil, err
-		}
-		all, err := c.allLogits(len(active))
-		if err != nil {
-			c.clearKV()
-			return nil, err
-		}
-		for k, i := range active {
-			tok, lp, err := st[i].s.sample(all[k*V : (k+1)*V])
-			if err != nil {
-				c.clearKV()
-				return nil, err
-			}
-			accept(i, tok, lp)
-		}
+	// every sequence's last sampled token goes to its own KV sequence, at
+	// the position after the prompt and the tokens before it
+	err = c.sampleLoop(ctx, st, &p, maxStop, func(i int) []float32 { return firstLogits[i/N] },
+		func(i int) (seq, pos int) { return i, st[i].pos0 + len(st[i].seq.Tokens) - 1 }, nil)
+	if err != nil {
+		c.clearKV()
+		return nil, err
 	}
 	if cache && nP == 1 {
 		// sequence 0's cache now holds the prompt and every token of its
@@ -199,12 +155,31 @@ func (c *Context) generate(ctx context.Context, prompts [][]int32, p SampleParam
 	return out, nil
 }
 
-// prefillMany decodes prompt i into sequence i*n, packing prompts into
-// batches of up to nBatch tokens, and copies out the logits of each
-// prompt's last token into first[i].
+// prefillMany decodes prompt i into sequence i*n and copies out the logits
+// of each prompt's last token into first[i].
 func (c *Context) prefillMany(prompts [][]int32, n int, first [][]float32) error {
+	parts := make([]prefillPart, len(prompts))
+	for i, prompt := range prompts {
+		parts[i] = prefillPart{tokens: prompt, seq: i * n}
+	}
+	return c.prefillPacked(parts, first)
+}
+
+// prefillPart is one sequence's prompt to decode: tokens[start:] at
+// positions start… into KV sequence seq.
+type prefillPart struct {
+	tokens []int32
+	start  int
+	seq    int
+}
+
+// prefillPacked decodes every part, packing them into batches of up to
+// nBatch tokens, and copies out the logits of each part's last token into
+// first[i] (GenerateMany's prompts, GenerateSlots' new suffixes).
+func (c *Context) prefillPacked(parts []prefillPart, first [][]float32) error {
 	k := 0
-	var pending []int // prompts whose last token is in the current batch
+	var pending []int // parts whose last token is in the current batch
+	var lastIdx []int // … and its batch index
 	flush := func() error {
 		if k == 0 {
 			return nil
@@ -212,27 +187,23 @@ func (c *Context) prefillMany(prompts [][]int32, n int, first [][]float32) error
 		if err := c.decode(k); err != nil {
 			return err
 		}
-		for _, i := range pending {
-			l, err := c.logits(c.lastIdx[i])
+		for j, i := range pending {
+			l, err := c.logits(lastIdx[j])
 			if err != nil {
 				return err
 			}
 			first[i] = append([]float32(nil), l...)
 		}
-		k, pending = 0, pending[:0]
+		k, pending, lastIdx = 0, pending[:0], lastIdx[:0]
 		return nil
 	}
-	if cap(c.lastIdx) < len(prompts) {
-		c.lastIdx = make([]int, len(prompts))
-	}
-	c.lastIdx = c.lastIdx[:len(prompts)]
-	for i, prompt := range prompts {
-		for pos, tok := range prompt {
-			last := pos == len(prompt)-1
-			c.setBatch(k, tok, pos, i*n, last)
+	for i, pt := range parts {
+		for pos := pt.start; pos < len(pt.tokens); pos++ {
+			last := pos == len(pt.tokens)-1
+			c.setBatch(k, pt.tokens[pos], pos, pt.seq, last)
 			if last {
-				c.lastIdx[i] = k
 				pending = append(pending, i)
+				lastIdx = append(lastIdx, k)
 			}
 			k++
 			if k == c.nBatch {
@@ -243,6 +214,75 @@ func (c *Context) prefillMany(prompts [][]int32, n int, first [][]float32) error
 		}
 	}
 	return flush()
+}
+
+// sampleLoop samples every sequence's first token from first(i), then
+// advances all unfinished sequences by one token per llama_decode until
+// each is done (an EOG token, a stop string, its token limit). place(i)
+// puts sequence i's last sampled token in the batch: its KV sequence and
+// position. decoded, when not nil, is called for every sequence a decode
+// advanced. The logits are read in place from llama.cpp's buffer (no
+// copy) and sampled in parallel over the context's threads (sampleRows);
+// honours ctx between decodes.
+func (c *Context) sampleLoop(ctx context.Context, st []*genState, p *SampleParams, maxStop int,
+	first func(i int) []float32, place func(i int) (seq, pos int), decoded func(i int)) error {
+	ss := make([]*sampler, 0, len(st))
+	toks := make([]int32, len(st))
+	lps := make([]float32, len(st))
+	active := make([]int, 0, len(st))
+	step := func(row func(k int) []float32) error {
+		ss = ss[:0]
+		for _, i := range active {
+			ss = append(ss, st[i].s)
+		}
+		if err := sampleRows(ss, row, c.threads, &c.sampleScratch, toks, lps); err != nil {
+			return err
+		}
+		for k, i := range active {
+			st[i].accept(c.model, p, maxStop, toks[k], lps[k])
+		}
+		return nil
+	}
+	for i := range st {
+		active = append(active, i)
+	}
+	if err := step(func(k int) []float32 { return first(active[k]) }); err != nil {
+		return err
+	}
+	V := c.model.info.NVocab
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		active = active[:0]
+		for i, x := range st {
+			if !x.done {
+				active = append(active, i)
+			}
+		}
+		if len(active) == 0 {
+			return nil
+		}
+		for k, i := range active {
+			seq, pos := place(i)
+			c.setBatch(k, st[i].seq.Tokens[len(st[i].seq.Tokens)-1], pos, seq, true)
+		}
+		if err := c.decode(len(active)); err != nil {
+			return err
+		}
+		if decoded != nil {
+			for _, i := range active {
+				decoded(i)
+			}
+		}
+		all, err := c.allLogits(len(active))
+		if err != nil {
+			return err
+		}
+		if err := step(func(k int) []float32 { return all[k*V : (k+1)*V] }); err != nil {
+			return err
+		}
+	}
 }
 
 // finite reports whether x is neither NaN nor infinite.
@@ -260,7 +300,7 @@ func stopLen(p SampleParams) (int, error) {
 	return n, nil
 }
 
-// genState is one sequence being sampled by Generate or GenerateSlots.
+// genState is one sequence being sampled by sampleLoop.
 type genState struct {
 	s      *sampler
 	text   []byte // detokenized continuation so far

@@ -1,10 +1,17 @@
 package llama
 
+/*
+#include "sample.h"
+*/
+import "C"
+
 import (
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"sort"
+	"sync"
+	"unsafe"
 )
 
 // SampleParams are the sampling settings of Generate. The zero value is
@@ -57,7 +64,6 @@ func better(a, b cand) bool {
 type sampler struct {
 	p     SampleParams
 	rng   *rand.Rand
-	exps  []float64
 	cands []cand
 }
 
@@ -66,73 +72,64 @@ func newSampler(p SampleParams, index int) *sampler {
 }
 
 // logSoftmaxStats returns the max logit, its (first) index, and
-// log(sum(exp(l - max))); exps receives exp(l - max) when non-nil.
-func logSoftmaxStats(logits []float32, exps []float64) (mx float32, arg int, logSum float64) {
-	mx = float32(math.Inf(-1))
-	arg = 0
-	for i, l := range logits {
-		if l > mx {
-			mx, arg = l, i
-		}
-	}
-	var sum float64
-	m := float64(mx)
-	if exps != nil {
-		for i, l := range logits {
-			e := expNeg(float64(l) - m)
-			exps[i] = e
-			sum += e
-		}
-	} else {
-		for _, l := range logits {
-			sum += expNeg(float64(l) - m)
-		}
-	}
-	return mx, arg, math.Log(sum)
+// log(sum(exp(l - max))), the sum in float64 in index order (sample.c).
+func logSoftmaxStats(logits []float32) (mx float32, arg int, logSum float64) {
+	var cmx C.float
+	var carg C.int
+	sum := C.empo2_softmax_prefix((*C.float)(unsafe.Pointer(&logits[0])), C.int(len(logits)), 1, nil, &cmx, &carg, nil)
+	return float32(cmx), int(carg), math.Log(float64(sum))
 }
 
 // expNeg is exp(x) for x <= 0 with relative error < 1e-9 (a degree-8
-// Taylor polynomial after reduction by ln 2), about 3x faster than
-// math.Exp; it returns 0 below -708 (exp < 1e-307, nothing next to the
-// max term's 1 in a softmax sum).
-func expNeg(x float64) float64 {
-	if x < -708 || x != x {
-		if x != x {
-			return x
-		}
-		return 0
+// Taylor polynomial after reduction by ln 2; sample.c), about 3x faster
+// than math.Exp; it returns 0 below -708 (exp < 1e-307, nothing next to
+// the max term's 1 in a softmax sum).
+func expNeg(x float64) float64 { return float64(C.empo2_expneg(C.double(x))) }
+
+// expNegMany is expNeg over x through the vector code the sampler uses
+// (NaN gives 0 there); for tests.
+func expNegMany(x []float64) []float64 {
+	e := make([]float64, len(x))
+	if len(x) > 0 {
+		C.empo2_expneg_many((*C.double)(unsafe.Pointer(&x[0])), (*C.double)(unsafe.Pointer(&e[0])), C.int(len(x)))
 	}
-	const (
-		log2e = 1.4426950408889634
-		ln2hi = 6.93147180369123816490e-01
-		ln2lo = 1.90821492927058770002e-10
-	)
-	k := float64(int64(x*log2e - 0.5)) // round to nearest for x <= 0
-	r := x - k*ln2hi - k*ln2lo
-	p := 1 + r*(1+r*(1.0/2+r*(1.0/6+r*(1.0/24+r*(1.0/120+r*(1.0/720+r*(1.0/5040+r*(1.0/40320))))))))
-	return p * math.Float64frombits(uint64(int64(k)+1023)<<52)
+	return e
 }
 
 // LogSoftmax returns log p(token) under logits (temperature 1, no
 // truncation), computed stably in float64.
 func LogSoftmax(logits []float32, token int32) float32 {
-	mx, _, ls := logSoftmaxStats(logits, nil)
+	mx, _, ls := logSoftmaxStats(logits)
 	return float32(float64(logits[token]) - float64(mx) - ls)
 }
 
 // sample draws a token from logits and returns it with its raw log-prob.
-func (s *sampler) sample(logits []float32) (int32, float32, error) {
+// pre is scratch of at least len(logits) float64s (one per worker; see
+// sampleRows).
+//
+// Without truncation (the RL setting) the draw is: u = U[0,1) · Σ e_i with
+// e_i = exp((l_i − max)/T), the token the first i whose running sum
+// e_0 + … + e_i exceeds u. sample.c computes the e_i and the running sums
+// in float64, index order, and the search is binary over the stored sums;
+// at T = 1, Σ e_i is taken as exp(log Σ e_i) as it always was. At T ≠ 1 the
+// e_i were math.Exp before and are expNeg now (relative difference < 1e-9,
+// so a seed draws another token only when u falls that close to a
+// boundary); at T = 1 and greedy the draw is the one it always was.
+func (s *sampler) sample(logits []float32, pre []float64) (int32, float32, error) {
 	p := &s.p
 	V := len(logits)
-	fullTemp1 := p.Temperature == 1 && (p.TopK <= 0 || p.TopK >= V) && (p.TopP <= 0 || p.TopP >= 1) && p.MinP <= 0
-	var exps []float64
-	if fullTemp1 {
-		if cap(s.exps) < V {
-			s.exps = make([]float64, V)
-		}
-		exps = s.exps[:V]
+	full := p.Temperature > 0 && (p.TopK <= 0 || p.TopK >= V) && (p.TopP <= 0 || p.TopP >= 1) && p.MinP <= 0
+	var cmx C.float
+	var carg C.int
+	var sumT C.double
+	var cpre *C.double
+	invT := 1.0
+	if full {
+		invT = 1 / float64(p.Temperature)
+		cpre = (*C.double)(unsafe.Pointer(&pre[0]))
 	}
-	mx, arg, logSum := logSoftmaxStats(logits, exps)
+	sum1 := C.empo2_softmax_prefix((*C.float)(unsafe.Pointer(&logits[0])), C.int(V), C.double(invT), cpre, &cmx, &carg, &sumT)
+	mx, arg, logSum := float32(cmx), int(carg), math.Log(float64(sum1))
 	if math.IsNaN(logSum) || math.IsInf(logSum, 0) || math.IsInf(float64(mx), 0) || math.IsNaN(float64(mx)) {
 		return 0, 0, fmt.Errorf("%w: non-finite logits", ErrDecode)
 	}
@@ -140,16 +137,24 @@ func (s *sampler) sample(logits []float32) (int32, float32, error) {
 	if p.Temperature <= 0 {
 		return int32(arg), lp(int32(arg)), nil
 	}
-	if fullTemp1 {
-		u := s.rng.Float64() * math.Exp(logSum)
-		var c float64
-		for i, e := range exps {
-			c += e
-			if u < c {
-				return int32(i), lp(int32(i)), nil
+	if full {
+		// the temperature-1 branch must stay exactly as it was: same
+		// generator call, same products
+		var u float64
+		if p.Temperature == 1 {
+			u = s.rng.Float64() * math.Exp(logSum)
+		} else {
+			u = s.rng.Float64() * float64(sumT)
+		}
+		i := int32(C.empo2_search_prefix(cpre, C.int(V), C.double(u)))
+		if int(i) == V {
+			if p.Temperature == 1 {
+				i = int32(arg)
+			} else {
+				i = int32(V - 1)
 			}
 		}
-		return int32(arg), lp(int32(arg)), nil
+		return i, lp(i), nil
 	}
 	// Candidate set, in descending order where truncation needs it.
 	cands := s.cands[:0]
@@ -279,4 +284,48 @@ func topK(dst []cand, logits []float32, k int) []cand {
 	}
 	sort.Slice(h, func(i, j int) bool { return better(h[i], h[j]) })
 	return h
+}
+
+// sampleRows samples one token per sampler: ss[k] draws from row(k) and
+// writes the token and its raw log-prob to toks[k] and lps[k]. Samplers are
+// spread over up to workers goroutines, each with its own scratch; every
+// sampler owns its generator, so the result does not depend on workers.
+// The error is the first one in k order.
+func sampleRows(ss []*sampler, row func(k int) []float32, workers int, scratch *[][]float64, toks []int32, lps []float32) error {
+	workers = max(1, min(workers, len(ss)))
+	for len(*scratch) < workers {
+		*scratch = append(*scratch, nil)
+	}
+	errs := make([]error, len(ss))
+	run := func(w int) {
+		for k := w; k < len(ss); k += workers {
+			l := row(k)
+			pre := (*scratch)[w]
+			if len(pre) < len(l) {
+				pre = make([]float64, len(l))
+				(*scratch)[w] = pre
+			}
+			toks[k], lps[k], errs[k] = ss[k].sample(l, pre)
+		}
+	}
+	if workers == 1 {
+		run(0)
+	} else {
+		var wg sync.WaitGroup
+		for w := 1; w < workers; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				run(w)
+			}()
+		}
+		run(0)
+		wg.Wait()
+	}
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -207,7 +207,11 @@ func (c *Context) GenerateSlots(ctx context.Context, reqs []SlotRequest, p Sampl
 
 	// prefill every request's new suffix, packed into batches of nBatch
 	first := make([][]float32, len(reqs))
-	if err := c.prefillSlots(reqs, start, first); err != nil {
+	parts := make([]prefillPart, len(reqs))
+	for i, r := range reqs {
+		parts[i] = prefillPart{tokens: r.Prompt, start: start[i], seq: r.Slot}
+	}
+	if err := c.prefillPacked(parts, first); err != nil {
 		return fail(err)
 	}
 	for i, r := range reqs {
@@ -220,54 +224,14 @@ func (c *Context) GenerateSlots(ctx context.Context, reqs []SlotRequest, p Sampl
 		q.Seed = r.Seed
 		st[i] = &genState{s: newSampler(q, r.Stream), maxTok: maxTok[i]}
 	}
-	accept := func(i int, tok int32, lp float32) { st[i].accept(c.model, &p, maxStop, tok, lp) }
-	for i := range st {
-		tok, lp, err := st[i].s.sample(first[i])
-		if err != nil {
-			return fail(err)
-		}
-		accept(i, tok, lp)
-	}
-	V := c.model.info.NVocab
-	active := make([]int, 0, len(st))
-	for {
-		if err := ctx.Err(); err != nil {
-			return fail(err)
-		}
-		active = active[:0]
-		for i, x := range st {
-			if !x.done {
-				active = append(active, i)
-			}
-		}
-		if len(active) == 0 {
-			break
-		}
-		// one token per active request: the last sampled one, at the
-		// position after what its slot holds
-		for k, i := range active {
-			x, slot := st[i], reqs[i].Slot
-			tok := x.seq.Tokens[len(x.seq.Tokens)-1]
-			c.setBatch(k, tok, len(ss.held[slot]), slot, true)
-		}
-		if err := c.decode(len(active)); err != nil {
-			return fail(err)
-		}
-		for _, i := range active {
-			slot := reqs[i].Slot
-			ss.held[slot] = append(ss.held[slot], st[i].seq.Tokens[len(st[i].seq.Tokens)-1])
-		}
-		all, err := c.allLogits(len(active))
-		if err != nil {
-			return fail(err)
-		}
-		for k, i := range active {
-			tok, lp, err := st[i].s.sample(all[k*V : (k+1)*V])
-			if err != nil {
-				return fail(err)
-			}
-			accept(i, tok, lp)
-		}
+	// one token per active request: the last sampled one, at the position
+	// after what its slot holds; the slot holds it once decoded
+	last := func(i int) int32 { return st[i].seq.Tokens[len(st[i].seq.Tokens)-1] }
+	err = c.sampleLoop(ctx, st, &p, maxStop, func(i int) []float32 { return first[i] },
+		func(i int) (seq, pos int) { return reqs[i].Slot, len(ss.held[reqs[i].Slot]) },
+		func(i int) { ss.held[reqs[i].Slot] = append(ss.held[reqs[i].Slot], last(i)) })
+	if err != nil {
+		return fail(err)
 	}
 	out := make([]Sequence, len(reqs))
 	for i, x := range st {
@@ -277,47 +241,4 @@ func (c *Context) GenerateSlots(ctx context.Context, reqs []SlotRequest, p Sampl
 	}
 	ss.last = stats
 	return out, nil
-}
-
-// prefillSlots decodes reqs[i].Prompt[start[i]:] into sequence reqs[i].Slot
-// at positions start[i]…, packing all suffixes into batches of up to
-// nBatch tokens, and copies out the logits of each prompt's last token.
-func (c *Context) prefillSlots(reqs []SlotRequest, start []int, first [][]float32) error {
-	k := 0
-	var pending []int // requests whose last token is in the current batch
-	var lastIdx []int
-	flush := func() error {
-		if k == 0 {
-			return nil
-		}
-		if err := c.decode(k); err != nil {
-			return err
-		}
-		for j, i := range pending {
-			l, err := c.logits(lastIdx[j])
-			if err != nil {
-				return err
-			}
-			first[i] = append([]float32(nil), l...)
-		}
-		k, pending, lastIdx = 0, pending[:0], lastIdx[:0]
-		return nil
-	}
-	for i, r := range reqs {
-		for pos := start[i]; pos < len(r.Prompt); pos++ {
-			last := pos == len(r.Prompt)-1
-			c.setBatch(k, r.Prompt[pos], pos, r.Slot, last)
-			if last {
-				pending = append(pending, i)
-				lastIdx = append(lastIdx, k)
-			}
-			k++
-			if k == c.nBatch {
-				if err := flush(); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	return flush()
 }
