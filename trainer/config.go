@@ -13,6 +13,7 @@ import (
 	"github.com/empo2/empo2/cgo"
 	"github.com/empo2/empo2/environments"
 	"github.com/empo2/empo2/internal/config"
+	"github.com/empo2/empo2/internal/tfevents"
 	"github.com/empo2/empo2/llama"
 	"github.com/empo2/empo2/lora"
 	"github.com/empo2/empo2/trainer/evaluate"
@@ -50,6 +51,7 @@ type Config struct {
 	Update     UpdateConfig         `yaml:"update" doc:"PPO update through optim.Updater (AdamW on the LoRA parameters)"`
 	Checkpoint CheckpointConfig     `yaml:"checkpoint" doc:"checkpoints/step-NNNNNN: adapter, optimizer, step (written atomically)"`
 	Eval       evaluate.Config      `yaml:"eval" doc:"periodic evaluation, appended to eval.jsonl"`
+	Logging    tfevents.Config      `yaml:"logging" doc:"what the run writes for watching it besides metrics.jsonl"`
 }
 
 // LoRAConfig selects the trained adapter.
@@ -259,6 +261,7 @@ func DefaultConfig() Config {
 			Transpose: TransposeAuto},
 		Checkpoint: CheckpointConfig{Every: 1, Keep: 3},
 		Eval:       evaluate.DefaultConfig(),
+		Logging:    tfevents.DefaultConfig(),
 	}
 }
 

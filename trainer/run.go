@@ -18,6 +18,7 @@ import (
 	"github.com/empo2/empo2/gguf"
 	"github.com/empo2/empo2/internal/safefile"
 	"github.com/empo2/empo2/internal/sysmem"
+	"github.com/empo2/empo2/internal/tfevents"
 	"github.com/empo2/empo2/internal/watch"
 	"github.com/empo2/empo2/llama"
 	"github.com/empo2/empo2/lora"
@@ -136,7 +137,8 @@ type run struct {
 	roller *rollout.Roller // with the memory once it is open
 	emb    memstore.Embedder
 	store  *memstore.Store
-	mf     *os.File // metrics.jsonl, appended
+	mf     *os.File         // metrics.jsonl, appended
+	tb     *tfevents.RunLog // the TensorBoard event file (nil: logging.tensorboard false)
 	// keep: the metrics.jsonl and eval.jsonl lines a resume keeps (nil: the
 	// file is kept as it is)
 	keepMetrics, keepEval []byte
@@ -247,6 +249,13 @@ func openRun(ctx context.Context, opts RunOptions) (_ *run, err error) {
 		return r, err
 	}
 	r.onClose(r.mf.Close)
+	if cfg.Logging.TensorBoard { // rewritten from the (rolled-back) JSONL files: one value per step
+		if r.tb, err = tfevents.OpenRun(r.dir); err != nil {
+			return r, err
+		}
+		r.created = append(r.created, r.tb.Path())
+		r.onClose(r.tb.Close)
+	}
 	return r, nil
 }
 
@@ -591,6 +600,9 @@ func (r *run) run(ctx context.Context, opts RunOptions) (RunResult, error) {
 		if err := appendJSONL(r.mf, m); err != nil {
 			return res, err
 		}
+		if err := r.tensorboard(m, (*tfevents.RunLog).Metrics); err != nil {
+			return res, err
+		}
 		res.LastStep = step
 		res.add(m, cfg.Batch.Tasks)
 		if opts.OnStep != nil {
@@ -605,6 +617,9 @@ func (r *run) run(ctx context.Context, opts RunOptions) (RunResult, error) {
 				return res, err
 			}
 			if err := appendEvalLine(filepath.Join(r.dir, EvalFile), line); err != nil {
+				return res, err
+			}
+			if err := r.tensorboard(line, (*tfevents.RunLog).Eval); err != nil {
 				return res, err
 			}
 			if opts.OnEval != nil {
@@ -629,6 +644,19 @@ func (r *run) run(ctx context.Context, opts RunOptions) (RunResult, error) {
 		return res, err
 	}
 	return res, nil
+}
+
+// tensorboard writes the scalars of a metrics or eval line (v, as its
+// JSONL file holds it) to the event file, when there is one.
+func (r *run) tensorboard(v any, write func(*tfevents.RunLog, []byte) error) error {
+	if r.tb == nil {
+		return nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return write(r.tb, b)
 }
 
 // appendJSONL writes v as one line and fsyncs.

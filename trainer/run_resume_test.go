@@ -123,6 +123,8 @@ func compareRuns(t *testing.T, ref, dir string, last int) {
 	if ra, rb := memRows(t, ref), memRows(t, dir); !reflect.DeepEqual(ra, rb) {
 		t.Fatalf("memories differ: %d vs %d entries", len(ra), len(rb))
 	}
+	checkEventFile(t, ref)
+	checkEventFile(t, dir)
 }
 
 const killChildEnv = "EMPO2_TRAIN_KILL_CHILD"
