@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The EMPO² vs GRPO study of docs/experiment.md, end to end, in one command:
+# The EMPO² vs GRPO study of docs/experiment.md (Study 3), end to end, in one command:
 #   model init → demonstrations → full-SFT warm start (a new base model,
-#   OUT/sft.gguf) → warm-start evaluation → train a fresh LoRA on that base
+#   OUT/sft.gguf) → the pre-registered gate (can the warm start use its
+#   memory? scripts/exptable -gate; a failed gate stops the study) →
+#   warm-start evaluation → train a fresh LoRA on that base
 #   (arms × seeds, JOBS at a time) → evaluation of every run (held-out
 #   variations memory off, training pool memory off/on, adaptation trials on
 #   held-out variations, OOD trials on boil/freeze) → empo2 report over all
@@ -9,10 +11,11 @@
 #   and diagnosis.
 #
 #   scripts/experiment.sh            # or: make experiment        (≤ 80 min, 2 cores: 79.4 measured under load)
-#   scripts/experiment.sh quick      # or: make experiment-quick  (≤ 10 min smoke test)
+#   scripts/experiment.sh quick      # or: make experiment-quick  (≤ 10 min smoke test; its gate is not enforced)
+#   scripts/experiment.sh gate       # the warm start and its gate only, at the gate run's sizes (docs/experiment.md)
 #   OUT=dir SEEDS="1 2" ARMS="grpo empo2" STEPS=20 scripts/experiment.sh
 #   RESUME=1 scripts/experiment.sh   # continue in an existing OUT, skipping finished stages
-#   UNTIL=warmstart scripts/experiment.sh  # stop after a stage (demos model sft warmstart runs report)
+#   UNTIL=warmstart scripts/experiment.sh  # stop after a stage (demos model sft gate warmstart runs report)
 #
 # Everything is written under $OUT (default build/experiment, quick:
 # build/experiment-quick); OUT/table.md is the results table, OUT/report/
@@ -22,13 +25,13 @@ set -euo pipefail
 
 MODE=${1:-full}
 case "$MODE" in
-full | quick) ;;
+full | quick | gate) ;;
 -h | --help | help)
 	sed -n '2,20p' "$0"
 	exit 0
 	;;
 *)
-	echo "experiment.sh: unknown mode '$MODE' (want full or quick)" >&2
+	echo "experiment.sh: unknown mode '$MODE' (want full, quick or gate)" >&2
 	exit 2
 	;;
 esac
@@ -50,13 +53,37 @@ if [[ "$MODE" == quick ]]; then
 	OOD_VARS=${OOD_VARS:-1}       # boil/freeze test variations per family (0: all)
 	TRIALS=${TRIALS:-2}
 	SKILL_VARS=${SKILL_VARS:-1}   # test variations per SFT family (warm-start sanity check)
+	GATE_SEEDS=${GATE_SEEDS:-1}   # a smoke test: one seed, so the gate cannot pass and is not enforced
+	GATE_ENFORCE=${GATE_ENFORCE:-0}
+	GATE_TRIALS=${GATE_TRIALS:-2}
+	GATE_HELDOUT=${GATE_HELDOUT:-2}
+elif [[ "$MODE" == gate ]]; then
+	# the gate run of docs/experiment.md (Study 3, issue 36): the warm start
+	# at reduced SFT sizes, then the gate; sized for ≤ 40 min on the shared
+	# 2-core machine
+	OUT=${OUT:-build/experiment-gate}
+	SFT_VARS=${SFT_VARS:-8}
+	RL_SFT_VARS=${RL_SFT_VARS:-8}
+	SFT_EPOCHS=${SFT_EPOCHS:-8}
+	SEEDS=${SEEDS:-1}
+	STEPS=${STEPS:-0}
+	BATCH_TASKS=${BATCH_TASKS:-4}
+	BATCH_ROLLOUTS=${BATCH_ROLLOUTS:-4}
+	POOL=${POOL:-8}
+	TEST_VARS=${TEST_VARS:-0}
+	OOD_RL_VARS=${OOD_RL_VARS:-4}
+	OOD_VARS=${OOD_VARS:-2}
+	TRIALS=${TRIALS:-3}
+	SKILL_VARS=${SKILL_VARS:-2}
+	ATTEMPT_TIPS=${ATTEMPT_TIPS:-0} # tip writing is not what the gate tests (the entries' action and score are code-written)
+	UNTIL=${UNTIL:-gate}
 else
 	OUT=${OUT:-build/experiment}
 	SFT_VARS=${SFT_VARS:-24}
 	RL_SFT_VARS=${RL_SFT_VARS:-16}
 	SFT_EPOCHS=${SFT_EPOCHS:-16}
 	SEEDS=${SEEDS:-1 2 3}
-	STEPS=${STEPS:-12} # ≈ 62 min idle with the five arms (docs/experiment.md, Study 2 calibration)
+	STEPS=${STEPS:-24} # ≥ 15 off-policy updates per EMPO² seed expected ≈ 33 (docs/experiment.md, Study 3)
 	BATCH_TASKS=${BATCH_TASKS:-4}
 	BATCH_ROLLOUTS=${BATCH_ROLLOUTS:-4}
 	POOL=${POOL:-8}
@@ -66,29 +93,37 @@ else
 	TRIALS=${TRIALS:-3}
 	SKILL_VARS=${SKILL_VARS:-4}
 fi
-ARMS=${ARMS:-grpo empo2 empo2-paper memory-only} # the pre-registered arms (docs/experiment.md, Study 2)
+ARMS=${ARMS:-grpo empo2 empo2-paper memory-only oracle} # the pre-registered arms (docs/experiment.md, Study 3)
 JOBS=${JOBS:-2}                       # trained runs at a time (one thread each)
 THREADS=${THREADS:-2}                 # threads of the single-process phases
 RL_TASK=${RL_TASK:-find-living-thing}
 SFT_TASKS=${SFT_TASKS:-light-bulb,melt,use-thermometer}
 RL_SFT_FROM=${RL_SFT_FROM:-8}         # first RL-family variation in SFT (the pool 0..POOL-1 stays unseen)
 RL_LR=${RL_LR:-3e-3}                 # LoRA lr of the RL updates (constant; KL ≤ 0.02, clip ≤ 6 % per step measured)
-MINI_BATCHES=${MINI_BATCHES:-2} # mini-batches per PPO epoch (update.mini_batches): PPO_EPOCHS × this updates per step in every arm
+MINI_BATCHES=${MINI_BATCHES:-4} # mini-batches per PPO epoch (update.mini_batches): PPO_EPOCHS × this = 8 updates per step in every arm (Study 3)
 PPO_EPOCHS=${PPO_EPOCHS:-2}
 OLD_LOGP=${OLD_LOGP:-rollout} # π_old from the rollout's own log-probs (no recompute pass; docs/experiment.md)
-THRESHOLD=${THRESHOLD:-0.5} # retrieval threshold (the empo2 preset's, conversation keys; docs/memory.md)
-TIPS_IN=${TIPS_IN:-every-turn} # memory.tips_in of runs and eval, as the authors' code (docs/experiment.md, Study 2; its first run: TIPS_IN=last-turn TOP_K=3 ATTEMPT_TIPS=0)
-SFT_TIPS_IN=${SFT_TIPS_IN:-last-turn} # placement in the SFT tip records (every-turn records cost the SFT ≈ 3–4×: docs/experiment.md)
+KEY=${KEY:-observation}     # memory.key of runs, eval and the SFT's memory records (docs/experiment.md, Study 3: memory settings)
+THRESHOLD=${THRESHOLD:-0.95} # retrieval threshold: observation keys of the same state ≥ 0.97, other rooms' listings ≤ 0.92 (docs/experiment.md, Study 3)
+TIPS_IN=${TIPS_IN:-last-turn} # memory.tips_in of runs and eval (Study 3; Study 2's runs: every-turn with TOP_K=1)
+SFT_TIPS_IN=${SFT_TIPS_IN:-$TIPS_IN} # placement in the SFT's memory records
 CTX=${CTX:-4096}
 EVAL_TEMP=${EVAL_TEMP:-0.4}
 RANK=${RANK:-8}          # rank of the fresh RL LoRA on the SFT base (alpha 2·rank)
-TOP_K=${TOP_K:-1}        # tips per prompt (memory.top_k; eval --top-k); every-turn blocks of 3 overfill the 4096 context (docs/experiment.md)
+TOP_K=${TOP_K:-3}        # tips per prompt (memory.top_k; eval --top-k): one last-turn block of 3 fits (docs/experiment.md, Study 3)
 SFT_LR=${SFT_LR:-3e-3}   # full SFT: peak lr (cosine to SFT_MIN_LR)
 SFT_MIN_LR=${SFT_MIN_LR:-3e-4}
 SFT_MAXLEN=${SFT_MAXLEN:-2048} # tokens per SFT record (these demos + tip turn fit; a cut one is refused); 2 per forward
 HIDDEN=${HIDDEN:-64}
-TIP_RECORDS=${TIP_RECORDS:-4}         # per RL-family SFT episode: records with retrieved tips in the prompt (0: none)
-SFT_TIP_RECORDS=${SFT_TIP_RECORDS:-1} # the same for the other SFT families (each record costs a prefix forward)
+TIP_RECORDS=${TIP_RECORDS:-0}         # per RL-family SFT episode: Study 2's records with retrieved tips in the prompt (0: none; Study 3 uses READ_RECORDS)
+SFT_TIP_RECORDS=${SFT_TIP_RECORDS:-0} # the same for the other SFT families
+READ_RECORDS=${READ_RECORDS:-8}       # per RL-family SFT episode: memory-reading records (env demos --read-records; docs/experiment.md, Study 3)
+SFT_READ_RECORDS=${SFT_READ_RECORDS:-2} # the same for the other SFT families
+GATE_SEEDS=${GATE_SEEDS:-1 2 3}       # evaluation seeds of the gate (docs/experiment.md, Study 3)
+GATE_TRIALS=${GATE_TRIALS:-3}         # adaptation trials per variation in the gate (trials 2…K decide)
+GATE_POOL=${GATE_POOL:-$POOL}         # training-pool variations of the gate
+GATE_HELDOUT=${GATE_HELDOUT:-4}       # held-out variations of the gate's adaptation test
+GATE_ENFORCE=${GATE_ENFORCE:-1}       # a failed gate stops the study (1) or is only reported (0)
 TIP_TEMP=${TIP_TEMP:-0}               # tip-writing temperature (rollout.tip_temperature; <0: the rollout's 1.0)
 ATTEMPT_TIPS=${ATTEMPT_TIPS:-8}       # per RL-family SFT demo: tip turns after attempts gone astray, with their true tips (env demos --attempt-tips; docs/experiment.md, the tip-teaching run)
 RESUME=${RESUME:-0}
@@ -146,34 +181,37 @@ vars_flag() { [[ "$1" == 0 ]] || echo "--variations $1"; }
 
 # ---- 1. demonstrations and the tokenizer corpus ---------------------------
 demos() {
-	# tip records: per-step records whose prompts carry tips retrieved from a
-	# memory of the demo and of failed attempts at its variation, with the
-	# RL runs' threshold and top-k, so that the warm start has seen tip
-	# blocks before EMPO²'s memory steps show it one (docs/experiment.md)
-	local tips=(--threshold "$THRESHOLD" --top-k "$TOP_K" --tips-in "$SFT_TIPS_IN" --tip-records)
+	# memory-reading records (--read-records, Study 3): per-step records whose
+	# prompts carry the memory block the rollout would show, retrieved with
+	# the RL runs' key, threshold and top-k from a memory of the demo (score
+	# 100) and of attempts that deviate from it (low scores), answered with
+	# the demo's action; Study 2's tip records (--tip-records) when asked for
+	local tips=(--key "$KEY" --threshold "$THRESHOLD" --top-k "$TOP_K" --tips-in "$SFT_TIPS_IN")
+	local failtips=()
+	((TIP_RECORDS == 0)) || failtips=(--failure-tips)
 	# the corpus covers all six families and the tip blocks (the vocabulary only; docs/experiment.md)
 	"$EMPO2" env demos textlab --split train --kind explore --held-out "${SIMP[@]}" --tip-records 1 \
 		-o "$OUT/corpus-demos.jsonl" --text "$OUT/corpus.txt"
 	"$EMPO2" env demos textlab --tasks "$SFT_TASKS" --split train --variations "$SFT_VARS" \
-		--kind explore "${SIMP[@]}" "${tips[@]}" "$SFT_TIP_RECORDS" -o "$OUT/sft-train.jsonl"
+		--kind explore "${SIMP[@]}" "${tips[@]}" --tip-records "$SFT_TIP_RECORDS" --read-records "$SFT_READ_RECORDS" -o "$OUT/sft-train.jsonl"
 	"$EMPO2" env demos textlab --tasks "$SFT_TASKS" --split dev --variations 2 \
-		--kind explore "${SIMP[@]}" "${tips[@]}" "$SFT_TIP_RECORDS" -o "$OUT/sft-dev.jsonl"
+		--kind explore "${SIMP[@]}" "${tips[@]}" --tip-records "$SFT_TIP_RECORDS" --read-records "$SFT_READ_RECORDS" -o "$OUT/sft-dev.jsonl"
 	if ((RL_SFT_VARS > 0)); then
 		# a few demonstrations of the RL family, from train variations outside the
 		# pool (RL_SFT_FROM…): without them the warm start never focuses on a
 		# creature and RL has nothing beyond the +10 to learn (docs/experiment.md)
 		"$EMPO2" env demos textlab --tasks "$RL_TASK" --split train --skip-variations "$RL_SFT_FROM" \
-			--variations "$RL_SFT_VARS" --kind explore "${SIMP[@]}" --failure-tips "${tips[@]}" "$TIP_RECORDS" \
-			--attempt-tips "$ATTEMPT_TIPS" -o "$OUT/rl-sft.jsonl"
+			--variations "$RL_SFT_VARS" --kind explore "${SIMP[@]}" "${failtips[@]}" "${tips[@]}" --tip-records "$TIP_RECORDS" \
+			--read-records "$READ_RECORDS" --attempt-tips "$ATTEMPT_TIPS" -o "$OUT/rl-sft.jsonl"
 		# every episode of the pool stays unseen
 		local low
 		low=$(grep -o '"variation":[0-9]*' "$OUT/rl-sft.jsonl" | cut -d: -f2 | sort -n | head -1)
 		((low >= POOL)) || die "rl-sft.jsonl holds pool variation $low (< POOL=$POOL)"
-		(($(grep '"steps":' "$OUT/rl-sft.jsonl" | grep -v '"failed":true' | grep -vc '"attempt":true') == RL_SFT_VARS)) ||
+		(($(grep '"steps":' "$OUT/rl-sft.jsonl" | grep -v '"failed":true' | grep -v '"read":true' | grep -vc '"attempt":true') == RL_SFT_VARS)) ||
 			die "expected $RL_SFT_VARS $RL_TASK demonstrations in rl-sft.jsonl"
 		cat "$OUT/rl-sft.jsonl" >>"$OUT/sft-train.jsonl"
 		"$EMPO2" env demos textlab --tasks "$RL_TASK" --split dev --variations 2 \
-			--kind explore "${SIMP[@]}" --failure-tips "${tips[@]}" "$TIP_RECORDS" -o "$OUT/rl-dev.jsonl"
+			--kind explore "${SIMP[@]}" "${failtips[@]}" "${tips[@]}" --tip-records "$TIP_RECORDS" --read-records "$READ_RECORDS" -o "$OUT/rl-dev.jsonl"
 		cat "$OUT/rl-dev.jsonl" >>"$OUT/sft-dev.jsonl"
 	fi
 }
@@ -205,7 +243,7 @@ evaluate() {
 	local dir=$1 threads=$2
 	shift 2
 	local common=(--env textlab "${SIMP[@]}" --temperature "$EVAL_TEMP" --seed 1 --threads "$threads"
-		--ctx "$CTX" --threshold "$THRESHOLD" --top-k "$TOP_K" --set "memory.tips_in=$TIPS_IN" --tip-temperature "$TIP_TEMP" "$@")
+		--ctx "$CTX" --threshold "$THRESHOLD" --top-k "$TOP_K" --set "memory.tips_in=$TIPS_IN" --set "memory.key=$KEY" --tip-temperature "$TIP_TEMP" "$@")
 	local memboth=(--memory off)
 	[[ "$*" == *--run* ]] && memboth=(--memory both)
 	mkdir -p "$dir/eval"
@@ -236,6 +274,44 @@ warmstart() {
 		--split test --variations "$SKILL_VARS" --memory off -o "$OUT/warmstart/eval/sft-families-test-off.json"
 }
 
+# ---- 4a. the pre-registered gate (docs/experiment.md, Study 3) -------------
+# Can the warm start use its memory? Per evaluation seed, adaptation trials
+# on the training pool (a fresh memory per variation filled by the
+# policy's own earlier trials, a tip after each, no weight update) and on
+# held-out variations, each against the same trials without memory;
+# scripts/exptable -gate computes the verdict into OUT/gate.md.
+gate() {
+	mkdir -p "$OUT/gate"
+	local s
+	for s in $GATE_SEEDS; do
+		local common=(--env textlab "${SIMP[@]}" --temperature "$EVAL_TEMP" --seed "$s" --threads "$THREADS"
+			--ctx "$CTX" --threshold "$THRESHOLD" --top-k "$TOP_K" --set "memory.tips_in=$TIPS_IN" --set "memory.key=$KEY"
+			--tip-temperature "$TIP_TEMP" --model "$OUT/sft.gguf" --tasks "$RL_TASK" --ood --trials "$GATE_TRIALS")
+		[[ -f "$OUT/gate/pool-s$s.json" ]] ||
+			"$EMPO2" eval "${common[@]}" --split train --variations "$GATE_POOL" -o "$OUT/gate/pool-s$s.json.tmp" >>"$OUT/gate/eval.log" 2>&1 ||
+			die "gate: eval on the pool (seed $s) failed: see $OUT/gate/eval.log"
+		[[ -f "$OUT/gate/pool-s$s.json" ]] || mv "$OUT/gate/pool-s$s.json.tmp" "$OUT/gate/pool-s$s.json"
+		[[ -f "$OUT/gate/heldout-s$s.json" ]] ||
+			"$EMPO2" eval "${common[@]}" --split test --variations "$GATE_HELDOUT" -o "$OUT/gate/heldout-s$s.json.tmp" >>"$OUT/gate/eval.log" 2>&1 ||
+			die "gate: eval on held-out variations (seed $s) failed: see $OUT/gate/eval.log"
+		[[ -f "$OUT/gate/heldout-s$s.json" ]] || mv "$OUT/gate/heldout-s$s.json.tmp" "$OUT/gate/heldout-s$s.json"
+		log "gate: seed $s evaluated"
+	done
+	"$GO" build -o "$OUT/exptable" ./scripts/exptable
+	"$OUT/exptable" -gate "$OUT/gate" >"$OUT/gate.md"
+	cat "$OUT/gate.md" >&2
+}
+
+# gate_verdict: stops the study when the gate failed (GATE_ENFORCE=1).
+gate_verdict() {
+	local v
+	v=$(tail -1 "$OUT/gate.md")
+	log "$v"
+	if [[ "$v" != "gate: PASS" && "$GATE_ENFORCE" == 1 ]]; then
+		die "the gate failed ($OUT/gate.md): the study does not run on a policy that cannot use its memory (docs/experiment.md, Study 3; GATE_ENFORCE=0 runs it anyway)"
+	fi
+}
+
 # ---- 5. one trained run, then its evaluation -------------------------------
 arm_flags() {
 	case "$1" in
@@ -243,6 +319,7 @@ arm_flags() {
 	empo2) echo "--preset empo2" ;;
 	memory-only) echo "--preset memory-only" ;;
 	empo2-paper) echo "--preset empo2 --set mode.memory_prob=0.5 --set mode.offpolicy_prob=0.3333" ;;
+	oracle) echo "--preset empo2 --set rollout.oracle_tips=true" ;; # the authors' p, q; tips = the environment's true tips
 	*) return 1 ;;
 	esac
 }
@@ -267,7 +344,7 @@ run_one() {
 				--set "lora.rank=$RANK" --set "lora.alpha=$((2 * RANK))" --set "memory.top_k=$TOP_K" \
 				--set "batch.tasks=$BATCH_TASKS" --set "batch.rollouts=$BATCH_ROLLOUTS" \
 				--set "context=$CTX" --set env_options.simplifications=easy \
-				--set "memory.threshold=$THRESHOLD" --set "memory.tips_in=$TIPS_IN" --set "update.lr=$RL_LR" \
+				--set "memory.threshold=$THRESHOLD" --set "memory.tips_in=$TIPS_IN" --set "memory.key=$KEY" --set "update.lr=$RL_LR" \
 				--set "update.mini_batches=$MINI_BATCHES" --set "update.ppo_epochs=$PPO_EPOCHS" \
 				--set "update.old_logp=$OLD_LOGP" --set "rollout.tip_temperature=$TIP_TEMP" >>"$dir.train.log" 2>&1 || return 1
 			cat "$dir.train.log" >>"$dir/train.log" && rm "$dir.train.log"
@@ -289,7 +366,7 @@ run_one() {
 
 runs() {
 	local arm seed
-	for arm in $ARMS; do arm_flags "$arm" >/dev/null || die "unknown arm '$arm' (have grpo, empo2, memory-only, empo2-paper)"; done
+	for arm in $ARMS; do arm_flags "$arm" >/dev/null || die "unknown arm '$arm' (have grpo, empo2, memory-only, empo2-paper, oracle)"; done
 	rm -f "$OUT/.failed"
 	for seed in $SEEDS; do
 		for arm in $ARMS; do
@@ -319,6 +396,8 @@ table() {
 stage demos demos
 stage model model
 stage sft sft
+stage gate gate
+gate_verdict
 stage warmstart warmstart
 stage runs runs
 stage report report
