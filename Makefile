@@ -1,6 +1,7 @@
 # empo2 — build, test and benchmark. Two commands set up a fresh machine:
 #   make        builds bin/empo2 (CPU)
 #   make test   runs the test suite
+#   make demo   builds, then runs the main job end to end (empo2 quickstart)
 # llama.cpp and ggml come only from the pinned Go module github.com/ollama/ollama
 # (see third_party/README.md); nothing third-party is committed here.
 
@@ -90,6 +91,15 @@ link-check: deps
 bench: build
 	set -o pipefail; $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./... 2>&1 | tee bench.txt
 
+# empo2's rollout loop against llama.cpp's own sampler loop and the
+# decode-only roof, Qwen's 152k vocabulary on the 0.5B shape (2 layers;
+# EMPO2_BENCH_LAYERS overrides), batch 1/8/64: one line per batch with
+# `ratio` (goal >= 0.95) and `roof_ratio`; llama/bench_rollout_test.go.
+# Also part of `make bench`.
+.PHONY: bench-rollout
+bench-rollout: deps
+	set -o pipefail; $(GO) test -run '^$$' -bench 'BenchmarkRollout' -benchtime 1x -timeout 30m ./llama 2>&1 | tee bench-rollout.txt
+
 # The live report's browser test (report: TestLivePageInChromium, docs/report.md)
 # loads the page in headless Chromium: Debian's chromium package, installed
 # where no Chromium is on PATH (.ci/run runs this before make test).
@@ -107,6 +117,15 @@ chromium:
 .PHONY: sft-recipe
 sft-recipe: build
 	EMPO2=$(BIN) scripts/sft-recipe.sh
+
+# The first run, one command: demos -> model -> SFT warm start -> EMPO² run
+# (with its live page) -> eval with and without memory -> report, into
+# DEMO_DIR (default build/quickstart; run again to continue an interrupted
+# one). About 10 minutes on 2 cores.
+DEMO_DIR ?= build/quickstart
+.PHONY: demo
+demo: build
+	$(BIN) quickstart $(DEMO_DIR)
 
 # The EMPO² vs GRPO study of docs/experiment.md (≤ 60 min on 2 cores; quick: ≤ 10 min).
 .PHONY: experiment experiment-quick
@@ -170,4 +189,4 @@ vet: deps
 	$(GO) vet ./...
 
 clean:
-	rm -rf bin build .tmp third_party/ollama bench.txt
+	rm -rf bin build .tmp third_party/ollama bench.txt bench-rollout.txt

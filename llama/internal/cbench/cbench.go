@@ -1,7 +1,8 @@
 // Package cbench is a test-only helper: a plain C generation loop over
 // llama.h (prefill, llama_memory_seq_cp, batched decode, llama.cpp's own
-// sampler chain), the baseline that the llama package's benchmark compares
-// its Go API against on the same llama_context.
+// sampler chain, or no sampling at all: the decode-only roof), the
+// baseline that the llama package's benchmarks compare its Go API against
+// on the same llama_context.
 package cbench
 
 /*
@@ -10,9 +11,11 @@ package cbench
 #include "llama.h"
 
 // Generates n_gen tokens for each of n_seq sequences from one prompt.
-// Returns 0 on success, the failing llama_decode code otherwise.
+// fixed >= 0: no sampling at all, every sequence's next token is fixed (the
+// decode-only roof; the logits are still computed). Returns 0 on success,
+// the failing llama_decode code otherwise.
 static int cbench_generate(struct llama_context * ctx, const llama_token * prompt, int n_prompt,
-		int n_seq, int n_gen, float temp, int top_k, float top_p, float min_p, uint32_t seed) {
+		int n_seq, int n_gen, float temp, int top_k, float top_p, float min_p, uint32_t seed, int fixed) {
 	llama_memory_t mem = llama_get_memory(ctx);
 	llama_memory_clear(mem, true);
 	int n_batch = (int) llama_n_batch(ctx);
@@ -45,7 +48,7 @@ static int cbench_generate(struct llama_context * ctx, const llama_token * promp
 		llama_sampler_chain_add(smpl[s], llama_sampler_init_temp(temp));
 		llama_sampler_chain_add(smpl[s], llama_sampler_init_dist(seed + (uint32_t) s));
 		if (rc == 0) {
-			last[s] = llama_sampler_sample(smpl[s], ctx, -1);
+			last[s] = fixed >= 0 ? fixed : llama_sampler_sample(smpl[s], ctx, -1);
 		}
 	}
 	for (int step = 1; step < n_gen && rc == 0; step++) {
@@ -59,7 +62,7 @@ static int cbench_generate(struct llama_context * ctx, const llama_token * promp
 		}
 		rc = llama_decode(ctx, batch);
 		for (int s = 0; s < n_seq && rc == 0; s++) {
-			last[s] = llama_sampler_sample(smpl[s], ctx, s);
+			last[s] = fixed >= 0 ? fixed : llama_sampler_sample(smpl[s], ctx, s);
 		}
 	}
 	for (int s = 0; s < n_seq; s++) {
@@ -86,6 +89,10 @@ type Params struct {
 	TopK        int
 	TopP, MinP  float32
 	Seed        uint32
+	// DecodeOnly: no sampling, every next token is Fixed (the decoder's own
+	// pace; llama.cpp still computes the logits).
+	DecodeOnly bool
+	Fixed      int32
 }
 
 // Generate runs the C loop on ctx (a *llama_context, passed as
@@ -99,9 +106,13 @@ func Generate(ctx unsafe.Pointer, prompt []int32, p Params) (time.Duration, erro
 	cp := (*C.llama_token)(C.malloc(C.size_t(len(prompt)) * C.size_t(unsafe.Sizeof(C.llama_token(0)))))
 	defer C.free(unsafe.Pointer(cp))
 	copy(unsafe.Slice((*int32)(unsafe.Pointer(cp)), len(prompt)), prompt)
+	fixed := -1
+	if p.DecodeOnly {
+		fixed = int(max(p.Fixed, 0))
+	}
 	start := time.Now()
 	rc := C.cbench_generate((*C.struct_llama_context)(ctx), cp, C.int(len(prompt)), C.int(p.NSeq), C.int(p.NGen),
-		C.float(p.Temperature), C.int(p.TopK), C.float(p.TopP), C.float(p.MinP), C.uint32_t(p.Seed))
+		C.float(p.Temperature), C.int(p.TopK), C.float(p.TopP), C.float(p.MinP), C.uint32_t(p.Seed), C.int(fixed))
 	d := time.Since(start)
 	if rc != 0 {
 		return d, fmt.Errorf("cbench: llama_decode returned %d", int(rc))
