@@ -186,7 +186,7 @@ func readAll(t *testing.T, resp *http.Response) string {
 // reload. The screenshot is kept: $EMPO2_LIVE_SCREENSHOT if set, else the
 // test's temporary folder (logged).
 func TestLivePageInChromium(t *testing.T) {
-	chromium := browserOrSkip(t)
+	chromium := headless.ForTest(t)
 	root := t.TempDir()
 	r1, r2 := filepath.Join(root, "lr-0.3"), filepath.Join(root, "lr-0.1")
 	liveRun(t, r1, 0.3, 3)
@@ -296,18 +296,4 @@ func TestLivePageInChromium(t *testing.T) {
 	}
 	must(t, os.WriteFile(out, png, 0o644))
 	t.Logf("screenshot: %s (%d bytes)", out, len(png))
-}
-
-// browserOrSkip finds Chromium; without one the test is skipped with how to
-// get it — or fails where EMPO2_REQUIRE_CHROMIUM is set (CI).
-func browserOrSkip(t *testing.T) string {
-	t.Helper()
-	p, err := headless.Find()
-	if err != nil {
-		if os.Getenv("EMPO2_REQUIRE_CHROMIUM") != "" {
-			t.Fatalf("%v (EMPO2_REQUIRE_CHROMIUM is set)", err)
-		}
-		t.Skipf("%v; skipped", err)
-	}
-	return p
 }
