@@ -1,6 +1,7 @@
 package modelgen
 
 import (
+	"bytes"
 	_ "embed"
 	"encoding/binary"
 	"errors"
@@ -9,6 +10,8 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"runtime"
+	"sync"
 
 	"github.com/empo2/empo2/gguf"
 )
@@ -384,21 +387,69 @@ func addTokenizer(w *gguf.Writer, tok *Tokenizer) {
 }
 
 // addGenTensors adds ts to w as tensors generated lazily from seed, F16
-// where half says so and F32 otherwise.
+// where half says so and F32 otherwise. Every tensor has its own generator
+// (seed, name), so they are generated in parallel, up to GOMAXPROCS ahead of
+// the one being written (genAhead), with the same bytes as one by one.
 func addGenTensors(w *gguf.Writer, ts []tensorSpec, seed int64, half func(tensorSpec) bool) error {
-	for _, t := range ts {
-		h := half(t)
+	g := &genAhead{ts: ts, seed: seed, half: half, ahead: runtime.GOMAXPROCS(0),
+		done: make([]chan struct{}, len(ts)), data: make([][]byte, len(ts)), errs: make([]error, len(ts))}
+	for i := range g.done {
+		g.done[i] = make(chan struct{})
+	}
+	for i, t := range ts {
 		typ := gguf.TypeF32
-		if h {
+		if half(t) {
 			typ = gguf.TypeF16
 		}
-		if err := w.AddTensorFunc(t.name, t.shape, typ, func(out io.Writer) error {
-			return genTensor(out, t, seed, h)
-		}); err != nil {
+		if err := w.AddTensorFunc(t.name, t.shape, typ, func(out io.Writer) error { return g.write(i, out) }); err != nil {
 			return fmt.Errorf("modelgen: %w", err)
 		}
 	}
 	return nil
+}
+
+// genAhead generates tensors in goroutines, in order, at most ahead of the
+// one the writer asks for; each tensor's bytes are dropped once written.
+type genAhead struct {
+	ts    []tensorSpec
+	seed  int64
+	half  func(tensorSpec) bool
+	ahead int
+	mu    sync.Mutex
+	next  int // first tensor not started
+	done  []chan struct{}
+	data  [][]byte
+	errs  []error
+}
+
+func (g *genAhead) write(i int, out io.Writer) error {
+	g.mu.Lock()
+	for ; g.next < len(g.ts) && g.next <= i+g.ahead-1; g.next++ {
+		j := g.next
+		go func() {
+			defer close(g.done[j])
+			var b bytes.Buffer
+			n, width := 1, 4
+			for _, d := range g.ts[j].shape {
+				n *= int(d)
+			}
+			if g.half(g.ts[j]) {
+				width = 2
+			}
+			b.Grow(n * width)
+			g.errs[j] = genTensor(&b, g.ts[j], g.seed, g.half(g.ts[j]))
+			g.data[j] = b.Bytes()
+		}()
+	}
+	g.mu.Unlock()
+	<-g.done[i]
+	data, err := g.data[i], g.errs[i]
+	g.data[i] = nil
+	if err != nil {
+		return err
+	}
+	_, err = out.Write(data)
+	return err
 }
 
 // Tokenizer trains and returns the tokenizer cfg's model would get (not
