@@ -218,6 +218,12 @@ func (s *Store) mutate(ctx context.Context, ns string, f func(*sql.Tx) (int64, e
 	}
 	var stale bool
 	var version int64
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	// Once begun, the transaction completes or rolls back by itself; what
+	// follows it (the index reload) runs even when ctx is cancelled.
+	ctx = context.WithoutCancel(ctx)
 	n, err := func() (int64, error) {
 		tx, st, v, err := s.beginWrite(ctx)
 		if err != nil {

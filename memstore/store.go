@@ -417,7 +417,15 @@ func (s *Store) beginWrite(ctx context.Context) (tx *sql.Tx, stale bool, version
 	if s.cfg.readOnly {
 		return nil, false, 0, ErrReadOnly
 	}
-	if tx, err = s.w.BeginTx(ctx, nil); err != nil {
+	if err := ctx.Err(); err != nil {
+		return nil, false, 0, err
+	}
+	// A transaction begun is finished or rolled back by its caller, never
+	// by ctx: database/sql would roll it back from another goroutine when
+	// ctx is cancelled, discarding the write connection under a statement
+	// in flight ("sql: connection is already closed", then "cannot start a
+	// transaction within a transaction"; issue 38 §5).
+	if tx, err = s.w.BeginTx(context.WithoutCancel(ctx), nil); err != nil {
 		return nil, false, 0, classify(err)
 	}
 	if err = tx.QueryRowContext(ctx, "PRAGMA data_version").Scan(&version); err != nil {
@@ -829,6 +837,9 @@ func (s *Store) Add(ctx context.Context, ns string, entries []Entry) (int, error
 		return 0, err
 	}
 	defer tx.Rollback()
+	// Once begun, the write completes even when ctx is cancelled (an
+	// interrupt waits for it, as for a checkpoint).
+	ctx = context.WithoutCancel(ctx)
 	p, err := s.insert(ctx, tx, ns, prep)
 	if err != nil {
 		return 0, err
