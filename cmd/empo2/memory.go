@@ -116,38 +116,14 @@ func init() {
 	})
 }
 
-// openMode says how a command opens the database.
-type openMode int
-
-const (
-	openCreate   openMode = iota // read-write, created when missing (add, import)
-	openWrite                    // read-write, must exist (prune, reset)
-	openRead                     // read-only, with the vector index (search)
-	openMetaOnly                 // read-only, no embeddings read (stats, list, export)
-)
-
-// memOpen opens the database named by --db. Read commands open it
-// read-only (a read-only file or directory works, nothing is written);
-// commands other than add and import refuse to create a new file.
-func memOpen(c *cli.Context, mode openMode, opts ...memstore.Option) (*memstore.Store, error) {
+// memOpen opens the database named by --db as memstore.OpenFile does
+// (read accesses read-only; only add and import create a file).
+func memOpen(c *cli.Context, a memstore.Access, opts ...memstore.Option) (*memstore.Store, error) {
 	path := c.String(memDBFlag.Name)
 	if strings.TrimSpace(path) == "" {
 		return nil, fmt.Errorf("--db is empty: give the memory database file")
 	}
-	if mode != openCreate {
-		if _, err := os.Stat(path); err != nil {
-			return nil, fmt.Errorf("%w: %s", errMemNoSuchFile, path)
-		}
-	}
-	switch mode {
-	case openRead:
-		opts = append(opts, memstore.ReadOnly())
-	case openMetaOnly:
-		opts = append(opts, memstore.ReadOnly(), memstore.WithoutIndex())
-	case openWrite:
-		opts = append(opts, memstore.WithoutIndex())
-	}
-	return memstore.Open(path, nil, opts...)
+	return memstore.OpenFile(path, a, opts...)
 }
 
 // memRemoveIfNew removes a database file (and its -wal/-shm) that the
@@ -156,45 +132,51 @@ func memRemoveIfNew(path string, existed bool, err error) {
 	if err == nil || existed {
 		return
 	}
-	for _, suf := range []string{"", "-wal", "-shm", "-journal"} {
-		os.Remove(path + suf)
-	}
+	memstore.RemoveFiles(path)
 }
 
-func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
-
-// memAttachEmbedder gives s an embedder: --embed-model when set, else the
-// built-in one the database records, else (a database without one) a hash
-// embedder of --dim when create is true; --dim given explicitly always asks
-// for a hash embedder of that dimension. It returns a closer for a loaded model.
-func memAttachEmbedder(c *cli.Context, s *memstore.Store, create bool) (func(), error) {
-	nop := func() {}
-	if p := c.String(memEmbedFlag.Name); p != "" {
-		e, err := llama.NewEmbedder(p, llama.EmbedderOptions{})
-		if err != nil {
-			return nop, fmt.Errorf("--embed-model: %w", err)
-		}
-		if err := s.SetEmbedder(e); err != nil {
-			e.Close()
-			return nop, err
-		}
-		return func() { e.Close() }, nil
-	}
+// memEmbedder loads --embed-model (nil when not given; close it) and
+// reads --dim as an explicit request (0 when not given).
+func memEmbedder(c *cli.Context) (model *llama.Embedder, dim int, err error) {
 	if c.IsSet(memDimFlag.Name) {
-		return nop, s.SetEmbedder(memstore.NewHashEmbedder(c.Int(memDimFlag.Name)))
-	}
-	id, _ := s.Embedder()
-	if id == "" {
-		if !create {
-			return nop, nil
+		if dim = c.Int(memDimFlag.Name); dim <= 0 {
+			dim = memstore.DefaultDim
 		}
-		return nop, s.SetEmbedder(memstore.NewHashEmbedder(c.Int(memDimFlag.Name)))
 	}
-	e, ok := memstore.BuiltinEmbedder(id)
-	if !ok {
-		return nop, fmt.Errorf("%w: the database was built with %q; pass that model with --embed-model", memstore.ErrNoEmbedder, id)
+	p := c.String(memEmbedFlag.Name)
+	if p == "" {
+		return nil, dim, nil
 	}
-	return nop, s.SetEmbedder(e)
+	e, err := llama.NewEmbedder(p, llama.EmbedderOptions{})
+	if err != nil {
+		return nil, dim, fmt.Errorf("--embed-model: %w", err)
+	}
+	return e, dim, nil
+}
+
+// memAttachEmbedder gives s an embedder (memstore's AttachEmbedder):
+// --embed-model when set, a hash embedder of --dim when given, else the
+// built-in one the database records, else (create) the default hash
+// embedder. It returns a closer for a loaded model.
+func memAttachEmbedder(c *cli.Context, s *memstore.Store, create bool) (func(), error) {
+	model, dim, err := memEmbedder(c)
+	if err != nil {
+		return func() {}, err
+	}
+	closeModel := func() {}
+	var emb memstore.Embedder
+	if model != nil {
+		emb, closeModel = model, func() { model.Close() }
+	}
+	return closeModel, memEmbedderErr(s.AttachEmbedder(emb, dim, create))
+}
+
+// memEmbedderErr says which flag gives a recorded embedder's model.
+func memEmbedderErr(err error) error {
+	if errors.Is(err, memstore.ErrNoEmbedder) {
+		return fmt.Errorf("%w; pass that model with --embed-model", err)
+	}
+	return err
 }
 
 // memCap passes --cap only when given: otherwise the database's recorded cap applies.
@@ -231,7 +213,7 @@ func fmtTime(t time.Time) string {
 }
 
 func memStats(c *cli.Context) error {
-	s, err := memOpen(c, openMetaOnly)
+	s, err := memOpen(c, memstore.AccessMetaOnly)
 	if err != nil {
 		return err
 	}
@@ -277,7 +259,7 @@ func memStats(c *cli.Context) error {
 }
 
 func memList(c *cli.Context) error {
-	s, err := memOpen(c, openMetaOnly)
+	s, err := memOpen(c, memstore.AccessMetaOnly)
 	if err != nil {
 		return err
 	}
@@ -320,12 +302,9 @@ type memSearchReport struct {
 func memSearch(c *cli.Context) error {
 	// Check the arguments before touching the database.
 	thr := c.Float64(memThreshFlag.Name)
-	q := memstore.Query{K: c.Int(memKFlag.Name), Threshold: float32(thr), Order: memstore.OrderByScoreStable}
-	if q.K <= 0 {
-		return fmt.Errorf("--k %d: want a positive number", q.K)
-	}
-	if !(thr >= -1 && thr <= 1) {
-		return fmt.Errorf("--threshold %v: want a cosine similarity in [-1, 1]", thr)
+	q, err := memstore.SearchQuery(c.Int(memKFlag.Name), thr, c.Bool(memBySimFlag.Name))
+	if err != nil {
+		return fmt.Errorf("--%w", err)
 	}
 	text := c.String(memQueryFlag.Name)
 	if strings.TrimSpace(text) == "" {
@@ -334,7 +313,7 @@ func memSearch(c *cli.Context) error {
 	if strings.TrimSpace(c.String(memNSReqFlag.Name)) == "" {
 		return fmt.Errorf("--namespace is empty: give a namespace such as boil/3")
 	}
-	s, err := memOpen(c, openRead)
+	s, err := memOpen(c, memstore.AccessRead)
 	if err != nil {
 		return err
 	}
@@ -343,12 +322,6 @@ func memSearch(c *cli.Context) error {
 	defer closeEmb()
 	if err != nil {
 		return err
-	}
-	if thr == 0 {
-		q.Threshold = math.SmallestNonzeroFloat32 // "> 0" (Threshold 0 would mean the default)
-	}
-	if c.Bool(memBySimFlag.Name) {
-		q.Order = memstore.OrderBySimilarity
 	}
 	ns := c.String(memNSReqFlag.Name)
 	res, err := s.RetrieveText(c.Context, ns, text, q)
@@ -394,8 +367,8 @@ func memAdd(c *cli.Context) (err error) {
 		return err
 	}
 	path := c.String(memDBFlag.Name)
-	existed := fileExists(path)
-	s, err := memOpen(c, openCreate, capOpt...)
+	existed := memstore.FileExists(path)
+	s, err := memOpen(c, memstore.AccessCreate, capOpt...)
 	if err != nil {
 		return err
 	}
@@ -431,7 +404,7 @@ func memExport(c *cli.Context) error {
 			return err
 		}
 	}
-	s, err := memOpen(c, openMetaOnly)
+	s, err := memOpen(c, memstore.AccessMetaOnly)
 	if err != nil {
 		return err
 	}
@@ -466,7 +439,7 @@ func memImport(c *cli.Context) (err error) {
 	}
 	var inputs []safefile.Path
 	for _, p := range c.Args().Slice() {
-		if p != "-" && !fileExists(p) {
+		if p != "-" && !memstore.FileExists(p) {
 			return fmt.Errorf("memory import: %s: no such file", p)
 		}
 		if p != "-" {
@@ -477,51 +450,32 @@ func memImport(c *cli.Context) (err error) {
 	if err := safefile.CheckOutputs([]safefile.Path{{Flag: "--db", Path: path}}, inputs); err != nil {
 		return err
 	}
-	existed := fileExists(path)
-	s, err := memOpen(c, openCreate, capOpt...)
+	existed := memstore.FileExists(path)
+	s, err := memOpen(c, memstore.AccessCreate, capOpt...)
 	if err != nil {
 		return err
 	}
 	defer func() { s.Close(); memRemoveIfNew(path, existed, err) }()
-	// An embedder is attached when one is asked for or recorded. Otherwise
-	// a new database adopts the embedder of the file's records, and records
-	// without embeddings are embedded by the built-in hash embedder of
-	// --dim (the same default as memory add).
-	var opt memstore.ImportOptions
-	id, _ := s.Embedder()
-	if id != "" || c.IsSet(memEmbedFlag.Name) || c.IsSet(memDimFlag.Name) {
-		closeEmb, err := memAttachEmbedder(c, s, true)
-		defer closeEmb()
-		if err != nil {
-			return err
-		}
-	} else {
-		opt.DefaultEmbedder = memstore.NewHashEmbedder(c.Int(memDimFlag.Name))
+	// An embedder is attached when one is asked for or recorded; otherwise
+	// a new database adopts the embedder of the file's records (PrepareImport).
+	model, dim, err := memEmbedder(c)
+	if err != nil {
+		return err
 	}
-	var total memstore.ImportStats
-	for _, p := range c.Args().Slice() {
-		var r io.Reader = os.Stdin
-		var size int64 = -1
-		if p != "-" {
-			f, err := os.Open(p)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			r = f
-			if fi, err := f.Stat(); err == nil {
-				size = fi.Size()
-			}
-		}
-		r, done := progressReader(r, size, "importing "+p)
-		st, err := s.ImportWith(c.Context, r, opt)
-		done()
-		if err != nil {
-			return fmt.Errorf("%s: %w", p, err)
-		}
-		total.Read += st.Read
-		total.Added += st.Added
-		log.Debug().Str("file", p).Int("read", st.Read).Int("added", st.Added).Msg("imported")
+	var emb memstore.Embedder
+	if model != nil {
+		defer model.Close()
+		emb = model
+	}
+	opt, err := s.PrepareImport(emb, dim)
+	if err != nil {
+		return memEmbedderErr(err)
+	}
+	total, err := s.ImportFiles(c.Context, c.Args().Slice(), opt, func(r io.Reader, size int64, p string) (io.Reader, func()) {
+		return progressReader(r, size, "importing "+p)
+	})
+	if err != nil {
+		return err
 	}
 	if c.Bool(memJSONFlag.Name) {
 		return printJSON(c.App.Writer, total)
@@ -576,9 +530,9 @@ func memPrune(c *cli.Context) error {
 	if o.Keep <= 0 && o.Before.IsZero() && o.BelowScore == nil {
 		return fmt.Errorf("memory prune: give --keep, --before or --below-score")
 	}
-	mode := openWrite
+	mode := memstore.AccessWrite
 	if o.DryRun {
-		mode = openMetaOnly
+		mode = memstore.AccessMetaOnly
 	}
 	s, err := memOpen(c, mode)
 	if err != nil {
@@ -599,22 +553,11 @@ func memPrune(c *cli.Context) error {
 	return printRemoved(c, n)
 }
 
-// parseBefore reads --before: a positive duration (entries created more
-// than that long before now) or an RFC 3339 time in the past. A negative or
-// zero duration, or a future time, would select every entry: refused.
+// parseBefore reads --before (memstore.ParseBefore).
 func parseBefore(b string, now time.Time) (time.Time, error) {
-	if d, err := time.ParseDuration(b); err == nil {
-		if d <= 0 {
-			return time.Time{}, fmt.Errorf("--before %s: want a positive age such as 72h (a zero or negative one would delete every entry)", b)
-		}
-		return now.Add(-d), nil
-	}
-	t, err := time.Parse(time.RFC3339, b)
+	t, err := memstore.ParseBefore(b, now)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("--before %q: want a positive duration (72h) or an RFC 3339 time", b)
-	}
-	if t.After(now) {
-		return time.Time{}, fmt.Errorf("--before %s is in the future: it would delete every entry", b)
+		return t, fmt.Errorf("--before %w", err)
 	}
 	return t, nil
 }
@@ -625,7 +568,7 @@ func memReset(c *cli.Context) error {
 	if (ns == "") == !all {
 		return fmt.Errorf("memory reset: give exactly one of --namespace and --all")
 	}
-	s, err := memOpen(c, openWrite)
+	s, err := memOpen(c, memstore.AccessWrite)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,9 @@
 package main
 
-import "github.com/empo2/empo2/internal/safefile"
+import (
+	"github.com/empo2/empo2/internal/safefile"
+	"github.com/empo2/empo2/memstore"
+)
 
 // Every command that writes files checks its outputs against its inputs
 // with safefile.CheckOutputs before it opens anything for writing, and
@@ -18,8 +21,8 @@ func dbPaths(flag, db string) []safefile.Path {
 		return nil
 	}
 	var ps []safefile.Path
-	for _, suf := range []string{"", "-wal", "-shm", "-journal"} {
-		ps = append(ps, safefile.Path{Flag: flag, Path: db + suf})
+	for _, p := range memstore.Files(db) {
+		ps = append(ps, safefile.Path{Flag: flag, Path: p})
 	}
 	return ps
 }
