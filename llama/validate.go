@@ -40,6 +40,10 @@ func validateGGUF(path string, adapter bool) (maxPos int, encoder bool, err erro
 		if err := lora.CheckKeyTypes(f); err != nil {
 			return 0, false, fmt.Errorf("%w: %s: %v", ErrModelLoad, path, err)
 		}
+	} else if gt, _ := f.String(lora.KeyGeneralType); gt == "adapter" || gt == "empo2.train_state" {
+		// llama.cpp would only say it rejected the file
+		return 0, false, fmt.Errorf("%w: %s is a LoRA adapter (general.type %s), not a model: give the base model it was trained on as the model (-m) and this file as the adapter (--lora for eval and generate, lora.init to start training or SFT from it)",
+			ErrModelLoad, path, gt)
 	}
 	for _, ti := range f.Tensors {
 		// gguf_init_from_file divides by ne[1], ne[2] and ne[3] in its

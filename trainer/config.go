@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -385,8 +387,17 @@ func (c *Config) Validate() error {
 		return bad("eval.memory %q (want off, on or both)", c.Eval.Memory)
 	case !c.Eval.Split.Valid():
 		return bad("eval.split %q", c.Eval.Split)
+	case math.IsNaN(c.Eval.Temperature) || c.Eval.Temperature < 0 || c.Eval.Temperature > 100:
+		return bad("eval.temperature %v: want 0 (greedy) to 100", c.Eval.Temperature)
+	case c.EnvOptions.StepLimit < 0:
+		return bad("env_options.step_limit %d: want ≥ 0 (0 = the task's own limit)", c.EnvOptions.StepLimit)
 	}
 	// One KV sequence per episode of a step, decoded together.
+	// Each factor bounded first: a product of two huge factors can wrap to 0.
+	if m := llama.MaxSequences(); c.Batch.Tasks > m || c.Batch.Rollouts > m {
+		return bad("batch.tasks %d, batch.rollouts %d: llama.cpp decodes at most %d sequences together, so each (and their product, the episodes per step) must be at most %d",
+			c.Batch.Tasks, c.Batch.Rollouts, m, m)
+	}
 	if n := int64(c.Batch.Tasks) * int64(c.Batch.Rollouts); n > int64(llama.MaxSequences()) {
 		return bad("batch.tasks × batch.rollouts = %d × %d = %d episodes per step: llama.cpp decodes at most %d sequences together",
 			c.Batch.Tasks, c.Batch.Rollouts, n, llama.MaxSequences())
@@ -396,9 +407,12 @@ func (c *Config) Validate() error {
 	if len(c.LoRA.Targets) == 0 {
 		return bad("lora.targets is [] (empty): list the adapted matrices, e.g. [q, k, v, o, gate, up, down]")
 	}
-	for _, tg := range c.LoRA.Targets {
+	for i, tg := range c.LoRA.Targets {
 		if lora.TargetIndex(tg) < 0 {
 			return bad("lora.targets: unknown target %q (want some of %s)", tg, strings.Join(lora.DefaultTargets, " "))
+		}
+		if slices.Contains(c.LoRA.Targets[:i], tg) {
+			return bad("lora.targets %v: %q is listed twice (list each adapted matrix once)", c.LoRA.Targets, tg)
 		}
 	}
 	if err := c.Memory.Validate(); err != nil {

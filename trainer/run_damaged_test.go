@@ -5,10 +5,12 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -216,6 +218,35 @@ func TestResumeInvariantsInTrain(t *testing.T) {
 			t.Fatalf("the refused resume (%s) changed %v", tc.want, d)
 		}
 	}
+	// config.yaml edited by hand (issue 38): the error names the edit and
+	// how to undo it, not damage of the checkpoint or of the model; an
+	// emptied config.yaml is named as such
+	cfgPath := filepath.Join(dir, ConfigFile)
+	orig := fileBytes(t, cfgPath)
+	changed := append(fileBytes(t, model), 0)
+	os.WriteFile(other, changed, 0o644)
+	for _, tc := range []struct {
+		line, want string
+	}{
+		{"seed: 9", fmt.Sprintf("set seed: %d back in %s", cfg.Seed, cfgPath)},
+		{"model: " + other, "set model: "},
+	} {
+		key := strings.SplitN(tc.line, ":", 2)[0]
+		edited := regexp.MustCompile(`(?m)^`+key+`: .*$`).ReplaceAll(orig, []byte(tc.line))
+		os.WriteFile(cfgPath, edited, 0o644)
+		rc, err := LoadRunConfig(dir, nil)
+		if err == nil {
+			_, err = Train(context.Background(), RunOptions{Dir: dir, Config: rc, Resume: true})
+		}
+		if !errors.Is(err, ErrRunConfig) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "edited") {
+			t.Errorf("config.yaml edited to %q: %v", tc.line, err)
+		}
+	}
+	os.WriteFile(cfgPath, nil, 0o644)
+	if _, err := LoadRunConfig(dir, nil); !errors.Is(err, ErrRunState) || !strings.Contains(err.Error(), "is empty") || !strings.Contains(err.Error(), cfgPath) {
+		t.Errorf("empty config.yaml: %v", err)
+	}
+	os.WriteFile(cfgPath, orig, 0o644)
 	// interrupted in the first step after the resume: the result names the
 	// checkpoint the run stands at (the one it resumed from)
 	rc, _ := LoadRunConfig(dir, nil)

@@ -47,6 +47,10 @@ func (r *run) checkResume(cfg *Config) (*optim.State, runfiles.ModelID, error) {
 	if id, err = runfiles.Fingerprint(cfg.Model); err != nil {
 		return nil, id, fmt.Errorf("%w: the run's model %s: %w", ErrRunConfig, cfg.Model, err)
 	}
+	if (id.Size != mark.Model.Size || id.Fingerprint != mark.Model.Fingerprint) && mark.Model.Path != "" && id.Path != mark.Model.Path {
+		return nil, id, fmt.Errorf("%w: the run's %s names model %s, but the run began on %s (%s): the config was edited after the run began, and a resume cannot change the model; recover: set model: %s back in %s",
+			ErrRunConfig, ConfigFile, id.Path, mark.Model.Path, filepath.Join(r.dir, RunFile), mark.Model.Path, filepath.Join(r.dir, ConfigFile))
+	}
 	if id.Size != mark.Model.Size || id.Fingerprint != mark.Model.Fingerprint {
 		return nil, id, fmt.Errorf("%w: model %s changed since the run began (%d bytes then, %d now; content fingerprint %s): a run resumes on the model it started with; put that file back",
 			ErrRunConfig, cfg.Model, mark.Model.Size, id.Size, map[bool]string{true: "equal", false: "differs"}[id.Fingerprint == mark.Model.Fingerprint])
@@ -70,8 +74,10 @@ func (r *run) checkResume(cfg *Config) (*optim.State, runfiles.ModelID, error) {
 	}
 	if ok {
 		if info.Seed != cfg.Seed {
-			return nil, id, fmt.Errorf("%w: %s says seed %d, the run's is %d; recover: %s",
-				ErrRunState, filepath.Join(info.Dir, optim.CheckpointMeta), info.Seed, cfg.Seed, earlier)
+			// checkInvariants made cfg's seed the stored config's: most
+			// likely config.yaml was edited, not the checkpoint damaged.
+			return nil, id, fmt.Errorf("%w: the run's %s says seed %d, but its checkpoint %s was trained with seed %d: a resume cannot change the seed, so %s was most likely edited after the run began; recover: set seed: %d back in %s (or, if the checkpoint is what was damaged, %s)",
+				ErrRunConfig, ConfigFile, cfg.Seed, info.Dir, info.Seed, ConfigFile, info.Seed, filepath.Join(r.dir, ConfigFile), earlier)
 		}
 		if cfg.Steps < info.Step {
 			return nil, id, fmt.Errorf("%w: steps %d is below the run's checkpoint (step %d, %s): a resume continues to steps ≥ %d",

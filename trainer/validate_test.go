@@ -42,6 +42,9 @@ func TestConfigValuesChecked(t *testing.T) {
 		{"lora.targets=[q, nope]", "lora.targets", "nope"},
 		{"steps=-1", "steps", "-1"},
 		{"context=10", "context", "10"},
+		{"lora.targets=[q, q]", "lora.targets", "listed twice"},
+		{"env_options.step_limit=-5", "env_options.step_limit", "-5"},
+		{"eval.temperature=-1", "eval.temperature", "-1"},
 	} {
 		c, err := LoadConfig("", "", []string{"model=m.gguf", tc.set})
 		if err == nil {
@@ -59,6 +62,15 @@ func TestConfigValuesChecked(t *testing.T) {
 	}
 	if !errors.Is(err, ErrRunConfig) || !strings.Contains(err.Error(), "batch.tasks × batch.rollouts") || !strings.Contains(err.Error(), "40000") {
 		t.Errorf("batch 200 × 200: %v", err)
+	}
+	// factors whose int64 product wraps to 0 (2^32 × 2^32) are refused too,
+	// naming the settings (it was "pool size 0")
+	c, err = LoadConfig("", "", []string{"batch.tasks=4294967296", "batch.rollouts=4294967296"})
+	if err == nil {
+		err = c.Validate()
+	}
+	if !errors.Is(err, ErrRunConfig) || !strings.Contains(err.Error(), "batch.tasks 4294967296, batch.rollouts 4294967296") {
+		t.Errorf("batch 2^32 × 2^32: %v", err)
 	}
 	// Go callers: non-finite values set in Go are refused too
 	for _, set := range []func(*Config){

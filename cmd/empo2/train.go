@@ -125,6 +125,9 @@ func trainAction(c *cli.Context) error {
 	if cfg.Model == "" {
 		return errors.New("no model: give -m FILE (or model: in --config)")
 	}
+	if cfg.Steps == 0 {
+		return errors.New("steps 0: nothing to train; give --steps N (N ≥ 1), or use --print-config to see the configuration without training")
+	}
 	// SIGINT/SIGTERM finish or abandon the step, checkpoint and exit 0: a
 	// checkpoint being written must complete, not lose its files.
 	safefile.SetSignalCleanup(false)
@@ -182,6 +185,11 @@ func trainAction(c *cli.Context) error {
 	if res.Interrupted {
 		log.Warn().Int("last_step", res.LastStep).Str("checkpoint", res.Checkpoint).
 			Msg("interrupted: checkpointed; continue with empo2 train --run-dir " + dir + " --resume")
+		return nil
+	}
+	if res.LastStep < res.FirstStep {
+		fmt.Fprintf(c.App.Writer, "nothing to train: the run in %s has already trained its %d steps (checkpoint %s); to train on, resume with more steps: empo2 train --run-dir %s --resume --steps N (N > %d)\n",
+			dir, res.LastStep, res.Checkpoint, dir, res.LastStep)
 		return nil
 	}
 	fmt.Fprintf(c.App.Writer, "trained steps %d..%d with %d updates; run directory %s; checkpoint %s\n", res.FirstStep, res.LastStep, res.Updates, dir, res.Checkpoint)

@@ -60,6 +60,15 @@ func TestTrainCLI(t *testing.T) {
 	if n := strings.Count(string(b), "\n"); n != 3 {
 		t.Fatalf("%d metrics lines after resume", n)
 	}
+	// a finished run resumed says there is nothing to do (issue 38), and
+	// --steps 0 is refused
+	out, stderr, err = runCLI(t, "train", "--run-dir", run, "--resume", "--threads", "1")
+	if err != nil || !strings.Contains(out, "nothing to train") || !strings.Contains(out, "--steps N (N > 3)") {
+		t.Fatalf("resume of a finished run: %v %s %s", err, out, stderr)
+	}
+	if _, stderr, err = runCLI(t, "train", "-m", model, "--run-dir", filepath.Join(dir, "zero"), "--steps", "0"); err == nil || !strings.Contains(stderr, "steps 0: nothing to train") {
+		t.Fatalf("--steps 0: %v %s", err, stderr)
+	}
 	// SIGTERM: checkpoint and exit 0
 	run2 := filepath.Join(dir, "r2")
 	cmd := exec.Command(binPath, append([]string{"train", "--preset", "grpo", "-m", model, "--run-dir", run2, "--steps", "1000"}, common...)...)

@@ -42,6 +42,16 @@ const (
 // into (OOD results one level down, in RunEvalDir/ood).
 const RunEvalDir = "eval"
 
+// maxActionTokens bounds rollout.max_action_tokens (rollout.PromptConfig's
+// range).
+const maxActionTokens = 1 << 16
+
+// maxSeqTokens bounds one KV sequence (llama.NewContext's NCtx).
+const maxSeqTokens = 1 << 24
+
+// maxContext is the largest context with parallel sequences.
+func maxContext(parallel int) int { return min(maxSeqTokens, llama.MaxContextCells/max(parallel, 1)) }
+
 // maxTrials bounds RunConfig.Trials (and OODConfig.Trials): each trial is a
 // full pass over the held-out variations.
 const maxTrials = 1000
@@ -214,6 +224,9 @@ func (c *RunConfig) Validate() error {
 		return bad("context %d: want 0 (the model's) or at least 16 tokens per episode", c.Context)
 	case c.Parallel < 1 || c.Parallel > 256:
 		return bad("parallel %d: want 1..256", c.Parallel)
+	case c.Context > maxContext(c.Parallel):
+		return bad("context (--ctx) %d: want 0 (the model's) or 16..%d tokens per episode with parallel %d (llama.cpp holds at most %d tokens per sequence and %d KV cells in all)",
+			c.Context, maxContext(c.Parallel), c.Parallel, maxSeqTokens, llama.MaxContextCells)
 	case c.Threads < 0:
 		return bad("threads %d: want ≥ 0 (0 = all cores)", c.Threads)
 	case c.GPULayers < -1:
@@ -226,8 +239,8 @@ func (c *RunConfig) Validate() error {
 		return bad("rollout.tip_max_tokens %d: want at least 1", c.Rollout.TipMaxTokens)
 	case c.Rollout.StepLimit < 0:
 		return bad("rollout.step_limit %d: want ≥ 0 (0 = the environment's)", c.Rollout.StepLimit)
-	case c.Rollout.Prompt.MaxActionTokens < 1:
-		return bad("rollout.max_action_tokens %d: want at least 1", c.Rollout.Prompt.MaxActionTokens)
+	case c.Rollout.Prompt.MaxActionTokens < 1 || c.Rollout.Prompt.MaxActionTokens > maxActionTokens:
+		return bad("rollout.max_action_tokens (--max-action-tokens) %d: want 1..%d tokens per action", c.Rollout.Prompt.MaxActionTokens, maxActionTokens)
 	case !c.Rollout.Prompt.History.Valid():
 		return bad("rollout.history %q: want full or last-k", c.Rollout.Prompt.History)
 	case c.Rollout.Prompt.HistoryK < 1:

@@ -56,6 +56,9 @@ func TestRunConfigValidate(t *testing.T) {
 		{"eval.memory=sometimes", `eval.memory "sometimes"`},
 		{"context=8", "context 8"},
 		{"parallel=0", "parallel 0"},
+		{"context=1000000000", "context (--ctx) 1000000000: want 0 (the model's) or 16..8388608 tokens per episode with parallel 8"},
+		{"rollout.max_action_tokens=1000000000", "rollout.max_action_tokens (--max-action-tokens) 1000000000: want 1..65536"},
+		{"env_options.step_limit=-5", "env_options.step_limit -5"},
 	} {
 		c, err := LoadRunConfig("", []string{"model=m.gguf", "run=r", tc.set})
 		if err == nil { // a number that is not finite is refused when decoded

@@ -144,8 +144,12 @@ func (c *RunConfig) Validate() error {
 		if a := c.LoRA.alpha(); math.IsNaN(a) || math.IsInf(a, 0) || a < 0 {
 			return bad("lora.alpha %v: want a finite alpha ≥ 0", a)
 		}
-		if _, err := lora.ParseTargets(strings.Join(c.LoRA.Targets, ",")); err != nil || len(c.LoRA.Targets) == 0 {
+		ts, err := lora.ParseTargets(strings.Join(c.LoRA.Targets, ","))
+		if err != nil || len(c.LoRA.Targets) == 0 {
 			return bad("lora.targets %v: want some of q, k, v, o, gate, up, down", c.LoRA.Targets)
+		}
+		if len(ts) != len(c.LoRA.Targets) {
+			return bad("lora.targets %v: a matrix is listed twice (list each adapted matrix once)", c.LoRA.Targets)
 		}
 	}
 	if err := c.Config.check(); err != nil {

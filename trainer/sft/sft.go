@@ -2,6 +2,7 @@ package sft
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -162,34 +163,34 @@ func (r ChatRecord) Check() error {
 	return nil
 }
 
-// maxLine bounds one JSONL line (a packed episode is a few tens of KB).
-const maxLine = 64 << 20
-
-// ReadChatJSONL reads chat records, one JSON object per line; blank lines
-// are skipped. Errors name the line.
+// ReadChatJSONL reads chat records, one JSON object per line, of any
+// length; blank lines are skipped and a UTF-8 byte order mark at the start
+// is accepted (as Python's json and most tools do). Errors name the line.
 func ReadChatJSONL(r io.Reader) ([]ChatRecord, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 1<<20), maxLine)
+	br := bufio.NewReader(r)
 	var out []ChatRecord
-	for line := 1; sc.Scan(); line++ {
-		b := sc.Bytes()
-		if len(strings.TrimSpace(string(b))) == 0 {
-			continue
+	for line := 1; ; line++ {
+		b, rerr := br.ReadBytes('\n')
+		if rerr != nil && rerr != io.EOF {
+			return nil, fmt.Errorf("%w: line %d: %v", ErrData, line, rerr)
 		}
-		var rec ChatRecord
-		dec := json.NewDecoder(strings.NewReader(string(b)))
-		if err := dec.Decode(&rec); err != nil {
-			return nil, fmt.Errorf("%w: line %d: %v", ErrData, line, err)
+		if line == 1 {
+			b = bytes.TrimPrefix(b, []byte("\xef\xbb\xbf"))
 		}
-		if err := rec.Check(); err != nil {
-			return nil, fmt.Errorf("line %d: %w", line, err)
+		if len(bytes.TrimSpace(b)) > 0 {
+			var rec ChatRecord
+			if err := json.NewDecoder(bytes.NewReader(b)).Decode(&rec); err != nil {
+				return nil, fmt.Errorf("%w: line %d: %v", ErrData, line, err)
+			}
+			if err := rec.Check(); err != nil {
+				return nil, fmt.Errorf("line %d: %w", line, err)
+			}
+			out = append(out, rec)
 		}
-		out = append(out, rec)
+		if rerr == io.EOF {
+			return out, nil
+		}
 	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrData, err)
-	}
-	return out, nil
 }
 
 // ReadChatFile reads a JSONL file of chat records.

@@ -183,6 +183,26 @@ func TestReadChatJSONL(t *testing.T) {
 	}
 }
 
+// A UTF-8 byte order mark before the first record is accepted, and a line
+// longer than any buffer (issue 38: "bufio.Scanner: token too long") is
+// read whole; a bad line after it is named by its number.
+func TestReadChatJSONLBOMAndLongLines(t *testing.T) {
+	rec := `{"messages":[{"role":"user","content":"ok"},{"role":"assistant","content":"a"}]}`
+	recs, err := ReadChatJSONL(strings.NewReader("\xef\xbb\xbf" + rec + "\n"))
+	require.NoError(t, err)
+	require.Len(t, recs, 1)
+
+	long := strings.Repeat("x", 70<<20) // above the former 64 MiB line limit
+	data := rec + "\n" + `{"messages":[{"role":"user","content":"` + long + `"},{"role":"assistant","content":"a"}]}` + "\n" + `{"messages": [` + "\n"
+	_, err = ReadChatJSONL(strings.NewReader(data))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "line 3")
+	recs, err = ReadChatJSONL(strings.NewReader(rec + "\n" + `{"messages":[{"role":"user","content":"` + long + `"},{"role":"assistant","content":"a"}]}`))
+	require.NoError(t, err)
+	require.Len(t, recs, 2)
+	assert.Len(t, recs[1].Messages[0].Content, len(long))
+}
+
 // OpenAI fine-tuning's per-message "weight": 0 makes an assistant message
 // context only; it survives a write and read, and LastOnly marks every
 // assistant message but the last.
