@@ -15,7 +15,23 @@ var (
 	ErrOutputIsInput = errors.New("an output would overwrite an input")
 	// ErrOutputsCollide: two outputs are the same file.
 	ErrOutputsCollide = errors.New("two outputs are the same file")
+	// ErrOutputInRun: an output lies inside a training run directory (a
+	// folder holding RunMarker) that the command does not own.
+	ErrOutputInRun = errors.New("an output would land inside a run directory")
+	// ErrOutputExists: an output exists, and the command was not told to
+	// replace it ([CheckNew]).
+	ErrOutputExists = errors.New("an output exists")
 )
+
+// RunMarker is the file that makes a folder a training run directory
+// (trainer.RunFile, written by `empo2 train`): [CheckOutputs] refuses an
+// output anywhere inside such a folder unless the output's RunLayout
+// allows it — a run's files are written by the command that owns the run.
+const RunMarker = "run.json"
+
+// ForceFlag is the one flag name of every command for replacing an existing
+// output it did not write ([CheckNew]).
+const ForceFlag = "--force"
 
 // Path is a path a command reads or writes, with the flag that names it on
 // the command line ("--out", "-m", "PEFT_DIR"), for the error message.
@@ -29,6 +45,11 @@ type Path struct {
 	// (output) or reads (input), checked like outputs and inputs of their
 	// own. An input folder given as one of its files has them beside it.
 	Files []string
+	// RunLayout, for an output: slash-separated glob patterns, relative to
+	// a run directory, of the places inside a run where this output may be
+	// written (eval's results: "eval/*.json"); elsewhere inside a run
+	// directory an output is refused (ErrOutputInRun).
+	RunLayout []string
 }
 
 // OutputError is a refusal of [CheckOutputs].
@@ -52,6 +73,11 @@ func (e *OutputError) Error() string {
 		return fmt.Sprintf("%s %s is not a directory: it must name a folder (the command writes several files into it)", e.Out.Flag, e.Out.Path)
 	case fs.ErrNotExist:
 		return fmt.Sprintf("%s %s: the folder %s does not exist (no such file or directory)", e.Out.Flag, e.Out.Path, e.Other.Path)
+	case ErrOutputInRun:
+		return fmt.Sprintf("%s %s lies inside the training run directory %s (it holds %s), which this command does not own: writing there could replace the run's files (its config, metrics, checkpoints); write it outside the run",
+			e.Out.Flag, e.Out.Path, e.Other.Path, RunMarker)
+	case ErrOutputExists:
+		return fmt.Sprintf("%s %s exists, and this command did not write it: give %s to replace it, or choose another path", e.Out.Flag, e.Other.Path, ForceFlag)
 	}
 	return fmt.Sprintf("%s %s: %v", e.Out.Flag, e.Out.Path, e.Err)
 }
@@ -67,7 +93,11 @@ func (e *OutputError) Unwrap() error { return e.Err }
 //     folder output that is the same folder as an input, and a file that a
 //     folder output writes (Files) that is an input or a file of an input
 //     folder;
-//   - two outputs that are the same file (ErrOutputsCollide).
+//   - two outputs that are the same file (ErrOutputsCollide);
+//   - an output inside a training run directory, a folder above it that
+//     holds RunMarker, unless the output's RunLayout allows it there
+//     (ErrOutputInRun): every file of a run is an input of every command
+//     but the train that owns it.
 //
 // Sameness resolves symlinks and hard links: existing files are compared
 // with os.SameFile, files that do not exist yet by their absolute path with
@@ -84,6 +114,9 @@ func CheckOutputs(outputs, inputs []Path) error {
 	for _, o := range outputs {
 		if o.Path == "" {
 			continue
+		}
+		if err := checkRun(o, o.RunLayout); err != nil {
+			return err
 		}
 		if err := checkKind(o); err != nil {
 			return err
@@ -149,6 +182,56 @@ func checkKind(o Path) error {
 type entry struct {
 	p  Path // Path: the file itself
 	id ident
+}
+
+// checkRun refuses an output inside a run directory (a folder, above it,
+// that holds RunMarker) unless it matches one of layout's patterns.
+func checkRun(o Path, layout []string) error {
+	p := resolvePath(o.Path)
+	for dir := filepath.Dir(p); ; dir = filepath.Dir(dir) {
+		if fi, err := os.Stat(filepath.Join(dir, RunMarker)); err == nil && fi.Mode().IsRegular() {
+			rel, err := filepath.Rel(dir, p)
+			if err == nil {
+				for _, pat := range layout {
+					if ok, _ := filepath.Match(pat, filepath.ToSlash(rel)); ok {
+						return nil
+					}
+				}
+			}
+			return &OutputError{Err: ErrOutputInRun, Out: o, Other: Path{Path: dir}}
+		}
+		if parent := filepath.Dir(dir); parent == dir {
+			return nil
+		}
+	}
+}
+
+// CheckNew refuses, unless force, an output that exists and is not a
+// device (ErrOutputExists, naming the file): a command replaces only what
+// it is told to. For a folder output (Dir) its Files are checked; the
+// folder itself may exist. Call it after [CheckOutputs].
+func CheckNew(outputs []Path, force bool) error {
+	if force {
+		return nil
+	}
+	for _, o := range outputs {
+		if o.Path == "" {
+			continue
+		}
+		files := []string{o.Path}
+		if o.Dir {
+			files = files[:0]
+			for _, f := range o.Files {
+				files = append(files, filepath.Join(o.Path, f))
+			}
+		}
+		for _, f := range files {
+			if fi, err := os.Stat(f); err == nil && (fi.Mode().IsRegular() || fi.IsDir()) {
+				return &OutputError{Err: ErrOutputExists, Out: o, Other: Path{Path: f}}
+			}
+		}
+	}
+	return nil
 }
 
 // members is p's own entry and, for a folder, those of its Files. An input

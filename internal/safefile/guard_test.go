@@ -121,3 +121,80 @@ func TestSameFile(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckOutputsRunDirectory (issue 38 §1): an output anywhere inside a
+// training run directory (a folder holding RunMarker) is refused, however
+// spelt, naming the run; the run's layout (RunLayout) lets a command's own
+// kind of result in; outside the run nothing changes.
+func TestCheckOutputsRunDirectory(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	if err := os.MkdirAll("r/checkpoints/step-000003", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, "r/"+RunMarker, "{}")
+	mustWrite(t, "r/config.yaml", "seed: 1\n")
+	mustWrite(t, "r/checkpoints/step-000003/adapter.gguf", "a")
+	if err := os.Symlink("r", "link"); err != nil {
+		t.Fatal(err)
+	}
+	for _, out := range []Path{
+		{Flag: "out", Path: "r/checkpoints/step-000003/adapter.gguf"},
+		{Flag: "out", Path: "r/config.yaml"},
+		{Flag: "out", Path: "r/metrics.jsonl"},
+		{Flag: "out", Path: "link/new.json"},
+		{Flag: "out", Path: "./r/../r/checkpoints/x.json"},
+		{Flag: "out", Path: "r/eval/x.txt", RunLayout: []string{"eval/*.json"}},
+		{Flag: "--out", Path: "r/report", Dir: true, Files: []string{"report.html"}},
+	} {
+		err := CheckOutputs([]Path{out}, nil)
+		if !errors.Is(err, ErrOutputInRun) || !strings.Contains(err.Error(), out.Path) || !strings.Contains(err.Error(), filepath.Join(dir, "r")) ||
+			!strings.Contains(err.Error(), "write it outside the run") {
+			t.Errorf("%s: %v", out.Path, err)
+		}
+	}
+	if err := os.MkdirAll("r/eval", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, out := range []Path{
+		{Flag: "out", Path: "r/eval/eval-test-off-step-000003.json", RunLayout: []string{"eval/*.json"}},
+		{Flag: "out", Path: "elsewhere.json"},
+		{Flag: "out", Path: "r2.json"},
+	} {
+		if err := CheckOutputs([]Path{out}, nil); err != nil {
+			t.Errorf("%s: %v", out.Path, err)
+		}
+	}
+}
+
+// TestCheckNew (issue 38 §2): an existing output is refused without force,
+// naming the file and the flag that replaces it; a folder output's files
+// count, the folder itself does not; devices and missing files pass.
+func TestCheckNew(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	mustWrite(t, "a.gguf", "x")
+	if err := os.MkdirAll("peft", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, "peft/adapter_config.json", "{}")
+	peft := Path{Flag: "--out", Path: "peft", Dir: true, Files: []string{"adapter_model.safetensors", "adapter_config.json"}}
+	for _, out := range []Path{{Flag: "-o", Path: "a.gguf"}, peft} {
+		err := CheckNew([]Path{out}, false)
+		if !errors.Is(err, ErrOutputExists) || !strings.Contains(err.Error(), ForceFlag) || !strings.Contains(err.Error(), out.Flag) {
+			t.Errorf("%s: %v", out.Path, err)
+		}
+		if err := CheckNew([]Path{out}, true); err != nil {
+			t.Errorf("%s with force: %v", out.Path, err)
+		}
+	}
+	if err := CheckNew([]Path{peft}, false); !strings.Contains(err.Error(), filepath.Join("peft", "adapter_config.json")) {
+		t.Errorf("the file is not named: %v", err)
+	}
+	for _, out := range []Path{{Flag: "-o", Path: "new.gguf"}, {Flag: "-o", Path: "/dev/null"}, {Flag: "-o", Path: ""},
+		{Flag: "--out", Path: "peft", Dir: true, Files: []string{"other.json"}}} {
+		if err := CheckNew([]Path{out}, false); err != nil {
+			t.Errorf("%s: %v", out.Path, err)
+		}
+	}
+}
