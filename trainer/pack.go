@@ -61,29 +61,56 @@ func appendStep(s *Sample, si int, prompt []int32, rec *rollout.StepRecord, adv 
 // recomputeOld replaces the old log-probs of every span by the training
 // graph's: on the sample's own tokens when the span has no behaviour
 // sequence (unless the sample's oldDeferred: RunUpdates does those), else
-// on the behaviour sequence (whose response is its tail). Sequences go to
+// on the behaviour sequence (whose response is its tail). Behaviour
+// sequences that extend one another — tips kept in every turn
+// (memory.tips_in every-turn, the reference): step j+1's prompt with tips
+// is step j's prompt with tips, its response and the new turn — are scored
+// as one, the longest: causal attention gives each span's log-probs at its
+// own positions there, so an episode costs one forward over its behaviour
+// tokens instead of one per turn (quadratic in the turns). Sequences go to
 // lp in chunks of microBatch (0: all at once).
 func recomputeOld(samples []Sample, lp LogProber, microBatch int) error {
-	type ref struct{ s, span int } // span −1: the whole training sequence
+	type member struct{ s, span, end int } // a behaviour span and where its response ends in the chain
+	type ref struct {
+		s       int
+		own     bool     // sample s's whole training sequence
+		members []member // else: the behaviour spans scored on this sequence
+	}
 	var seqs [][]int32
 	var want [][]bool // the positions whose log-probs are used: the response rows
 	var refs []ref
+	// the chain: consecutive behaviour sequences (in sample and span order:
+	// an episode's steps in turn, packed or not) each extending the last
+	var chain []int32
+	var members []member
+	flush := func() {
+		if chain == nil {
+			return
+		}
+		w := make([]bool, len(chain))
+		for _, m := range members {
+			sp := samples[m.s].Spans[m.span]
+			for t := max(1, m.end-(sp[1]-sp[0])); t < m.end; t++ {
+				w[t] = true
+			}
+		}
+		seqs, want = append(seqs, chain), append(want, w)
+		refs = append(refs, ref{members: members})
+		chain, members = nil, nil
+	}
 	for i := range samples {
 		s := &samples[i]
 		own := false
 		for j, b := range s.behaviour {
-			if b != nil {
-				seqs = append(seqs, b)
-				w := make([]bool, len(b))
-				n := s.Spans[j][1] - s.Spans[j][0]
-				for t := max(1, len(b)-n); t < len(b); t++ {
-					w[t] = true
-				}
-				want = append(want, w)
-				refs = append(refs, ref{i, j})
-			} else {
+			if b == nil {
 				own = true
+				continue
 			}
+			if chain != nil && !extends(b, chain) {
+				flush()
+			}
+			chain = b
+			members = append(members, member{i, j, len(b)})
 		}
 		if own && !s.oldDeferred {
 			seqs = append(seqs, s.Seq.Tokens)
@@ -96,9 +123,10 @@ func recomputeOld(samples []Sample, lp LogProber, microBatch int) error {
 				}
 			}
 			want = append(want, w)
-			refs = append(refs, ref{i, -1})
+			refs = append(refs, ref{s: i, own: true})
 		}
 	}
+	flush()
 	rlp, rowsOnly := lp.(RowLogProber)
 	if len(seqs) == 0 {
 		return nil
@@ -124,11 +152,11 @@ func recomputeOld(samples []Sample, lp LogProber, microBatch int) error {
 		}
 		for k, lps := range out {
 			r := refs[lo+k]
-			s := &samples[r.s]
 			if len(lps) != len(seqs[lo+k]) {
 				return fmt.Errorf("%w: %d log-probs for %d tokens", ErrSamples, len(lps), len(seqs[lo+k]))
 			}
-			if r.span < 0 {
+			if r.own {
+				s := &samples[r.s]
 				for j, sp := range s.Spans {
 					if s.behaviour[j] == nil {
 						copy(s.Seq.OldLogp[sp[0]:sp[1]], lps[sp[0]:sp[1]])
@@ -136,9 +164,12 @@ func recomputeOld(samples []Sample, lp LogProber, microBatch int) error {
 				}
 				continue
 			}
-			sp := s.Spans[r.span]
-			n := sp[1] - sp[0]
-			copy(s.Seq.OldLogp[sp[0]:sp[1]], lps[len(lps)-n:])
+			for _, m := range r.members {
+				s := &samples[m.s]
+				sp := s.Spans[m.span]
+				n := sp[1] - sp[0]
+				copy(s.Seq.OldLogp[sp[0]:sp[1]], lps[m.end-n:m.end])
+			}
 		}
 	}
 	return nil
