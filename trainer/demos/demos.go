@@ -46,6 +46,11 @@ import (
 // settings.
 var ErrDemo = errors.New("trainer: demos")
 
+// ErrOddVariation: one variation's world does not fit the demo's kind (an
+// explore demo's first observation names no room); Run skips it with a
+// warning naming it instead of ending the whole file.
+var ErrOddVariation = errors.New("this variation does not fit the demo kind")
+
 // Kind is how a demonstration chooses its actions.
 type Kind string
 
@@ -111,7 +116,9 @@ func (d Demo) Trajectory() environments.Trajectory {
 }
 
 var (
-	roomRe     = regexp.MustCompile(`This room is called the ([^.\n]+)\.`)
+	// a room, or ScienceWorld's outside ("This outside location is called
+	// the outside.")
+	roomRe     = regexp.MustCompile(`This (?:room|outside location) is called the ([^.\n]+)\.`)
 	doorRe     = regexp.MustCompile(`A door to the ([^(\n]+?) \(`)
 	moveRe     = regexp.MustCompile(`^(?:go to|teleport to) (.+)$`)
 	arrivedRe  = regexp.MustCompile(`You (?:move|teleport) to the ([^.\n]+)\.`)
@@ -174,6 +181,15 @@ func (d *Demo) play(ctx context.Context, env environments.Env, actions []string)
 	return false, nil
 }
 
+// firstLine is obs's first line, cut to 80 characters, for messages.
+func firstLine(obs string) string {
+	l, _, _ := strings.Cut(strings.TrimSpace(obs), "\n")
+	if r := []rune(l); len(r) > 80 {
+		l = string(r[:80]) + "…"
+	}
+	return l
+}
+
 func firstRoom(obs string) string {
 	if m := roomRe.FindStringSubmatch(obs); m != nil {
 		return m[1]
@@ -212,7 +228,8 @@ func Explore(ctx context.Context, env environments.Env, envName, task string, va
 	}
 	cur := firstRoom(d.FirstObs)
 	if cur == "" {
-		return d, fmt.Errorf("%w: explore demos need a ScienceWorld-style first observation (\"This room is called the …\")", environments.ErrNotSupported)
+		return d, fmt.Errorf("%w: %w: %s/%d: explore demos need a ScienceWorld-style first observation naming the room (\"This room is called the …\"), this one starts %q",
+			environments.ErrNotSupported, ErrOddVariation, task, variation, firstLine(d.FirstObs))
 	}
 	looked := map[string]bool{cur: true}
 	var queue []string // tour order: rooms named in the task, then doors in order of discovery

@@ -302,6 +302,10 @@ func Run(ctx context.Context, cfg RunConfig) (RunResult, error) {
 			}
 			if err == nil {
 				err = ctx.Err()
+			} else if errors.Is(err, ErrOddVariation) && ctx.Err() == nil {
+				res.Skipped++
+				warn(fmt.Sprintf("skipped: task %s variation %d: %v", t.Name, v, err))
+				continue
 			}
 			if err != nil {
 				return res, err

@@ -118,3 +118,51 @@ func TestPickTasksOrder(t *testing.T) {
 		assert.False(t, tk.HeldOut)
 	}
 }
+
+// oddEnv is textlab whose even variations start the way ScienceWorld's
+// outside does ("This outside location is called the …") and whose odd
+// variations name no room at all.
+type oddEnv struct{ *textlab.Env }
+
+func (e oddEnv) Reset(ctx context.Context, task string, variation int, seed int64) (environments.ResetResult, error) {
+	r, err := e.Env.Reset(ctx, task, variation, seed)
+	if variation%2 == 0 {
+		r.Observation = strings.Replace(r.Observation, "This room is called the ", "This outside location is called the ", 1)
+	} else {
+		r.Observation = "You are somewhere odd.\n" + strings.Replace(r.Observation, "This room is called the ", "Here is the ", 1)
+	}
+	return r, err
+}
+
+func init() {
+	environments.Register(environments.Spec{
+		Name: "textlab-odd", Description: "textlab with odd first observations (demos tests)",
+		New: func(o environments.Options) (environments.Env, error) {
+			e, err := textlab.New(o)
+			return oddEnv{e}, err
+		},
+		Tasks: textlab.Tasks,
+	})
+}
+
+// Explore demos (issue 38 §6): a first observation of ScienceWorld's
+// outside is a room like any other; a variation whose first observation
+// names no room is skipped with a warning naming it, not the end of the
+// whole demo file.
+func TestRunSkipsOddVariation(t *testing.T) {
+	dir := t.TempDir()
+	c := DefaultRunConfig()
+	c.Env, c.Tasks, c.Variations, c.Kind = "textlab-odd", []string{"melt"}, 4, KindExplore
+	c.EnvOptions.Simplifications = "easy"
+	c.Out = filepath.Join(dir, "d.jsonl")
+	var warns []string
+	c.Warn = func(s string) { warns = append(warns, s) }
+	res, err := Run(context.Background(), c)
+	require.NoError(t, err)
+	assert.Equal(t, 2, res.Episodes, "the two even (outside) variations")
+	assert.Equal(t, 2, res.Skipped, "the two odd ones")
+	require.Len(t, warns, 2)
+	for _, w := range warns {
+		assert.Regexp(t, `skipped: task melt variation \d+: .*explore demos need .*"You are somewhere odd\."`, w)
+	}
+}
