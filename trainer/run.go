@@ -26,6 +26,7 @@ import (
 	"github.com/empo2/empo2/lora"
 	"github.com/empo2/empo2/memstore"
 	"github.com/empo2/empo2/runfiles"
+	"github.com/empo2/empo2/trainer/demos"
 	"github.com/empo2/empo2/trainer/evaluate"
 	"github.com/empo2/empo2/trainer/optim"
 	"github.com/empo2/empo2/trainer/rollout"
@@ -470,7 +471,7 @@ func (r *run) openResources(ctx context.Context, cfg *Config, state *optim.State
 	}
 	r.onClose(pool.Close)
 	roller, err := rollout.NewRoller(lctx, cfg.Rollout, rollout.Options{Env: cfg.Env, EnvOptions: cfg.EnvOptions, Pool: pool,
-		MemoryConfig: cfg.Memory, Seed: cfg.Seed})
+		MemoryConfig: cfg.Memory, Seed: cfg.Seed, OracleTip: demos.TrajectoryTip})
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/empo2/empo2/internal/safefile"
 	"github.com/empo2/empo2/llama"
 	"github.com/empo2/empo2/memstore"
+	"github.com/empo2/empo2/trainer/demos"
 	"github.com/empo2/empo2/trainer/optim"
 	"github.com/empo2/empo2/trainer/rollout"
 )
@@ -457,7 +458,7 @@ func Run(ctx context.Context, cfg RunConfig) (res *RunResult, err error) {
 	rc.Temperature = cfg.Eval.Temperature
 	roller, err := rollout.NewRoller(o.lctx, rc, rollout.Options{
 		Env: cfg.Env, EnvOptions: cfg.EnvOptions, Memory: o.store, MemoryConfig: cfg.Memory,
-		ReadOnlyMemory: !cfg.WriteTips, Seed: cfg.Seed,
+		ReadOnlyMemory: !cfg.WriteTips, Seed: cfg.Seed, OracleTip: demos.TrajectoryTip,
 	})
 	if err != nil {
 		return nil, err

@@ -58,8 +58,10 @@ func OpenEmbedder(mc MemoryConfig, policy *llama.Model, threads int) (emb memsto
 // score = final score; stamped with trainStep) in the episode's namespace.
 // An episode whose tip is empty after CleanTip gets a plain fallback tip
 // (its final score and length), so every episode with steps writes
-// exactly one tip. written counts the entries the store added (duplicates
-// skipped). The duration is LastTipsDuration.
+// exactly one tip. With rollout.oracle_tips the tip is Options.OracleTip
+// of the episode's trajectory instead (nothing is generated). written
+// counts the entries the store added (duplicates skipped). The duration is
+// LastTipsDuration.
 func (r *Roller) WriteTips(ctx context.Context, eps []Episode, trainStep int64) (written int, err error) {
 	t0 := time.Now()
 	defer func() { r.tipsDur = time.Since(t0) }()
@@ -86,6 +88,9 @@ func (r *Roller) WriteTips(ctx context.Context, eps []Episode, trainStep int64) 
 			free = append(free, s)
 		}
 		for _, i := range chunk {
+			if r.cfg.OracleTips {
+				continue // the oracle tip below: nothing to generate
+			}
 			ct, err := r.tipPrompt(&eps[i])
 			if err != nil {
 				return written, err
@@ -122,6 +127,9 @@ func (r *Roller) WriteTips(ctx context.Context, eps []Episode, trainStep int64) 
 			tip := ""
 			if k, ok := reqOf[i]; ok {
 				tip = CleanTip(seqs[k].Text)
+			}
+			if r.cfg.OracleTips {
+				tip = CleanTip(r.opts.OracleTip(ep.Trajectory()))
 			}
 			if tip == "" {
 				tip = fmt.Sprintf("I ended with a score of %s after %d steps.", strconv.FormatFloat(ep.Score, 'g', 4, 64), len(ep.Steps))

@@ -61,6 +61,7 @@ type Config struct {
 	TipMaxTokens   int          `yaml:"tip_max_tokens" doc:"max tokens of a written tip (generation also stops at the end of its first line; the reference: 512)" range:"[0,65536]"`
 	TipTemperature float64      `yaml:"tip_temperature" doc:"sampling temperature of tip writing; < 0 = rollout.temperature (the reference), 0 = greedy" range:"[,100]"`
 	SuccessScore   float64      `yaml:"success_score" doc:"an episode succeeds when its final score reaches this; 0 = the environment's (100, the full score, on textlab and webshop; 71 on scienceworld, the EMPO² recipe's score > 70 on its integer scores)"`
+	OracleTips     bool         `yaml:"oracle_tips" doc:"the oracle-memory control (docs/experiment.md, Study 3): every written tip is the episode's true tip written by code (trainer/demos.TrajectoryTip, which textlab's tip checker verifies) instead of the policy's; the entries' action and score as always"`
 }
 
 // DefaultConfig is temperature 1, the default prompt, the environment's
@@ -407,6 +408,10 @@ type Options struct {
 	// ReadOnlyMemory makes WriteTips fail (eval without --write-tips).
 	ReadOnlyMemory bool
 	// Seed is the run seed; an episode samples with MixSeed(Seed, Job.Seed).
+	// OracleTip writes the oracle tip of a finished episode; required by
+	// Config.OracleTips (the caller supplies trainer/demos.TrajectoryTip:
+	// rollout does not import the demos).
+	OracleTip func(environments.Trajectory) string
 	Seed int64
 	// Progress, when set, is called after every finished episode.
 	Progress func(done, total int)
@@ -449,6 +454,8 @@ func NewRoller(lctx *llama.Context, cfg Config, o Options) (*Roller, error) {
 	case !cfg.CorrectInvalid.Valid():
 		return nil, fmt.Errorf("%w: correct_invalid %q (want auto, on or off)", ErrRollout, cfg.CorrectInvalid)
 	}
+	case cfg.OracleTips && o.OracleTip == nil:
+		return nil, fmt.Errorf("%w: oracle_tips needs the oracle tip writer (Options.OracleTip)", ErrRollout)
 	rend, err := NewRenderer(lctx.Model(), cfg.Prompt)
 	if err != nil {
 		return nil, err
