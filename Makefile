@@ -127,12 +127,17 @@ DEMO_DIR ?= build/quickstart
 demo: build
 	$(BIN) quickstart $(DEMO_DIR)
 
-# The EMPO² vs GRPO study of docs/experiment.md (≤ 60 min on 2 cores; quick: ≤ 10 min).
-.PHONY: experiment experiment-quick
+# The EMPO² vs GRPO study of docs/experiment.md — Study 3: the warm start,
+# its pre-registered gate (a failed gate stops the study), then the six arms
+# (budget ≤ 120 min idle on 2 cores; quick: ≤ 10 min, its gate not enforced;
+# experiment-gate: the warm start and the gate only, at the gate run's sizes).
+.PHONY: experiment experiment-quick experiment-gate
 experiment: build
 	EMPO2=$(BIN) GO=$(GO) scripts/experiment.sh
 experiment-quick: build
 	EMPO2=$(BIN) GO=$(GO) scripts/experiment.sh quick
+experiment-gate: build
+	EMPO2=$(BIN) GO=$(GO) scripts/experiment.sh gate
 
 # One EMPO² step at Qwen2.5-7B's shape on the CPU, one copy of the weights,
 # peak RSS capped at 22 GiB (docs/training.md): writes a 15 GB model under
