@@ -245,10 +245,10 @@ func NewHFConfig(base *gguf.File, dtype safetensors.DType) (*HFConfig, error) {
 
 // GGUF token types (llama_token_type).
 const (
-	tokNormal      = modelgen.TokenTypeNormal
-	tokControl     = modelgen.TokenTypeControl
-	tokUserDefined = modelgen.TokenTypeUserDefined
-	tokUnused      = modelgen.TokenTypeUnused
+	tokNormal      = gguf.TokenTypeNormal
+	tokControl     = gguf.TokenTypeControl
+	tokUserDefined = gguf.TokenTypeUserDefined
+	tokUnused      = gguf.TokenTypeUnused
 )
 
 type hfAddedToken struct {

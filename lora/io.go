@@ -67,9 +67,7 @@ func FromGGUFWith(f *gguf.File, opt ReadOptions) (*Adapter, error) {
 			a.Meta[k] = s
 		}
 	}
-	type half struct{ a, b *gguf.TensorInfo }
-	halves := map[string]*half{}
-	var order []string
+	var pairs halves[gguf.TensorInfo]
 	for i := range f.Tensors {
 		ti := &f.Tensors[i]
 		if opt.Skip != nil && opt.Skip(ti.Name) {
@@ -82,50 +80,39 @@ func FromGGUFWith(f *gguf.File, opt ReadOptions) (*Adapter, error) {
 			}
 			return nil, fmt.Errorf("%w: tensor %q has neither a .lora_a nor a .lora_b suffix", ErrNotAdapter, ti.Name)
 		}
-		h := halves[base]
-		if h == nil {
-			h = &half{}
-			halves[base] = h
-			order = append(order, base)
-		}
-		if isB {
-			h.b = ti
-		} else {
-			h.a = ti
-		}
+		pairs.add(base, isB, ti)
 	}
-	for _, base := range order {
-		h := halves[base]
-		if h.a == nil || h.b == nil {
-			return nil, fmt.Errorf("%w: LoRA pair for %q is missing one half", ErrInvalid, base)
-		}
-		for _, ti := range []*gguf.TensorInfo{h.a, h.b} {
+	if err := pairs.each(func(base string, ha, hb *gguf.TensorInfo) error {
+		for _, ti := range []*gguf.TensorInfo{ha, hb} {
 			if len(ti.Shape) != 2 {
-				return nil, fmt.Errorf("%w: %s has shape %v, want 2-D", ErrInvalid, ti.Name, ti.Shape)
+				return fmt.Errorf("%w: %s has shape %v, want 2-D", ErrInvalid, ti.Name, ti.Shape)
 			}
 			if ti.Type != gguf.TypeF32 && ti.Type != gguf.TypeF16 && ti.Type != gguf.TypeBF16 {
-				return nil, fmt.Errorf("%w: %s is %s (F32, F16 and BF16 are read)", ErrUnsupported, ti.Name, ti.Type)
+				return fmt.Errorf("%w: %s is %s (F32, F16 and BF16 are read)", ErrUnsupported, ti.Name, ti.Type)
 			}
 		}
-		in, rank := h.a.Shape[0], h.a.Shape[1]
-		rb, out := h.b.Shape[0], h.b.Shape[1]
+		in, rank := ha.Shape[0], ha.Shape[1]
+		rb, out := hb.Shape[0], hb.Shape[1]
 		if rank != rb {
-			return nil, fmt.Errorf("%w: %s: lora_a ne %v and lora_b ne %v disagree on the rank (lora_a must be [in, r], lora_b [r, out])",
-				ErrInvalid, base, h.a.Shape, h.b.Shape)
+			return fmt.Errorf("%w: %s: lora_a ne %v and lora_b ne %v disagree on the rank (lora_a must be [in, r], lora_b [r, out])",
+				ErrInvalid, base, ha.Shape, hb.Shape)
 		}
 		const maxDim = 1 << 24
 		if in == 0 || rank == 0 || out == 0 || in > maxDim || rank > maxDim || out > maxDim {
-			return nil, fmt.Errorf("%w: %s: dimensions in=%d out=%d rank=%d", ErrInvalid, base, in, out, rank)
+			return fmt.Errorf("%w: %s: dimensions in=%d out=%d rank=%d", ErrInvalid, base, in, out, rank)
 		}
 		p := &Pair{Base: base, In: int(in), Out: int(out), Rank: int(rank)}
 		var err error
-		if p.A, err = f.ReadTensorF32(h.a.Name); err != nil {
-			return nil, fmt.Errorf("lora: %w", err)
+		if p.A, err = f.ReadTensorF32(ha.Name); err != nil {
+			return fmt.Errorf("lora: %w", err)
 		}
-		if p.B, err = f.ReadTensorF32(h.b.Name); err != nil {
-			return nil, fmt.Errorf("lora: %w", err)
+		if p.B, err = f.ReadTensorF32(hb.Name); err != nil {
+			return fmt.Errorf("lora: %w", err)
 		}
 		a.Pairs = append(a.Pairs, p)
+		return nil
+	}); err != nil {
+		return nil, err
 	}
 	a.Sort()
 	if err := a.Check(); err != nil {

@@ -309,9 +309,7 @@ func ImportPEFT(path string, base *gguf.File) (*Adapter, []string, error) {
 			a.Meta[g] = v
 		}
 	}
-	type half struct{ a, b *safetensors.Tensor }
-	halves := map[string]*half{}
-	var order []string
+	var pairs halves[safetensors.Tensor]
 	for i := range f.Tensors {
 		t := &f.Tensors[i]
 		name := strings.TrimPrefix(t.Name, peftPrefix)
@@ -331,19 +329,9 @@ func ImportPEFT(path string, base *gguf.File) (*Adapter, []string, error) {
 		default:
 			return nil, nil, fmt.Errorf("%w: tensor %s is not a lora_A/lora_B weight", ErrNotAdapter, t.Name)
 		}
-		h := halves[m]
-		if h == nil {
-			h = &half{}
-			halves[m] = h
-			order = append(order, m)
-		}
-		if isB {
-			h.b = t
-		} else {
-			h.a = t
-		}
+		pairs.add(m, isB, t)
 	}
-	if len(order) == 0 {
+	if pairs.len() == 0 {
 		return nil, nil, fmt.Errorf("%w: %s has no LoRA tensors", ErrInvalid, weights)
 	}
 	// The scale PEFT gives each module, then one alpha for the file.
@@ -353,30 +341,27 @@ func ImportPEFT(path string, base *gguf.File) (*Adapter, []string, error) {
 		scale float64
 	}
 	var convs []conv
-	for _, m := range order {
-		h := halves[m]
-		if h.a == nil || h.b == nil {
-			return nil, nil, fmt.Errorf("%w: LoRA of %s is missing one half", ErrInvalid, m)
-		}
+	if err := pairs.each(func(m string, ha, hb *safetensors.Tensor) error {
 		g, ok := GGUFTensorName(m + ".weight")
 		if !ok {
-			return nil, nil, fmt.Errorf("%w: module %s has no llama.cpp Qwen2 tensor", ErrUnsupported, m)
+			return fmt.Errorf("%w: module %s has no llama.cpp Qwen2 tensor", ErrUnsupported, m)
 		}
-		if len(h.a.Shape) != 2 || len(h.b.Shape) != 2 || h.a.Shape[0] != h.b.Shape[1] {
-			return nil, nil, fmt.Errorf("%w: %s: lora_A %v and lora_B %v (want [r, in] and [out, r])", ErrInvalid, m, h.a.Shape, h.b.Shape)
+		if len(ha.Shape) != 2 || len(hb.Shape) != 2 || ha.Shape[0] != hb.Shape[1] {
+			return fmt.Errorf("%w: %s: lora_A %v and lora_B %v (want [r, in] and [out, r])", ErrInvalid, m, ha.Shape, hb.Shape)
 		}
 		const maxDim = 1 << 24
-		r, in, out := h.a.Shape[0], h.a.Shape[1], h.b.Shape[0]
+		r, in, out := ha.Shape[0], ha.Shape[1], hb.Shape[0]
 		if r <= 0 || in <= 0 || out <= 0 || r > maxDim || in > maxDim || out > maxDim {
-			return nil, nil, fmt.Errorf("%w: %s: dimensions in=%d out=%d r=%d", ErrInvalid, m, in, out, r)
+			return fmt.Errorf("%w: %s: dimensions in=%d out=%d r=%d", ErrInvalid, m, in, out, r)
 		}
 		if k, ok := peftPatternKey(rankKeys, m); ok && cfg.RankPattern[k] != int(r) {
-			return nil, nil, fmt.Errorf("%w: %s: rank_pattern %q says r=%d, the tensors have r=%d", ErrInvalid, m, k, cfg.RankPattern[k], r)
+			return fmt.Errorf("%w: %s: rank_pattern %q says r=%d, the tensors have r=%d", ErrInvalid, m, k, cfg.RankPattern[k], r)
 		}
 		al := alpha0
 		if k, ok := peftPatternKey(alphaKeys, m); ok {
+			var err error
 			if al, err = peftAlpha(cfg.AlphaPattern[k], "alpha_pattern["+k+"]"); err != nil {
-				return nil, nil, err
+				return err
 			}
 		}
 		s := al / float64(r)
@@ -384,13 +369,17 @@ func ImportPEFT(path string, base *gguf.File) (*Adapter, []string, error) {
 			s = al / math.Sqrt(float64(r))
 		}
 		p := &Pair{Base: g, In: int(in), Out: int(out), Rank: int(r)}
-		if p.A, err = f.ReadF32(h.a.Name); err != nil {
-			return nil, nil, fmt.Errorf("lora: %w", err)
+		var err error
+		if p.A, err = f.ReadF32(ha.Name); err != nil {
+			return fmt.Errorf("lora: %w", err)
 		}
-		if p.B, err = f.ReadF32(h.b.Name); err != nil {
-			return nil, nil, fmt.Errorf("lora: %w", err)
+		if p.B, err = f.ReadF32(hb.Name); err != nil {
+			return fmt.Errorf("lora: %w", err)
 		}
 		convs = append(convs, conv{p, s})
+		return nil
+	}); err != nil {
+		return nil, nil, err
 	}
 	// alpha: the one ExportPEFT recorded when it gives every module its
 	// PEFT scale (restores alpha = 0 exactly), else r·s of the first module.

@@ -23,13 +23,6 @@ import (
 // that cannot be read or converted.
 var ErrHFTokenizer = errors.New("modelgen: Hugging Face tokenizer")
 
-// Token types llama.cpp reads from tokenizer.ggml.token_type besides the
-// ones TrainTokenizer uses.
-const (
-	TokenTypeUnknown int32 = 2
-	TokenTypeByte    int32 = 6
-)
-
 // Pre-tokenizer split regexes, as the Hugging Face tokenizer.json files of
 // these families write them and as llama.cpp's llama-vocab.cpp implements
 // them for the tokenizer.ggml.pre names below.
@@ -453,16 +446,16 @@ func (t *HFTokenizer) vocabulary(tj *hfTokenizerJSON, tc map[string]any) error {
 	t.Tokens, t.Types = make([]string, n), make([]int32, n)
 	seen := make(map[string]int, n)
 	for id := 0; id < n; id++ {
-		s, typ := byID[id], TokenTypeNormal
+		s, typ := byID[id], gguf.TokenTypeNormal
 		if a, ok := added[id]; ok {
 			s = a.Content
 			if a.Special || looksSpecial(s) {
-				typ = TokenTypeControl
+				typ = gguf.TokenTypeControl
 			} else {
-				s, typ = strings.ReplaceAll(s, "\u2581", " "), TokenTypeUserDefined
+				s, typ = strings.ReplaceAll(s, "\u2581", " "), gguf.TokenTypeUserDefined
 			}
 		} else if _, ok := byID[id]; !ok {
-			s, typ = fmt.Sprintf("[PAD%d]", id), TokenTypeUnused
+			s, typ = fmt.Sprintf("[PAD%d]", id), gguf.TokenTypeUnused
 		}
 		if prev, dup := seen[s]; dup {
 			// llama.cpp asserts that token strings are unique
@@ -499,7 +492,7 @@ func (t *HFTokenizer) Vocab(n int) ([]string, []int32, error) {
 		if _, clash := t.index[pad]; clash {
 			return nil, nil, fmt.Errorf("%w: padding token %q is already a token", ErrHFTokenizer, pad)
 		}
-		toks, types = append(toks, pad), append(types, TokenTypeUnused)
+		toks, types = append(toks, pad), append(types, gguf.TokenTypeUnused)
 	}
 	return toks, types, nil
 }

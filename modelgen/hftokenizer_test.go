@@ -100,19 +100,19 @@ func TestHFTokenizerQwen(t *testing.T) {
 		t.Fatalf("pre %s, %d tokens; files: %d vocab, %d added", tok.Pre, len(tok.Tokens), len(q.Vocab), len(q.Added))
 	}
 	for s, id := range q.Vocab {
-		if tok.Tokens[id] != s || tok.Types[id] != TokenTypeNormal {
+		if tok.Tokens[id] != s || tok.Types[id] != gguf.TokenTypeNormal {
 			t.Fatalf("id %d: %q type %d, file %q", id, tok.Tokens[id], tok.Types[id], s)
 		}
 	}
 	want := map[int]int32{}
 	for id := 151643; id <= 151656; id++ {
-		want[id] = TokenTypeControl
+		want[id] = gguf.TokenTypeControl
 	}
 	for id := 151659; id <= 151664; id++ {
-		want[id] = TokenTypeControl // <|fim_prefix|> … <|file_sep|>: special false, but <|…|>
+		want[id] = gguf.TokenTypeControl // <|fim_prefix|> … <|file_sep|>: special false, but <|…|>
 	}
 	for _, id := range []int{151657, 151658, 151665, 151666, 151667, 151668} {
-		want[id] = TokenTypeUserDefined
+		want[id] = gguf.TokenTypeUserDefined
 	}
 	for _, a := range q.Added {
 		if tok.Tokens[a.ID] != a.Content || tok.Types[a.ID] != want[a.ID] {
@@ -151,7 +151,7 @@ func TestHFTokenizerQwen(t *testing.T) {
 		t.Fatalf("%d tokens", len(toks))
 	}
 	for id := 151669; id < 152064; id++ {
-		if toks[id] != "[PAD"+itoa(id)+"]" || types[id] != TokenTypeUnused {
+		if toks[id] != "[PAD"+itoa(id)+"]" || types[id] != gguf.TokenTypeUnused {
 			t.Fatalf("id %d: %q type %d", id, toks[id], types[id])
 		}
 	}
@@ -204,7 +204,7 @@ func TestHFTokenizerQwen(t *testing.T) {
 	// A vocabulary that differs by one token type is not the tokenizer's.
 	c3 := *tok
 	c3.Types = append([]int32(nil), tok.Types...)
-	c3.Types[151667] = TokenTypeControl
+	c3.Types[151667] = gguf.TokenTypeControl
 	if err := c3.Matches(f); !errors.Is(err, ErrHFTokenizer) || !strings.Contains(err.Error(), "151667") {
 		t.Errorf("changed type: %v", err)
 	}
@@ -336,7 +336,7 @@ func TestHFTokenizerSynthetic(t *testing.T) {
 	for id, w := range map[int]struct {
 		s string
 		t int32
-	}{512: {"[PAD512]", TokenTypeUnused}, 513: {"[PAD513]", TokenTypeUnused}, 514: {"<tool call>", TokenTypeUserDefined}, 515: {"<|fim_prefix|>", TokenTypeControl}} {
+	}{512: {"[PAD512]", gguf.TokenTypeUnused}, 513: {"[PAD513]", gguf.TokenTypeUnused}, 514: {"<tool call>", gguf.TokenTypeUserDefined}, 515: {"<|fim_prefix|>", gguf.TokenTypeControl}} {
 		if h.Tokens[id] != w.s || h.Types[id] != w.t {
 			t.Errorf("id %d: %q %d, want %q %d", id, h.Tokens[id], h.Types[id], w.s, w.t)
 		}
@@ -355,7 +355,7 @@ func TestHFTokenizerSynthetic(t *testing.T) {
 		}
 	}
 	toks, types, err := h.Vocab(520)
-	if err != nil || toks[519] != "[PAD519]" || types[519] != TokenTypeUnused {
+	if err != nil || toks[519] != "[PAD519]" || types[519] != gguf.TokenTypeUnused {
 		t.Fatalf("vocab: %v", err)
 	}
 	if _, _, err := h.Vocab(515); !errors.Is(err, ErrConfig) {

@@ -83,7 +83,7 @@ func TestMetadataAndTensors(t *testing.T) {
 		}
 		eos := u32("tokenizer.ggml.eos_token_id")
 		pad := u32("tokenizer.ggml.padding_token_id")
-		if toks[eos] != TokImEnd || toks[pad] != TokEndOfText || types.([]int32)[eos] != TokenTypeControl {
+		if toks[eos] != TokImEnd || toks[pad] != TokEndOfText || types.([]int32)[eos] != gguf.TokenTypeControl {
 			t.Fatalf("eos %d=%q pad %d=%q", eos, toks[eos], pad, toks[pad])
 		}
 		if b, ok := f.Bool("tokenizer.ggml.add_bos_token"); !ok || b {
@@ -239,7 +239,7 @@ func TestTokenizer(t *testing.T) {
 	}
 	for _, s := range Specials {
 		id, ok := a.ID(s)
-		if !ok || a.Types[id] != TokenTypeControl {
+		if !ok || a.Types[id] != gguf.TokenTypeControl {
 			t.Fatalf("special %s missing or not control", s)
 		}
 	}
@@ -276,7 +276,7 @@ func TestTokenizer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.Tokens) != 300 || c.Learned == 0 || c.Learned > 3 || c.Types[299] != TokenTypeUnused {
+	if len(c.Tokens) != 300 || c.Learned == 0 || c.Learned > 3 || c.Types[299] != gguf.TokenTypeUnused {
 		t.Fatalf("tiny corpus: %d tokens, %d learned", len(c.Tokens), c.Learned)
 	}
 	if _, err := TrainTokenizer("x", 100); !errors.Is(err, ErrConfig) {

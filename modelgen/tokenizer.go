@@ -6,6 +6,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/empo2/empo2/gguf"
 )
 
 // Special tokens, ChatML as in Qwen2.5; they follow the learned vocabulary.
@@ -17,14 +19,6 @@ const (
 
 // Specials lists the control tokens in vocabulary order.
 var Specials = []string{TokEndOfText, TokImStart, TokImEnd}
-
-// Token types, as llama.cpp's llama_token_type.
-const (
-	TokenTypeNormal      int32 = 1
-	TokenTypeControl     int32 = 3
-	TokenTypeUserDefined int32 = 4
-	TokenTypeUnused      int32 = 5
-)
 
 // Tokenizer is a byte-level BPE vocabulary in GPT-2/Qwen2 form: token strings
 // are UTF-8 text over GPT-2's byte-to-unicode alphabet, merges are "left right"
@@ -319,7 +313,7 @@ func TrainTokenizer(corpus string, vocab int) (*Tokenizer, error) {
 		return id
 	}
 	for b := 0; b < 256; b++ {
-		addTok(ByteSymbol(byte(b)), TokenTypeNormal)
+		addTok(ByteSymbol(byte(b)), gguf.TokenTypeNormal)
 	}
 
 	// word frequencies, in first-seen order for determinism
@@ -366,7 +360,7 @@ func TrainTokenizer(corpus string, vocab int) (*Tokenizer, error) {
 		s := tok.Tokens[p.a] + tok.Tokens[p.b]
 		nid, ok := tok.ids[s]
 		if !ok {
-			nid = addTok(s, TokenTypeNormal)
+			nid = addTok(s, gguf.TokenTypeNormal)
 			tok.Learned++
 		}
 		tok.Merges = append(tok.Merges, tok.Tokens[p.a]+" "+tok.Tokens[p.b])
@@ -422,10 +416,10 @@ func TrainTokenizer(corpus string, vocab int) (*Tokenizer, error) {
 		}
 	}
 	for _, s := range Specials {
-		addTok(s, TokenTypeControl)
+		addTok(s, gguf.TokenTypeControl)
 	}
 	for i := 0; len(tok.Tokens) < vocab; i++ {
-		addTok(fmt.Sprintf("[PAD%d]", len(tok.Tokens)), TokenTypeUnused)
+		addTok(fmt.Sprintf("[PAD%d]", len(tok.Tokens)), gguf.TokenTypeUnused)
 	}
 	tok.buildRanks()
 	return tok, nil
@@ -504,7 +498,7 @@ func (t *Tokenizer) Decode(ids []int32) string {
 			continue
 		}
 		s := t.Tokens[id]
-		if t.Types[id] != TokenTypeNormal {
+		if t.Types[id] != gguf.TokenTypeNormal {
 			sb.WriteString(s)
 			continue
 		}

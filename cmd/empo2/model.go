@@ -463,7 +463,7 @@ func buildModelInfo(f *gguf.File, path string, tensors bool) *modelInfoReport {
 		if tt, ok := f.Get("tokenizer.ggml.token_type"); ok {
 			if types, ok := tt.([]int32); ok && len(types) == len(toks) {
 				for i, ty := range types {
-					if ty == modelgen.TokenTypeControl {
+					if ty == gguf.TokenTypeControl {
 						t.Control = append(t.Control, toks[i])
 						if len(t.Control) == 64 {
 							break
