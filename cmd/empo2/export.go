@@ -10,12 +10,8 @@ import (
 	"github.com/empo2/empo2/gguf"
 	"github.com/empo2/empo2/internal/safefile"
 	"github.com/empo2/empo2/lora"
+	"github.com/empo2/empo2/statefile"
 )
-
-// stateGeneralType is optim.StateGeneralType, the general.type of a
-// training-state file (export_test.go checks they agree). It is repeated
-// here so that export does not link the training graph.
-const stateGeneralType = "empo2.train_state"
 
 var (
 	exportModelFlag = &cli.StringFlag{
@@ -70,12 +66,9 @@ func readAdapterOrState(path string) (*lora.Adapter, error) {
 	}
 	defer f.Close()
 	opt := lora.ReadOptions{}
-	if gt, _ := f.String(lora.KeyGeneralType); gt == stateGeneralType {
-		// A state file holds the adapter plus AdamW moments (".adam_m",
-		// ".adam_v" tensors; see trainer/optim/state.go).
-		opt = lora.ReadOptions{GeneralType: stateGeneralType, Skip: func(n string) bool {
-			return strings.HasSuffix(n, ".adam_m") || strings.HasSuffix(n, ".adam_v")
-		}}
+	if gt, _ := f.String(lora.KeyGeneralType); gt == statefile.GeneralType {
+		// A state file holds the adapter plus AdamW moments (package statefile).
+		opt = lora.ReadOptions{GeneralType: statefile.GeneralType, Skip: statefile.IsMoment}
 	}
 	a, err := lora.FromGGUFWith(f, opt)
 	if err != nil {

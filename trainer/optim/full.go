@@ -10,6 +10,7 @@ import (
 	"github.com/empo2/empo2/cgo"
 	"github.com/empo2/empo2/gguf"
 	"github.com/empo2/empo2/lora"
+	"github.com/empo2/empo2/statefile"
 )
 
 // Full SFT (`empo2 sft --full`): every weight of a small F32 model is
@@ -112,7 +113,7 @@ type FullState struct {
 
 // FullStateGeneralType is general.type of a full-SFT state file, so that
 // neither llama.cpp nor the LoRA state reader (Load) mistakes it for theirs.
-const FullStateGeneralType = "empo2.full_train_state"
+const FullStateGeneralType = statefile.FullGeneralType
 
 // State returns a deep copy of the training state (weights and moments
 // read from the backend).

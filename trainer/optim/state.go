@@ -9,52 +9,38 @@ import (
 
 	"github.com/empo2/empo2/gguf"
 	"github.com/empo2/empo2/lora"
+	"github.com/empo2/empo2/statefile"
 )
 
 // ErrState means a training-state file is not one, is of another version or
 // is inconsistent with itself.
 var ErrState = errors.New("trainer: bad training state")
 
-// State-file format. A state file is one GGUF (written atomically by
-// gguf.Writer.WriteFile: temporary file in the same directory, fsync,
-// rename, fsync of the directory) holding:
-//
-//   - the adapter exactly as in an adapter file (general.architecture,
-//     adapter.type = "lora", adapter.lora.alpha, "<W>.lora_a" / "<W>.lora_b"
-//     F32 tensors), except general.type = StateGeneralType so that nobody
-//     mistakes it for a plain adapter (llama.cpp refuses it with "expect
-//     general.type to be 'adapter'"; `empo2 export` extracts the adapter);
-//   - the AdamW moments as F32 tensors "<W>.lora_a.adam_m", "<W>.lora_a.adam_v",
-//     "<W>.lora_b.adam_m", "<W>.lora_b.adam_v";
-//   - metadata: empo2.state.version (u32), empo2.state.step (i64, updates
-//     done), empo2.adamw.{steps (i64), beta1, beta2, eps, weight_decay (f64)},
-//     empo2.schedule.{kind (str), base_lr, min_lr (f64), warmup, total (i64)},
-//     empo2.rng (u8 array: math/rand/v2 PCG MarshalBinary, absent when
-//     there is no RNG) and any string in Meta as empo2.meta.<key>.
-//
-// Everything is stored at full precision (F32 tensors as in memory, float64
-// hyper-parameters), so Save then Load reproduces the state bit for bit.
+// The state-file format is package statefile's (its doc comment): Save
+// writes it, Load reads it. Everything is stored at full precision (F32
+// tensors as in memory, float64 hyper-parameters), so Save then Load
+// reproduces the state bit for bit.
 const (
-	StateGeneralType = "empo2.train_state"
-	StateVersion     = 1
+	StateGeneralType = statefile.GeneralType
+	StateVersion     = statefile.Version
 
-	keyStateVersion = "empo2.state.version"
-	keyStateStep    = "empo2.state.step"
-	keyAdamSteps    = "empo2.adamw.steps"
-	keyAdamBeta1    = "empo2.adamw.beta1"
-	keyAdamBeta2    = "empo2.adamw.beta2"
-	keyAdamEps      = "empo2.adamw.eps"
-	keyAdamWD       = "empo2.adamw.weight_decay"
-	keySchedKind    = "empo2.schedule.kind"
-	keySchedBase    = "empo2.schedule.base_lr"
-	keySchedMin     = "empo2.schedule.min_lr"
-	keySchedWarmup  = "empo2.schedule.warmup"
-	keySchedTotal   = "empo2.schedule.total"
-	keyRNG          = "empo2.rng"
-	keyMetaPrefix   = "empo2.meta."
+	keyStateVersion = statefile.KeyVersion
+	keyStateStep    = statefile.KeyStep
+	keyAdamSteps    = statefile.KeyAdamSteps
+	keyAdamBeta1    = statefile.KeyAdamBeta1
+	keyAdamBeta2    = statefile.KeyAdamBeta2
+	keyAdamEps      = statefile.KeyAdamEps
+	keyAdamWD       = statefile.KeyAdamWD
+	keySchedKind    = statefile.KeySchedKind
+	keySchedBase    = statefile.KeySchedBase
+	keySchedMin     = statefile.KeySchedMin
+	keySchedWarmup  = statefile.KeySchedWarm
+	keySchedTotal   = statefile.KeySchedTotal
+	keyRNG          = statefile.KeyRNG
+	keyMetaPrefix   = statefile.KeyMetaPrefix
 
-	suffixM = ".adam_m"
-	suffixV = ".adam_v"
+	suffixM = statefile.SuffixM
+	suffixV = statefile.SuffixV
 )
 
 // State is everything needed to resume training where it stopped.
