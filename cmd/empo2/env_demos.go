@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/empo2/empo2/environments"
+	"github.com/empo2/empo2/internal/watch"
 	"github.com/empo2/empo2/trainer/demos"
 	"github.com/empo2/empo2/trainer/rollout"
 )
@@ -115,12 +116,16 @@ func envDemos(c *cli.Context) error {
 		return demos.PrintRunConfig(c.App.Writer, cfg)
 	}
 	cfg.Warn = func(msg string) { log.Warn().Msg(msg) }
-	cfg.Plan = func(tasks, variations int) {
-		log.Info().Int("variations", variations).Int("tasks", tasks).Str("out", cfg.Out).Msg("env demos: playing")
-	}
 	ctx, sig := interruptible(c)
 	defer sig.stop()
+	pl := newProgressLine("") // the bar's line: variations played, ETA (internal/watch)
+	ctx = pl.attach(ctx)
+	cfg.Plan = func(tasks, variations int) {
+		log.Info().Int("variations", variations).Int("tasks", tasks).Str("out", cfg.Out).Msg("env demos: playing")
+		pl.phase(watch.Demos, variations)
+	}
 	res, err := demos.Run(ctx, cfg)
+	pl.finish(err == nil)
 	if err != nil {
 		if sig.caught() {
 			return sig.interrupted(fmt.Sprintf("env demos interrupted after %d episodes; %s not written", res.Episodes, cfg.Out))

@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/rs/zerolog/log"
-	"github.com/schollz/progressbar/v3"
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
+	"github.com/empo2/empo2/internal/watch"
 	"github.com/empo2/empo2/trainer"
 	"github.com/empo2/empo2/trainer/evaluate"
 	"github.com/empo2/empo2/trainer/rollout"
@@ -123,16 +123,19 @@ func evalAction(c *cli.Context) error {
 	}
 	ctx, sig := interruptible(c)
 	defer sig.stop()
+	pl := newProgressLine("") // the bar's line: episodes, tokens/s, ETA (internal/watch)
+	ctx = pl.attach(ctx)
 	bar := &evalBar{last: time.Now(), start: time.Now(), parallel: cfg.Parallel}
 	cfg.Progress = bar.update
 	cfg.Plan = func(p evaluate.Plan) {
 		bar.total = p.Total
+		pl.phase(watch.Eval, p.Total)
 		log.Info().Msg("eval plan: " + p.String())
 	}
 	cfg.Warn = func(msg string) { log.Warn().Msg(msg) }
 	start := time.Now()
 	res, err := evaluate.Run(ctx, cfg)
-	bar.finish()
+	pl.finish(err == nil)
 	if err != nil {
 		if sig.caught() {
 			return sig.interrupted(fmt.Sprintf("eval interrupted after %d of %d episodes; nothing written", bar.done, bar.total))
@@ -160,10 +163,10 @@ func evalAction(c *cli.Context) error {
 	return nil
 }
 
-// evalBar is a progress bar on a terminal, periodic log lines otherwise;
-// the first finished episodes give an estimate of the whole run's time.
+// evalBar logs the first finished episodes' estimate of the whole run's
+// time, and off a terminal a line every 10 s (on a terminal progressLine
+// shows the episodes).
 type evalBar struct {
-	bar         *progressbar.ProgressBar
 	start, last time.Time
 	done, total int
 	parallel    int // episodes in play at once: the estimate waits for as many
@@ -179,23 +182,11 @@ func (b *evalBar) update(done, total int) {
 			Str("estimated_total", logDur(per*time.Duration(total))).Msg("eval: first episodes timed")
 	}
 	if term.IsTerminal(int(os.Stderr.Fd())) {
-		if b.bar == nil {
-			b.bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription("eval episodes"),
-				progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true), progressbar.OptionThrottle(200*time.Millisecond),
-				progressbar.OptionClearOnFinish())
-		}
-		_ = b.bar.Set(done)
 		return
 	}
 	if time.Since(b.last) >= 10*time.Second {
 		b.last = time.Now()
 		log.Info().Int("done", done).Int("total", total).Msg("eval episodes")
-	}
-}
-
-func (b *evalBar) finish() {
-	if b.bar != nil {
-		_ = b.bar.Finish()
 	}
 }
 

@@ -5,16 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/rs/zerolog/log"
-	"github.com/schollz/progressbar/v3"
 	"github.com/urfave/cli/v2"
-	"golang.org/x/term"
 
+	"github.com/empo2/empo2/internal/watch"
 	"github.com/empo2/empo2/trainer/sft"
 )
 
@@ -114,19 +112,20 @@ func sftAction(c *cli.Context) error {
 				Msg("full SFT: weights, gradients and AdamW moments on the backend")
 		}
 	}
-	var bar *progressbar.ProgressBar
+	pl := newProgressLine("") // the bar's line: steps of this invocation, trained tokens/s, ETA (internal/watch)
 	lastLog := time.Now()
 	var lastStep int64
+	started := false
 	cfg.Progress = func(p sft.Progress) {
+		if !started { // the first step of this invocation (a resumed run starts later)
+			started, lastStep = true, p.Step-1
+			pl.phase(watch.SFT, int(p.Steps-lastStep))
+		}
+		pl.meter.Tokens(p.Tokens)
+		pl.meter.Add(int(p.Step - lastStep))
 		lastStep = p.Step
-		if term.IsTerminal(int(os.Stderr.Fd())) {
-			if bar == nil {
-				bar = progressbar.NewOptions64(p.Steps, progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription("sft"),
-					progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true), progressbar.OptionThrottle(200*time.Millisecond),
-					progressbar.OptionClearOnFinish())
-			}
-			bar.Describe(fmt.Sprintf("sft epoch %d/%d loss %.4f", p.Epoch, p.Epochs, p.Loss))
-			_ = bar.Set64(p.Step)
+		if pl.tty {
+			pl.setSuffix(fmt.Sprintf("epoch %d/%d loss %.4f", p.Epoch, p.Epochs, p.Loss))
 			return
 		}
 		if time.Since(lastLog) >= 10*time.Second || p.Step == p.Steps {
@@ -137,9 +136,7 @@ func sftAction(c *cli.Context) error {
 	}
 	w := c.App.Writer
 	cfg.EpochDone = func(e sft.Epoch) {
-		if bar != nil {
-			_ = bar.Clear()
-		}
+		pl.clear()
 		if c.Bool(sftJSONFlag.Name) {
 			type ej struct {
 				Epoch     int      `json:"epoch"`
@@ -165,9 +162,7 @@ func sftAction(c *cli.Context) error {
 	ctx, sig := interruptible(c)
 	defer sig.stop()
 	res, err := sft.Run(ctx, cfg)
-	if bar != nil {
-		_ = bar.Finish()
-	}
+	pl.finish(err == nil)
 	if err != nil {
 		if sig.caught() && errors.Is(err, sft.ErrInterrupted) {
 			return sig.interrupted(fmt.Sprintf("sft interrupted after step %d: checkpoint %s; continue with --resume", lastStep, res.Checkpoint))

@@ -10,12 +10,10 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/rs/zerolog/log"
 	"github.com/schollz/progressbar/v3"
 	"github.com/urfave/cli/v2"
-	"golang.org/x/term"
 
 	"github.com/empo2/empo2/internal/safefile"
 	"github.com/empo2/empo2/runfiles"
@@ -134,6 +132,9 @@ func trainAction(c *cli.Context) error {
 	defer safefile.SetSignalCleanup(true)
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// progress inside a step: the bar's line on a terminal, a log line per phase otherwise, progress.json
+	pl := newProgressLine(dir)
+	ctx = pl.attach(ctx)
 
 	var bar *progressbar.ProgressBar
 	updates := 0
@@ -141,11 +142,7 @@ func trainAction(c *cli.Context) error {
 	opts.OnStart = func(first, last int) {
 		log.Info().Str("run_dir", dir).Str("preset", cfg.Preset).Str("env", cfg.Env).Int("first_step", first).Int("steps", last).
 			Int("batch", cfg.Batch.Tasks*cfg.Batch.Rollouts).Msg("train")
-		if term.IsTerminal(int(os.Stderr.Fd())) && last >= first {
-			bar = progressbar.NewOptions(last-first+1, progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription("train"),
-				progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true), progressbar.OptionThrottle(200*time.Millisecond),
-				progressbar.OptionClearOnFinish())
-		}
+		bar = pl.newBar(int64(last-first+1), "train")
 	}
 	contextWarned := false
 	opts.OnEngine = func(p trainer.EnginePlan) {
@@ -159,7 +156,7 @@ func trainAction(c *cli.Context) error {
 			log.Warn().Int("step", m.Step).Msg(w)
 		}
 		if bar != nil {
-			bar.Describe(fmt.Sprintf("step %d/%d %s score %.1f succ %.2f loss %.4f updates %d", m.Step, cfg.Steps, m.Mode, m.ScoreMean, m.SuccessRate, m.Loss, updates))
+			pl.setSuffix(fmt.Sprintf("step %d: %s score %.1f succ %.2f loss %.4f updates %d", m.Step, m.Mode, m.ScoreMean, m.SuccessRate, m.Loss, updates))
 			_ = bar.Add(1)
 			return
 		}
@@ -172,9 +169,7 @@ func trainAction(c *cli.Context) error {
 		log.Info().Int("step", l.Step).RawJSON("memory_off", jsonOrNull(l.MemoryOff)).RawJSON("memory_on", jsonOrNull(l.MemoryOn)).Msg("eval")
 	}
 	res, err := trainer.Train(ctx, opts)
-	if bar != nil {
-		_ = bar.Finish()
-	}
+	pl.finish(err == nil && !res.Interrupted)
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 			log.Warn().Msg("interrupted")

@@ -297,26 +297,25 @@ func (m *Meter) state(t time.Time) State {
 		s.TokensPerS = float64(m.tokens) / sec
 	}
 	// the current phase: from its own rate, else from the last step's time
-	left := time.Duration(-1)
+	left := time.Duration(-1) // unknown
 	switch {
-	case m.phase == "":
-		left = 0
-	case m.total > 0 && m.done >= m.total:
+	case m.phase == "", m.total > 0 && m.done >= m.total:
 		left = 0
 	case m.total > 0 && m.done > 0:
 		left = time.Duration(float64(el) * float64(m.total-m.done) / float64(m.done))
-	case m.prev[m.phase] > 0:
-		left = max(m.prev[m.phase]-el, 0)
+	case m.prev[m.phase] > el:
+		left = m.prev[m.phase] - el
 	}
 	if m.steps <= 0 { // not training: the phase is the command
 		s.ETAStep, s.ETARun = left, left
 		return s
 	}
-	// later phases of the step: as long as in the last timed step
-	lower := m.prev == nil
-	if left < 0 {
-		left, lower = 0, true
-	}
+	// later phases of the step: as long as in the last timed step; what
+	// nothing has timed yet (the first step's later phases, a phase that
+	// runs longer than last time) counts 0, and the estimates are lower
+	// bounds
+	lower := m.prev == nil || left < 0
+	left = max(left, 0)
 	after := m.phase == ""
 	for _, p := range m.prevOrder {
 		if p == m.phase {
@@ -333,5 +332,13 @@ func (m *Meter) state(t time.Time) State {
 		per = m.stepsTime / time.Duration(m.stepsTimed)
 	}
 	s.ETARun = left + time.Duration(max(m.steps-m.step, 0))*per
+	if lower { // a lower bound of 0 says nothing
+		if s.ETAStep <= 0 {
+			s.ETAStep = -1
+		}
+		if s.ETARun <= 0 {
+			s.ETARun = -1
+		}
+	}
 	return s
 }

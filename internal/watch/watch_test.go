@@ -91,8 +91,11 @@ func TestMeterETA(t *testing.T) {
 	m.Add(4) // twice as fast: 10 s left of the rollouts
 	want(t, "step ETA", m.State().ETAStep, 10*time.Second+20*time.Second)
 	m.Phase(Update, 0)
-	c.advance(20 * time.Second) // longer than last time: not negative
-	want(t, "step ETA in a late update", m.State().ETAStep, 0)
+	c.advance(20 * time.Second) // longer than last time: not known, not negative
+	if s := m.State(); s.ETAStep != -1 || !s.Lower || !approx(s.ETARun, 60*time.Second) || !strings.Contains(s.Line(), "run ETA ≥1m00s") ||
+		strings.Contains(s.Line(), "step ETA") {
+		t.Errorf("a late update: %+v %q", s, s.Line())
+	}
 	m.End()
 	if e := ends[len(ends)-1]; e.Phase != Update || e.Step != 2 || e.Took != 20*time.Second {
 		t.Fatalf("last phase end %+v", e)
@@ -114,6 +117,24 @@ func TestMeterCommand(t *testing.T) {
 	}
 	m.Phase(Eval, 0)
 	if l := m.State().Line(); l != "eval" {
+		t.Errorf("line %q", l)
+	}
+}
+
+// Eight episodes played side by side finish together: until one does, the
+// first step's rollouts have no estimate (not "≥0s").
+func TestMeterNothingKnown(t *testing.T) {
+	m, c := newTestMeter()
+	m.Step(1, 3)
+	m.Phase(Rollouts, 8)
+	c.advance(5 * time.Second)
+	m.Tokens(100)
+	s := m.State()
+	if s.ETAStep != -1 || !s.Lower {
+		t.Errorf("state %+v", s)
+	}
+	want(t, "run ETA (two more steps at least as long as this one so far)", s.ETARun, 10*time.Second)
+	if l := s.Line(); l != "step 1/3 rollouts 0/8 · 20.0 tok/s · run ETA ≥10s" {
 		t.Errorf("line %q", l)
 	}
 }

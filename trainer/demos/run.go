@@ -12,6 +12,7 @@ import (
 	"github.com/empo2/empo2/environments"
 	"github.com/empo2/empo2/internal/config"
 	"github.com/empo2/empo2/internal/safefile"
+	"github.com/empo2/empo2/internal/watch"
 	"github.com/empo2/empo2/memstore"
 	"github.com/empo2/empo2/trainer/rollout"
 	"github.com/empo2/empo2/trainer/sft"
@@ -310,6 +311,7 @@ func Run(ctx context.Context, cfg RunConfig) (RunResult, error) {
 			if err != nil {
 				return res, err
 			}
+			watch.From(ctx).Add(1) // progress: variations played
 			if !d.Done || d.Score <= 0 {
 				res.Skipped++
 				warn(fmt.Sprintf("demo does not complete the task: skipped: task %s variation %d score %s done %v", t.Name, v, fmtScore(d.Score), d.Done))
