@@ -1,0 +1,211 @@
+package demos
+
+import (
+	"context"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/empo2/empo2/environments"
+	"github.com/empo2/empo2/environments/textlab"
+	"github.com/empo2/empo2/memstore"
+	"github.com/empo2/empo2/trainer/internal/testutil"
+	"github.com/empo2/empo2/trainer/rollout"
+	"github.com/empo2/empo2/trainer/sft"
+)
+
+// A deviating attempt replays the demo's prefix, then takes another
+// action than the demo's at the prefix step.
+func TestDeviatingAttempt(t *testing.T) {
+	ctx := context.Background()
+	env, err := textlab.New(environments.Options{Simplifications: "easy"})
+	require.NoError(t, err)
+	d, err := Explore(ctx, env, "textlab", "find-living-thing", 2, 0)
+	require.NoError(t, err)
+	for _, p := range []int{0, 3, len(d.Steps) - 1} {
+		f, err := DeviatingAttempt(ctx, env, d, p, 4, 0, rand.New(rand.NewPCG(3, uint64(p))))
+		require.NoError(t, err)
+		require.Greater(t, len(f.Steps), p)
+		assert.LessOrEqual(t, len(f.Steps), p+4)
+		assert.Equal(t, d.Actions()[:p], f.Actions()[:p])
+		assert.NotEqual(t, d.Steps[p].Action, f.Steps[p].Action, "prefix %d", p)
+	}
+}
+
+// TestReadRecordsPromptIsTheRollouts: the prompt a read record is built
+// with (memoryPrompt) is the one the rollout renders for the same memory
+// state. A memory holds a demo's and a deviating attempt's entries as
+// ReadRecords stores them; a Roller plays the demo's variation with memory
+// on; memoryPrompt, given that episode's own turns and the same memory,
+// renders every step's prompt as the rollout did (text equal after the
+// chat template), under both keys and both tip placements.
+func TestReadRecordsPromptIsTheRollouts(t *testing.T) {
+	ctx := context.Background()
+	env, err := textlab.New(environments.Options{Simplifications: "easy"})
+	require.NoError(t, err)
+	d, err := Explore(ctx, env, "textlab", "find-living-thing", 1, 0)
+	require.NoError(t, err)
+	m := testutil.Model(t)
+	pc := rollout.DefaultPromptConfig()
+	for _, tc := range []struct {
+		key    rollout.KeyKind
+		thr    float64
+		tipsIn rollout.TipsIn
+	}{
+		{rollout.KeyObservation, 0.5, rollout.TipsLastTurn},
+		{rollout.KeyObservation, 0.5, rollout.TipsEveryTurn},
+		{rollout.KeyConversation, 0.5, rollout.TipsEveryTurn},
+	} {
+		mem := openTipMem(t)
+		ns := rollout.Job{Task: d.Task, Variation: d.Variation}.Namespace()
+		f, err := DeviatingAttempt(ctx, env, d, 0, 5, 0, rand.New(rand.NewPCG(1, 2)))
+		require.NoError(t, err)
+		_, err = mem.Add(ctx, ns, demoEntries(pc, tc.key, f, "dev"))
+		require.NoError(t, err)
+		_, err = mem.Add(ctx, ns, demoEntries(pc, tc.key, d, "demo"))
+		require.NoError(t, err)
+		mc := rollout.DefaultMemoryConfig()
+		mc.Key, mc.Threshold, mc.TopK, mc.TipsIn = tc.key, tc.thr, 3, tc.tipsIn
+		r := testutil.Roller(t, m, 1, mem, func(c *rollout.Config, o *rollout.Options) {
+			c.StepLimit = 4
+			o.MemoryConfig = mc
+			o.ReadOnlyMemory = true
+		})
+		job := testutil.Jobs(1, true)[0] // a job with memory
+		job.Task, job.Variation, job.Seed = d.Task, d.Variation, 5
+		eps, _, err := r.Run(ctx, []rollout.Job{job})
+		require.NoError(t, err)
+		ep := eps[0]
+		require.NotEmpty(t, ep.Steps)
+		// the episode as a Demo: its responses as the prompts show them
+		played := Demo{Env: "textlab", Task: d.Task, Variation: d.Variation, Desc: ep.TaskDesc, FirstObs: ep.FirstObs}
+		for _, s := range ep.Steps {
+			played.Steps = append(played.Steps, Step{Action: s.Text, Observation: s.Observation})
+		}
+		keys := stepKeys(pc, tc.key, played)
+		turns := actionTurns(pc, played)
+		var shown int
+		for i, s := range ep.Steps {
+			msgs, n, err := memoryPrompt(ctx, mem, ns, mc.Query(), pc, tc.tipsIn, played, keys, turns, i)
+			require.NoError(t, err)
+			assert.Equal(t, keys[i], s.Key, "%s step %d: the retrieval key", tc.key, i)
+			require.Equal(t, s.Retrieved, n, "%s step %d: tips retrieved", tc.key, i)
+			if n == 0 {
+				continue
+			}
+			shown++
+			// the chat rendered with the episode's sampled responses as tokens
+			// (as the rollout's prompts hold them)
+			resps := make([][]int32, i)
+			for j := range resps {
+				resps[j] = ep.Steps[j].Response
+				if n := len(resps[j]); n > 0 && m.IsEOG(resps[j][n-1]) {
+					resps[j] = resps[j][:n-1]
+				}
+			}
+			want, err := r.Renderer().TokensWithResponses(msgs, resps, true)
+			require.NoError(t, err)
+			require.Equal(t, want.Tokens, s.Prompt, "%s %s step %d: the record's prompt is the rollout's", tc.key, tc.tipsIn, i)
+			assert.Equal(t, s.Tips, rollout.FormatTips(mustRetrieve(t, mem, ns, keys[i], mc.Query())))
+		}
+		assert.Positive(t, shown, "%s: no step retrieved a tip", tc.key)
+	}
+}
+
+func mustRetrieve(t *testing.T, mem *memstore.Store, ns, key string, q memstore.Query) []memstore.Match {
+	t.Helper()
+	res, err := mem.RetrieveText(context.Background(), ns, key, q)
+	require.NoError(t, err)
+	return res.Entries
+}
+
+// TestReadRecords: every record is the demo's prompt at its step with the
+// block of its memory (memoryPrompt over the namespace it names) and the
+// demo's action as the one trained answer; "read-all" blocks mix the
+// demo's score-100 entries (first: the best score) with low-score ones,
+// "read-fail" blocks show only the attempts; at least one record shows a
+// low-score entry whose action is not the answer (what to avoid); the
+// same inputs give the same records.
+func TestReadRecords(t *testing.T) {
+	ctx := context.Background()
+	env, err := textlab.New(environments.Options{Simplifications: "easy"})
+	require.NoError(t, err)
+	pc := rollout.DefaultPromptConfig()
+	cfg := DefaultTipRecordConfig()
+	cfg.Prompt, cfg.Records, cfg.TopK, cfg.Threshold, cfg.Key, cfg.TipsIn = pc, 8, 3, 0.95, rollout.KeyObservation, rollout.TipsLastTurn
+	cfg.FailureSteps = 6
+	var seen = map[string]int{}
+	var avoid, mixed int
+	for v := range 3 {
+		d, err := Explore(ctx, env, "textlab", "find-living-thing", v, 0)
+		require.NoError(t, err)
+		mem := openTipMem(t)
+		recs, err := ReadRecords(ctx, env, d, mem, cfg)
+		require.NoError(t, err)
+		require.NotEmpty(t, recs)
+		again, err := ReadRecords(ctx, env, d, openTipMem(t), cfg)
+		require.NoError(t, err)
+		require.Equal(t, recs, again, "same inputs, other records")
+		ns := rollout.Job{Task: d.Task, Variation: d.Variation}.Namespace()
+		keys, turns := stepKeys(pc, cfg.Key, d), actionTurns(pc, d)
+		q := memstore.Query{K: cfg.TopK, Threshold: float32(cfg.Threshold), Order: memstore.OrderByScoreStable}
+		for _, r := range recs {
+			require.NoError(t, r.Check())
+			i := r.Meta["step"].(int) - 1
+			space := r.Meta["memory"].(string)
+			seen[space]++
+			want, n, err := memoryPrompt(ctx, mem, space+"|"+ns, q, pc, cfg.TipsIn, d, keys, turns, i)
+			require.NoError(t, err)
+			require.Equal(t, want, r.Messages[:len(r.Messages)-1], "step %d (%s)", i, space)
+			require.Equal(t, n, r.Meta["tips"])
+			last := r.Messages[len(r.Messages)-1]
+			require.Equal(t, sft.RoleAssistant, last.Role)
+			require.Equal(t, d.Steps[i].Action, last.Content)
+			for k := range r.Messages[:len(r.Messages)-1] {
+				require.Equal(t, r.Messages[k].Role == sft.RoleAssistant, r.IsContext(k), "only the answer is trained")
+			}
+			lines := tipLines(t, r.Messages[len(r.Messages)-2].Content)
+			high := 0
+			for k, l := range lines {
+				if strings.Contains(l, "score 100/100") {
+					require.Equal(t, k, high, "the best score first")
+					high++
+				} else if !strings.Contains(l, "was "+quoteAction(d.Steps[i].Action)) {
+					avoid++
+				}
+			}
+			switch space {
+			case "read-all":
+				if high > 0 && high < len(lines) {
+					mixed++
+				}
+			case "read-fail":
+				assert.Zero(t, high, "a fail block shows the demo")
+			default:
+				t.Fatalf("memory %q", space)
+			}
+		}
+	}
+	assert.Positive(t, seen["read-all"])
+	assert.Positive(t, seen["read-fail"])
+	assert.Positive(t, avoid, "no block shows a low-score action other than the answer")
+	assert.Positive(t, mixed, "no read-all block mixes high and low scores")
+
+	// refusals: as TipRecords'
+	d, err := Explore(ctx, env, "textlab", "find-living-thing", 0, 0)
+	require.NoError(t, err)
+	bad := cfg
+	bad.TopK = 0
+	_, err = ReadRecords(ctx, env, d, openTipMem(t), bad)
+	require.ErrorIs(t, err, ErrDemo)
+}
+
+// quoteAction is an action as TipContent quotes it.
+func quoteAction(a string) string {
+	c := rollout.TipContent("", a, 0)
+	c = c[strings.Index(c, "was ")+len("was "):]
+	return c[:strings.Index(c, "; the episode")]
+}
