@@ -129,27 +129,7 @@ var pageTmpl = template.Must(template.New("report").Parse(`<!DOCTYPE html>
 <meta charset="utf-8" />
 <meta name="viewport" content="width=device-width, initial-scale=1" />
 <title>{{.Title}}</title>
-<style>
-body { font-family: "Liberation Sans", Arial, Helvetica, sans-serif; margin: 2em auto; max-width: 1250px; padding: 0 1em; color: #222; line-height: 1.4; }
-h1 { font-size: 1.7em; margin-bottom: 0.2em; }
-h2 { border-bottom: 1px solid #ccc; padding-bottom: 0.2em; margin-top: 2em; }
-nav a { margin-right: 1em; }
-table { border-collapse: collapse; margin: 0.8em 0 1.5em; font-size: 0.9em; }
-caption { text-align: left; font-weight: bold; padding-bottom: 0.3em; }
-th, td { border: 1px solid #ddd; padding: 0.25em 0.6em; text-align: right; }
-th { background: #f3f3f3; }
-td:first-child, th:first-child { text-align: left; }
-figure { margin: 1em 0 2em; }
-.grid { display: grid; grid-template-columns: repeat(auto-fit, minmax(560px, 1fr)); gap: 0 1.5em; }
-.grid figure { margin: 0.5em 0 1.5em; }
-figure img { max-width: 100%; border: 1px solid #eee; }
-figcaption { color: #555; font-size: 0.9em; }
-.swatch { display: inline-block; width: 1.6em; height: 0.7em; margin-right: 0.4em; vertical-align: middle; }
-.note { color: #8a5a00; background: #fff8e6; padding: 0.3em 0.6em; border-left: 3px solid #e0a800; }
-.warn { color: #a00; }
-dt { font-weight: bold; }
-dd { margin: 0 0 0.5em 1.5em; }
-</style>
+{{template "style"}}
 </head>
 <body>
 <h1>{{.Title}}</h1>
@@ -236,6 +216,27 @@ dd { margin: 0 0 0.5em 1.5em; }
 {{- end}}
 </body>
 </html>
+{{define "style"}}<style>
+body { font-family: "Liberation Sans", Arial, Helvetica, sans-serif; margin: 2em auto; max-width: 1250px; padding: 0 1em; color: #222; line-height: 1.4; }
+h1 { font-size: 1.7em; margin-bottom: 0.2em; }
+h2 { border-bottom: 1px solid #ccc; padding-bottom: 0.2em; margin-top: 2em; }
+nav a { margin-right: 1em; }
+table { border-collapse: collapse; margin: 0.8em 0 1.5em; font-size: 0.9em; }
+caption { text-align: left; font-weight: bold; padding-bottom: 0.3em; }
+th, td { border: 1px solid #ddd; padding: 0.25em 0.6em; text-align: right; }
+th { background: #f3f3f3; }
+td:first-child, th:first-child { text-align: left; }
+figure { margin: 1em 0 2em; }
+.grid { display: grid; grid-template-columns: repeat(auto-fit, minmax(560px, 1fr)); gap: 0 1.5em; }
+.grid figure { margin: 0.5em 0 1.5em; }
+figure img { max-width: 100%; border: 1px solid #eee; }
+figcaption { color: #555; font-size: 0.9em; }
+.swatch { display: inline-block; width: 1.6em; height: 0.7em; margin-right: 0.4em; vertical-align: middle; }
+.note { color: #8a5a00; background: #fff8e6; padding: 0.3em 0.6em; border-left: 3px solid #e0a800; }
+.warn { color: #a00; }
+dt { font-weight: bold; }
+dd { margin: 0 0 0.5em 1.5em; }
+</style>{{end}}
 {{define "figure"}}
 <figure id="fig-{{.Name}}"{{if .Points}} data-points="{{.Points}}"{{end}}>
 <img src="{{.Src}}" alt="{{.Title}}" />

@@ -56,7 +56,6 @@ type Live struct {
 	mu       sync.Mutex
 	state    LiveState
 	report   []byte            // the report part of the page of state.Version
-	head     []byte            // report.html's <head> contents
 	inputs   string            // signature of the report's input files
 	progress map[string]string // signature of each run's progress.json
 	subs     map[chan struct{}]struct{}
@@ -155,14 +154,14 @@ func (l *Live) refresh() {
 	if !changed {
 		return
 	}
-	var report, head []byte
+	var report []byte
 	var drawErr error
 	version := 0
 	if redraw {
 		l.mu.Lock()
 		version = l.state.Version + 1
 		l.mu.Unlock()
-		report, head, drawErr = l.draw(version)
+		report, drawErr = l.draw(version)
 	}
 	runs := l.runs()
 	l.mu.Lock()
@@ -176,7 +175,7 @@ func (l *Live) refresh() {
 		} else {
 			l.state.Error = ""
 			l.state.Version, l.state.Updated = version, time.Now()
-			l.report, l.head = report, head
+			l.report = report
 			// Keep the previous version's pictures for pages still loading them.
 			for _, old := range []int{version - 2, version - 3} {
 				if old > 0 {
@@ -210,8 +209,9 @@ var srcRe = regexp.MustCompile(`(<img src="|<a href=")([^"#/][^"]*)"`)
 
 // draw writes version's pictures and page into tmp/version and returns
 // the page's report part (picture paths made absolute: /g/version/…) and
-// its <head> contents.
-func (l *Live) draw(version int) (report, head []byte, err error) {
+// nothing else of report.html (the live page has its own head, with the
+// report's style).
+func (l *Live) draw(version int) (report []byte, err error) {
 	var dirs []string
 	for _, d := range l.dirs {
 		if _, err := LoadRun(d); err == nil || !waiting(d, err) {
@@ -219,42 +219,24 @@ func (l *Live) draw(version int) (report, head []byte, err error) {
 		}
 	}
 	if len(dirs) == 0 {
-		return []byte(`<p id="waiting">No run has written anything yet: the report appears with the first files.</p>`), l.head, nil
+		return []byte(`<p id="waiting">No run has written anything yet: the report appears with the first files.</p>`), nil
 	}
 	out := filepath.Join(l.tmp, strconv.Itoa(version))
 	res, err := Generate(dirs, Options{Out: out, Smooth: l.opt.Smooth, Formats: []string{"svg"}, Title: l.opt.Title, Logf: l.opt.Logf})
 	if err != nil {
 		os.RemoveAll(out)
-		return nil, nil, err
+		return nil, err
 	}
 	page, err := os.ReadFile(res.HTML)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	h, body, err := splitPage(page)
-	if err != nil {
-		return nil, nil, err
+	i, j := bytes.Index(page, []byte("<body>")), bytes.LastIndex(page, []byte("</body>"))
+	if i < 0 || j < i {
+		return nil, errors.New("live report: report.html has no <body>")
 	}
-	body = srcRe.ReplaceAll(body, []byte(`${1}/g/`+strconv.Itoa(version)+`/${2}"`))
-	return body, h, nil
-}
-
-// splitPage cuts report.html into its <head> and <body> contents.
-func splitPage(page []byte) (head, body []byte, err error) {
-	cut := func(b []byte, open, close string) ([]byte, bool) {
-		i := bytes.Index(b, []byte(open))
-		j := bytes.LastIndex(b, []byte(close))
-		if i < 0 || j < i {
-			return nil, false
-		}
-		return b[i+len(open) : j], true
-	}
-	head, ok1 := cut(page, "<head>", "</head>")
-	body, ok2 := cut(page, "<body>", "</body>")
-	if !ok1 || !ok2 {
-		return nil, nil, errors.New("live report: report.html has no <head> or <body>")
-	}
-	return head, body, nil
+	body := page[i+len("<body>") : j]
+	return srcRe.ReplaceAll(body, []byte(`${1}/g/`+strconv.Itoa(version)+`/${2}"`)), nil
 }
 
 // runs reads each run's state for the run table.
@@ -393,20 +375,17 @@ func (l *Live) Handler() http.Handler {
 
 func (l *Live) servePage(w http.ResponseWriter, r *http.Request) {
 	l.mu.Lock()
-	st, head, report := l.state, l.head, l.report
+	st, report := l.state, l.report
 	l.mu.Unlock()
-	if len(head) == 0 { // no run has files yet
-		title := l.opt.Title
-		if title == "" {
-			title = "EMPO² training report"
-		}
-		head = []byte(`<meta charset="utf-8" /><title>` + template.HTMLEscapeString(title) + `</title>`)
+	title := l.opt.Title
+	if title == "" {
+		title = "EMPO² training report"
 	}
 	stateJSON, _ := json.Marshal(st)
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	err := livePageTmpl.Execute(w, map[string]any{
-		"Head":   template.HTML(head),
+		"Title":  title,
 		"Report": template.HTML(report),
 		"Table":  template.HTML(st.Table),
 		"State":  st,
@@ -524,10 +503,14 @@ var runTableTmpl = template.Must(template.New("runs").Funcs(template.FuncMap{
 </tbody>
 </table>`))
 
-var livePageTmpl = template.Must(template.New("live").Parse(`<!DOCTYPE html>
+// livePageTmpl shares the report page's style (pageTmpl's "style").
+var livePageTmpl = template.Must(template.Must(pageTmpl.Clone()).New("live").Parse(`<!DOCTYPE html>
 <html lang="en">
 <head>
-{{.Head}}
+<meta charset="utf-8" />
+<meta name="viewport" content="width=device-width, initial-scale=1" />
+<title>{{.Title}}</title>
+{{template "style"}}
 <style>
 #live { position: sticky; top: 0; background: #fff; border-bottom: 2px solid #2a6fdb; padding: 0.3em 0 0.2em; z-index: 10; }
 #live table { margin: 0.3em 0; }

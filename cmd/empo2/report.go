@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,12 +19,15 @@ import (
 )
 
 var (
-	reportOutFlag    = &cli.StringFlag{Name: "out", Aliases: []string{"o"}, Usage: "output `DIR` for report.html and the pictures (created)", Required: true}
+	reportOutFlag    = &cli.StringFlag{Name: "out", Aliases: []string{"o"}, Usage: "output `DIR` for report.html and the pictures (created; required unless --serve)"}
 	reportSmoothFlag = &cli.IntFlag{Name: "smooth", Usage: "moving-average window `W` in steps (0 = auto: steps/10, 1..50; 1 = no smoothing)"}
 	reportFormatFlag = &cli.StringFlag{Name: "format", Usage: "picture formats, comma-separated: png, svg", Value: "png,svg"}
 	reportDPIFlag    = &cli.IntFlag{Name: "dpi", Usage: "PNG resolution", Value: 110}
 	reportEmbedFlag  = &cli.BoolFlag{Name: "embed", Usage: "embed the pictures in report.html as data URIs (one file to share)"}
 	reportTitleFlag  = &cli.StringFlag{Name: "title", Usage: "page title", Value: "EMPO² training report"}
+	reportServeFlag  = &cli.StringFlag{Name: "serve", Usage: "serve a live page of the runs at `ADDR` (HOST:PORT or a port on 127.0.0.1) that follows them as they run, instead of writing --out"}
+	reportPollFlag   = &cli.DurationFlag{Name: "poll", Usage: "with --serve: how often the runs' files are looked at", Value: time.Second}
+	reportRemoteFlag = &cli.BoolFlag{Name: "allow-remote", Usage: "let --serve listen on an address other machines can reach (default: loopback only)"}
 )
 
 func init() {
@@ -36,8 +41,9 @@ func init() {
 			"report.html loads nothing from the network (pictures beside it, or --embed). See docs/report.md.\n" +
 			"Examples:\n" +
 			"  empo2 report r --out report\n" +
-			"  empo2 report runs/empo2-s1 runs/empo2-s2 runs/grpo-s1 runs/grpo-s2 --out cmp --smooth 10 --format png",
-		Flags:  []cli.Flag{reportOutFlag, reportSmoothFlag, reportFormatFlag, reportDPIFlag, reportEmbedFlag, reportTitleFlag},
+			"  empo2 report runs/empo2-s1 runs/empo2-s2 runs/grpo-s1 runs/grpo-s2 --out cmp --smooth 10 --format png\n" +
+			"  empo2 report --serve 127.0.0.1:8080 runs/empo2-s1 runs/grpo-s1   # a live page while they train",
+		Flags:  []cli.Flag{reportOutFlag, reportSmoothFlag, reportFormatFlag, reportDPIFlag, reportEmbedFlag, reportTitleFlag, reportServeFlag, reportPollFlag, reportRemoteFlag},
 		Action: reportAction,
 	})
 }
@@ -45,6 +51,15 @@ func init() {
 func reportAction(c *cli.Context) error {
 	if c.NArg() == 0 {
 		return fmt.Errorf("report: give at least one run directory (usage: empo2 report RUN [RUN…] --out DIR)")
+	}
+	if c.IsSet(reportServeFlag.Name) {
+		if c.IsSet(reportOutFlag.Name) {
+			return fmt.Errorf("report: --serve and --out: a live page or files, not both")
+		}
+		return reportServe(c)
+	}
+	if !c.IsSet(reportOutFlag.Name) {
+		return fmt.Errorf("report: --out DIR is required (or --serve ADDR for a live page)")
 	}
 	var runs []safefile.Path
 	for _, r := range c.Args().Slice() {
@@ -101,5 +116,40 @@ func reportAction(c *cli.Context) error {
 	}
 	abs, _ := filepath.Abs(res.HTML)
 	fmt.Fprintf(c.App.Writer, "wrote %s (%d pictures in %s)\n", abs, len(res.Files), filepath.Dir(abs))
+	return nil
+}
+
+// reportServe serves the live page (report.Live) until interrupted.
+func reportServe(c *cli.Context) error {
+	ln, err := report.ListenAddr(c.String(reportServeFlag.Name), c.Bool(reportRemoteFlag.Name))
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	live, err := report.NewLive(c.Args().Slice(), report.LiveOptions{
+		Smooth: c.Int(reportSmoothFlag.Name),
+		Title:  c.String(reportTitleFlag.Name),
+		Poll:   c.Duration(reportPollFlag.Name),
+		Logf:   func(format string, args ...any) { log.Debug().Msgf(format, args...) },
+	})
+	if err != nil {
+		return err
+	}
+	defer live.Close()
+	ctx, sig := interruptible(c)
+	defer sig.stop()
+	go live.Run(ctx)
+	srv := &http.Server{Handler: live.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+	}()
+	fmt.Fprintf(c.App.Writer, "serving the live report of %d run(s) at http://%s/ (Ctrl-C stops)\n", c.NArg(), ln.Addr())
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	if sig.caught() {
+		return sig.interrupted("live report stopped")
+	}
 	return nil
 }
