@@ -1,8 +1,6 @@
 package trainer
 
 import (
-	"fmt"
-	"os"
 	"path/filepath"
 
 	"github.com/empo2/empo2/trainer/evaluate"
@@ -18,26 +16,12 @@ import (
 // and its memory.db as memory_db. So `eval --run DIR` evaluates what the
 // run trained, as it played, and every key can still be set.
 func LoadEvalConfig(file string, sets []string) (evaluate.RunConfig, error) {
-	var raw []byte
-	if file != "" {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return evaluate.RunConfig{}, fmt.Errorf("%w: %w", evaluate.ErrRunConfig, err)
-		}
-		raw = b
+	raw, err := evaluate.ReadRunConfigFile(file)
+	if err != nil {
+		return evaluate.RunConfig{}, err
 	}
 	apply := func(c evaluate.RunConfig) (evaluate.RunConfig, error) {
-		if raw != nil {
-			if err := evaluate.DecodeRunConfig(raw, &c, file); err != nil {
-				return c, err
-			}
-		}
-		for _, s := range sets {
-			if err := c.Set(s); err != nil {
-				return c, err
-			}
-		}
-		return c, nil
+		return c, evaluate.ApplyRunConfig(&c, raw, file, sets)
 	}
 	c, err := apply(evaluate.DefaultRunConfig())
 	if err != nil || c.Run == "" {

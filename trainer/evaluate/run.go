@@ -137,23 +137,17 @@ func RunConfigReference() string { return runSchema.Reference() }
 // LoadRunConfig resolves an eval configuration without a run's settings:
 // the defaults, then file (strict; "" = none), then the overrides.
 // trainer.LoadEvalConfig is the same with a run's settings as defaults.
-func LoadRunConfig(file string, sets []string) (RunConfig, error) {
-	c := DefaultRunConfig()
-	if file != "" {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return c, fmt.Errorf("%w: %w", ErrRunConfig, err)
-		}
-		if err := DecodeRunConfig(b, &c, file); err != nil {
-			return c, err
-		}
-	}
-	for _, s := range sets {
-		if err := c.Set(s); err != nil {
-			return c, err
-		}
-	}
-	return c, nil
+func LoadRunConfig(file string, sets []string) (RunConfig, error) { return runSchema.Load(file, sets) }
+
+// ReadRunConfigFile reads a configuration file for ApplyRunConfig ("" =
+// none: nil); its error wraps ErrRunConfig.
+func ReadRunConfigFile(file string) ([]byte, error) { return runSchema.ReadFile(file) }
+
+// ApplyRunConfig decodes raw (nil: none) onto c strictly, what naming it
+// in errors, then applies the overrides in order: LoadRunConfig's layers
+// over other defaults (trainer.LoadEvalConfig: a run's settings).
+func ApplyRunConfig(c *RunConfig, raw []byte, what string, sets []string) error {
+	return runSchema.Apply(c, raw, what, sets)
 }
 
 // TaskNames turns task specs into task names: "task/N" (one variation, as

@@ -80,24 +80,7 @@ var runSchema = config.New(DefaultRunConfig, ErrRunConfig)
 // LoadRunConfig resolves an sft configuration: the defaults, the file
 // (strict: an unknown key is an error naming it and its line; "" = none),
 // then the overrides "key.path=value" (YAML values).
-func LoadRunConfig(file string, sets []string) (RunConfig, error) {
-	c := DefaultRunConfig()
-	if file != "" {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return c, fmt.Errorf("%w: %w", ErrRunConfig, err)
-		}
-		if err := runSchema.Decode(strings.NewReader(string(b)), &c, file); err != nil {
-			return c, err
-		}
-	}
-	for _, s := range sets {
-		if err := runSchema.Set(&c, s); err != nil {
-			return c, err
-		}
-	}
-	return c, nil
-}
+func LoadRunConfig(file string, sets []string) (RunConfig, error) { return runSchema.Load(file, sets) }
 
 // PrintRunConfig writes c as commented YAML (`empo2 sft --print-config`).
 func PrintRunConfig(w io.Writer, c RunConfig) error { return runSchema.Print(w, c) }
