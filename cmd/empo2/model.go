@@ -20,7 +20,21 @@ import (
 	"github.com/empo2/empo2/modelgen"
 )
 
-var modelDefaults = modelgen.DefaultConfig()
+// modelDefaults are model init's defaults: modelgen's tiny model with a
+// context of modelInitCtx tokens.
+var modelDefaults = func() modelgen.Config {
+	c := modelgen.DefaultConfig()
+	c.Ctx = modelInitCtx
+	return c
+}()
+
+// modelInitCtx is model init's default context. It must hold the first
+// prompt and an action of every textlab task under every preset's default
+// training, so that a new user's `model init` then `train --preset P --env
+// textlab` runs (TestModelInitFitsPresets): the longest first prompt,
+// use-thermometer's, is 559 tokens with the default vocabulary (modelgen's
+// own default, 512, is the library tests' smaller model).
+const modelInitCtx = 2048
 
 var (
 	modelInitOutFlag     = &cli.StringFlag{Name: "out", Aliases: []string{"o"}, Usage: "GGUF file to write", Required: true}
