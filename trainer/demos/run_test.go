@@ -3,6 +3,7 @@ package demos
 import (
 	"bufio"
 	"context"
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -165,4 +166,12 @@ func TestRunSkipsOddVariation(t *testing.T) {
 	for _, w := range warns {
 		assert.Regexp(t, `skipped: task melt variation \d+: .*explore demos need .*"You are somewhere odd\."`, w)
 	}
+}
+
+var updateDoc = flag.Bool("update-doc", false, "rewrite the configuration table of docs/sft.md")
+
+// The configuration table of docs/sft.md is RunConfig's.
+func TestRunConfigDocsMatch(t *testing.T) {
+	assert.Empty(t, runSchema.Undocumented(), "keys without a doc tag")
+	require.NoError(t, runSchema.DocTable(filepath.Join("..", "..", "docs", "sft.md"), "demos-config-reference", *updateDoc))
 }
