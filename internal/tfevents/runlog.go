@@ -52,6 +52,7 @@ var metricTags = map[string]string{
 	"lr":                    "update/lr",
 	"updates":               "update/updates",
 	"masked_seqs":           "update/masked_seqs",
+	"loss_scale_skips":      "update/loss_scale_skips",
 	"sequences":             "update/sequences",
 	"trained_tokens":        "update/trained_tokens",
 	"sample_steps":          "update/sample_steps",
@@ -263,6 +264,38 @@ func Files(dir string) ([]string, error) {
 	for _, e := range ents {
 		if !e.IsDir() && strings.HasPrefix(e.Name(), FilePrefix) {
 			out = append(out, filepath.Join(dir, e.Name()))
+		}
+	}
+	return out, nil
+}
+
+// Scalars reads an event file written by this package, checking every
+// record's CRCs and that the file version comes first, and returns its
+// scalars by tag and step. A (tag, step) written twice is an error: a run's
+// file holds one value per step.
+func Scalars(path string) (map[string]map[int64]float32, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	evs, err := ReadEvents(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(evs) == 0 || evs[0].FileVersion != FileVersion {
+		return nil, fmt.Errorf("%s: the first event is not the file version %q", path, FileVersion)
+	}
+	out := map[string]map[int64]float32{}
+	for _, e := range evs[1:] {
+		for _, v := range e.Values {
+			if out[v.Tag] == nil {
+				out[v.Tag] = map[int64]float32{}
+			}
+			if _, dup := out[v.Tag][e.Step]; dup {
+				return nil, fmt.Errorf("%s: %s at step %d written twice", path, v.Tag, e.Step)
+			}
+			out[v.Tag][e.Step] = v.Value
 		}
 	}
 	return out, nil

@@ -24,37 +24,16 @@ func evalLine(step int) string {
 	return fmt.Sprintf(`{"step":%d,"memory_off":{"score_mean":%d,"success_rate":0.5,"episodes":4},"memory_on":{"score_mean":%d,"success_rate":0.75,"episodes":4}}`+"\n", step, step, step+1)
 }
 
-// readRun reads dir's only event file, checking every CRC, and returns
-// its scalars by tag and step, failing on a repeated (tag, step).
+// readRun reads dir's only event file (Scalars).
 func readRun(t *testing.T, dir string) map[string]map[int64]float32 {
 	t.Helper()
 	files, err := Files(dir)
 	if err != nil || len(files) != 1 {
 		t.Fatalf("event files %v (%v), want one", files, err)
 	}
-	f, err := os.Open(files[0])
+	out, err := Scalars(files[0])
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer f.Close()
-	evs, err := ReadEvents(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(evs) == 0 || evs[0].FileVersion != FileVersion {
-		t.Fatalf("first event %+v, want the file version", evs)
-	}
-	out := map[string]map[int64]float32{}
-	for _, e := range evs[1:] {
-		for _, v := range e.Values {
-			if out[v.Tag] == nil {
-				out[v.Tag] = map[int64]float32{}
-			}
-			if _, dup := out[v.Tag][e.Step]; dup {
-				t.Errorf("%s: step %d written twice", v.Tag, e.Step)
-			}
-			out[v.Tag][e.Step] = v.Value
-		}
 	}
 	return out
 }
@@ -164,4 +143,22 @@ func keys[V any](m map[string]V) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+func TestScalarsRefusesARepeatedStep(t *testing.T) {
+	dir := t.TempDir()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := OpenRun(dir)
+	must(err)
+	must(l.Metrics([]byte(metricsLine(1, 10))))
+	must(l.Metrics([]byte(metricsLine(1, 11))))
+	must(l.Close())
+	if _, err := Scalars(l.Path()); err == nil || !strings.Contains(err.Error(), "written twice") {
+		t.Fatalf("err %v, want a repeated step", err)
+	}
 }
