@@ -24,7 +24,15 @@
 // Namespaces, Prune (DryRun counts), Reset, Export/Import/ImportWith (JSONL
 // Records), Check (integrity),
 // SetEmbedder, Close (idempotent). NewHashEmbedder(dim) is the built-in
-// embedder; BuiltinEmbedder(id) rebuilds it from a recorded ID. The store
+// embedder; BuiltinEmbedder(id) rebuilds it from a recorded ID.
+// Administration as `empo2 memory` does it (files.go): OpenFile(path,
+// Access) (create, write, read, meta-only; ErrNoDatabase), Files and
+// RemoveFiles (the database and SQLite's companion files),
+// AttachEmbedder, SearchQuery, ParseBefore, PrepareImport and ImportFiles.
+// Files by role: store.go (types, options, Open/Close), load.go (schema,
+// recorded embedder and cap, index loading), write.go (Add), retrieve.go
+// (Query, Retrieve*), admin.go (Stats, List, Prune, Reset, Export/Import),
+// files.go (administration of a file). The store
 // knows nothing of prompts: the EMPO² tip-writing side (tip requests, the
 // tip block, intrinsic reward) lives in package trainer.
 //

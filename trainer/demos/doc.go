@@ -3,6 +3,9 @@
 // an observable room search), written as chat records in the rollouts'
 // prompt format with a tip-writing turn, and tip records whose prompts
 // carry tips retrieved from a memory of the demo and of failed attempts.
+// Run is the whole command as one library call (RunConfig: its documented
+// configuration, as sft.Run's and evaluate.Run's), PickTasks the task
+// selection it shares with `empo2 sft eval`.
 //
 // Conventions:
 //

@@ -17,8 +17,9 @@
 //   - full.go: the FullUpdater, the same update over every weight of a
 //     small F32 model (full SFT), and its state file.
 //   - state.go, checkpoint.go: a training-state file (adapter + AdamW
-//     moments + step + schedule + RNG) written atomically for bit-exact
-//     resume, and a run directory's checkpoints/ with its `latest` pointer.
+//     moments + step + schedule + RNG; its format's names are package
+//     statefile's) written atomically for bit-exact resume, and a run
+//     directory's checkpoints/ with its `latest` pointer.
 //
 // Conventions:
 //
