@@ -1,6 +1,7 @@
 // Package report turns EMPO² run directories into learning-curve figures
 // (PNG and SVG, drawn with gonum.org/v1/plot) and one self-contained
-// report.html.
+// report.html; Live serves the same page for runs while they train
+// (`empo2 report --serve`), redrawn as their files grow.
 //
 // It reads exactly the files `empo2 train` and `empo2 eval` write into a run
 // directory, as package runfiles defines them (runfiles.Metrics lines,
