@@ -3,6 +3,7 @@ package cgo
 import (
 	"errors"
 
+	"github.com/empo2/empo2/algo"
 	"github.com/empo2/empo2/llama"
 	"github.com/empo2/empo2/lora"
 )
@@ -189,10 +190,6 @@ type Sequence struct {
 	// RefLogp[t]: log-prob under the frozen reference (for the k3 KL
 	// penalty); nil when KLCoef == 0.
 	RefLogp []float32
-	// LowProbMask enables sequence-level low-probability masking for this
-	// sample (EMPO²): if any trained token has OldLogp < LowProbThreshold the
-	// whole sequence is dropped from the loss.
-	LowProbMask bool
 }
 
 // Aggregation is how per-token losses are reduced to the loss.
@@ -207,15 +204,16 @@ const (
 // Valid reports whether a is a known mode (the empty default aside).
 func (a Aggregation) Valid() bool { return a == AggTokenMean || a == AggSeqMeanTokenMean }
 
-// Objective configures the clipped policy-gradient loss (see docs/training.md).
+// Objective configures the policy-gradient loss (see docs/training.md): the
+// per-token policy loss the caller gives (Policy: EMPO²'s clipped /
+// dual-clip surrogate is algo.PPO), optional KL and entropy terms, and the
+// aggregation. Every trained token of every sequence enters the loss:
+// masking is the caller's.
 type Objective struct {
-	ClipLow          float32     // ε_low, ratio lower bound 1−ε_low (PPO, Schulman et al. 2017)
-	ClipHigh         float32     // ε_high, ratio upper bound 1+ε_high (decoupled clip)
-	DualClip         float32     // c > 1: dual-clip bound −c·A for A < 0 (Ye et al. 2020); 0 disables
-	LowProbThreshold float32     // δ for low-probability masking (EMPO²)
-	KLCoef           float32     // β of the k3 KL to the reference (needs RefLogp); 0 = off
-	EntropyCoef      float32     // entropy bonus coefficient; 0 = off
-	Aggregation      Aggregation // AggTokenMean (default when empty) or AggSeqMeanTokenMean
+	Policy      PolicyLoss  // per-token policy loss and its ∂/∂logp; required unless NLL
+	KLCoef      float32     // β of the k3 KL to the reference (needs RefLogp); 0 = off
+	EntropyCoef float32     // entropy bonus coefficient; 0 = off
+	Aggregation Aggregation // AggTokenMean (default when empty) or AggSeqMeanTokenMean
 	// NLL replaces the policy-gradient loss by plain negative log-likelihood
 	// (supervised fine-tuning, `empo2 sft`): ℓ = −logp per trained token,
 	// ∂ℓ/∂logp = −1; OldLogp and Advantage are ignored (no ratio, no clip).
@@ -223,10 +221,10 @@ type Objective struct {
 	NLL bool
 }
 
-// DefaultObjective: ε 0.2/0.3, dual-clip 10, δ = −5, no KL, no entropy,
-// token-mean.
+// DefaultObjective: EMPO²'s surrogate (algo.DefaultPPO: ε 0.2/0.3,
+// dual-clip 10), no KL, no entropy, token-mean.
 func DefaultObjective() Objective {
-	return Objective{ClipLow: 0.2, ClipHigh: 0.3, DualClip: 10, LowProbThreshold: -5, Aggregation: AggTokenMean}
+	return Objective{Policy: algo.DefaultPPO(), Aggregation: AggTokenMean}
 }
 
 // Stats reports one ForwardBackward call. Means are over the trained tokens
@@ -235,34 +233,31 @@ func DefaultObjective() Objective {
 type Stats struct {
 	// Loss is the value whose gradient was accumulated: the true clipped
 	// objective (+β·KL − coef·H) aggregated and multiplied by the loss scale.
-	Loss            float64
-	PolicyLoss      float64 // token-mean of the clipped surrogate (unscaled)
-	ClipFrac        float64 // fraction of tokens where the ε clip is active
-	DualClipFrac    float64 // fraction of tokens where the dual clip is active
-	ApproxKL        float64 // k3 estimate of KL(π_old‖π): mean((r−1) − log r)
-	ApproxKLK1      float64 // k1 estimate: mean(logp_old − logp)
-	RefKL           float64 // mean k3 KL to the reference (0 when KLCoef == 0)
-	Entropy         float64 // mean per-token entropy of π (nats), always computed
-	LogpMean        float64 // mean current log-prob of trained tokens
-	Tokens          int     // trained tokens in the loss
-	Sequences       int     // sequences in the loss
-	MaskedSequences int     // sequences dropped by low-probability masking
-	MaskedTokens    int     // their trained tokens
-	PaddedTokens    int     // Σ over the call's graphs of batch × longest sequence
-	Graphs          int     // graphs computed (> 1 when the compute cap or MaxTokens split the batch)
-	ComputeBytes    int64   // largest compute buffer among the call's graphs (bytes)
+	Loss         float64
+	PolicyLoss   float64 // token-mean of the clipped surrogate (unscaled)
+	ClipFrac     float64 // fraction of tokens where the ε clip is active
+	DualClipFrac float64 // fraction of tokens where the dual clip is active
+	ApproxKL     float64 // k3 estimate of KL(π_old‖π): mean((r−1) − log r)
+	ApproxKLK1   float64 // k1 estimate: mean(logp_old − logp)
+	RefKL        float64 // mean k3 KL to the reference (0 when KLCoef == 0)
+	Entropy      float64 // mean per-token entropy of π (nats), always computed
+	LogpMean     float64 // mean current log-prob of trained tokens
+	Tokens       int     // trained tokens in the loss
+	Sequences    int     // sequences in the loss
+	PaddedTokens int     // Σ over the call's graphs of batch × longest sequence
+	Graphs       int     // graphs computed (> 1 when the compute cap or MaxTokens split the batch)
+	ComputeBytes int64   // largest compute buffer among the call's graphs (bytes)
 }
 
-// CountTrained returns how many trained tokens and sequences of batch enter
-// the loss under obj (after low-probability masking). A trainer that splits a
+// CountTrained returns how many trained tokens and sequences (with at least
+// one trained token) of batch enter the loss. A trainer that splits a
 // mini-batch into micro-batches passes lossScale = 1/tokens (token-mean) or
 // 1/seqs (seq-mean-token-mean) of the whole mini-batch to every
 // ForwardBackward call, so the accumulated gradient is that of the
 // mini-batch mean.
-func CountTrained(batch []Sequence, obj Objective) (tokens, seqs int) {
+func CountTrained(batch []Sequence) (tokens, seqs int) {
 	for i := range batch {
-		n, keep := seqKept(&batch[i], obj)
-		if keep && n > 0 {
+		if n := trainedCount(&batch[i]); n > 0 {
 			tokens += n
 			seqs++
 		}

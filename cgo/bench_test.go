@@ -85,7 +85,6 @@ func benchTrain(b *testing.B, cfg modelgen.Config, opts Options, B, T, respLen, 
 		seqs[i] = batch[i].Tokens
 	}
 	obj := DefaultObjective()
-	obj.LowProbThreshold = -100
 	// llama.cpp's prefill of the same sequences on the same model
 	lm, err := llama.LoadModel(path, llama.ModelParams{})
 	if err != nil {
@@ -211,7 +210,6 @@ func BenchmarkProfile100M(b *testing.B) {
 			m := mustLoad(b, tinyModel(b, cfg), LoRAConfig{Rank: 8, Alpha: 16, Seed: 1}, Options{Threads: 1})
 			batch := benchBatch(rand.New(rand.NewPCG(1, 1)), m.Info().NVocab, 2, 256, 64)
 			obj := DefaultObjective()
-			obj.LowProbThreshold = -100
 			if _, err := m.ForwardBackward(batch, obj, 0); err != nil { // warm-up
 				b.Fatal(err)
 			}
@@ -257,7 +255,6 @@ func BenchmarkQuantizedBases(b *testing.B) {
 	}
 	batch := benchBatch(rand.New(rand.NewPCG(1, 1)), models[0].Info().NVocab, 2, 256, 64)
 	obj := DefaultObjective()
-	obj.LowProbThreshold = -100
 	best := make([]time.Duration, len(types))
 	for i := range best {
 		best[i] = time.Duration(math.MaxInt64)

@@ -5,11 +5,12 @@
 // llama.cpp already loaded for the rollouts (LoadShared) — with trainable
 // LoRA pairs,
 // computes the per-token log-probs of the trained (action) tokens, evaluates
-// the EMPO² objective — PPO clipped surrogate with decoupled ε_low/ε_high,
-// dual clip for negative advantages, sequence-level low-probability masking,
-// token-mean or seq-mean-token-mean aggregation, optional k3 KL to a
-// reference and entropy bonus — and accumulates its exact gradients with
-// respect to the LoRA parameters.
+// the objective — the per-token policy loss its caller gives
+// (Objective.Policy: EMPO²'s clipped / dual-clip surrogate, package algo,
+// which also validates it and decides masking), token-mean or
+// seq-mean-token-mean aggregation, optional k3 KL to a reference and
+// entropy bonus — and accumulates its exact gradients with respect to the
+// LoRA parameters.
 //
 // Parameters are described by lora.ParamInfo (ParamInfo is that type) in
 // the one canonical order of the module (lora.Less: block, then q, k, v, o,

@@ -23,7 +23,6 @@ func TestHeadTargetGather(t *testing.T) {
 	defer m.Close()
 	batch := benchBatch(rand.New(rand.NewPCG(2, 9)), cfg.Vocab, 2, 64, 24)
 	obj := DefaultObjective()
-	obj.LowProbThreshold = -100
 	ops, _, err := m.ProfileStep(batch, obj, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -3,14 +3,27 @@ package cgo
 import (
 	"fmt"
 	"math"
+
+	"github.com/empo2/empo2/algo"
 )
 
-// logRatioClamp bounds log(π/π_old) before exp, as verl does: outside
-// [−20, 20] the token is either clipped (zero gradient) or its gradient is
-// scaled by r < 2e-9, so the clamp changes nothing measurable and keeps r finite.
-const logRatioClamp = 20
+// PolicyLoss is the per-token policy-gradient loss an Objective evaluates:
+// for one trained token with log-prob logp under π_θ, old under π_old and
+// advantage adv, its loss and dLogp = ∂loss/∂logp (the coefficient the
+// backward multiplies ∂logp/∂θ by), and whether a clip bound is active
+// (metrics only). EMPO²'s clipped / dual-clip surrogate is algo.PPO, which
+// also validates its settings; cgo evaluates the function it is given on
+// every token left Trained — it neither validates clip ranges nor masks
+// (low-probability masking is the caller's: trainer.BuildSamples with
+// algo.Masked).
+type PolicyLoss interface {
+	Token(logp, old, adv float64) (loss, dLogp float64, clipped, dualClipped bool)
+}
 
-// validateObjective checks obj and fills defaults.
+// validateObjective checks what the graph itself needs of obj and fills
+// defaults: the aggregation, finite KL and entropy coefficients, β ≥ 0, a
+// policy loss unless NLL.
+// The policy loss's own settings are its caller's to validate.
 func validateObjective(obj Objective) (Objective, error) {
 	if obj.Aggregation == "" {
 		obj.Aggregation = AggTokenMean
@@ -18,49 +31,37 @@ func validateObjective(obj Objective) (Objective, error) {
 	if !obj.Aggregation.Valid() {
 		return obj, fmt.Errorf("%w: aggregation %q (want %q or %q)", ErrConfig, obj.Aggregation, AggTokenMean, AggSeqMeanTokenMean)
 	}
-	for _, v := range []float32{obj.ClipLow, obj.ClipHigh, obj.DualClip, obj.LowProbThreshold, obj.KLCoef, obj.EntropyCoef} {
+	for _, v := range []float32{obj.KLCoef, obj.EntropyCoef} {
 		if !finite32(v) {
 			return obj, fmt.Errorf("%w: objective coefficient %v", ErrNonFinite, v)
 		}
 	}
-	if obj.ClipLow < 0 || obj.ClipLow >= 1 || obj.ClipHigh < 0 {
-		return obj, fmt.Errorf("%w: clip range ε_low=%v ε_high=%v (need 0 ≤ ε_low < 1, ε_high ≥ 0)", ErrConfig, obj.ClipLow, obj.ClipHigh)
-	}
-	if obj.DualClip != 0 && obj.DualClip <= 1 {
-		return obj, fmt.Errorf("%w: dual-clip constant %v must be > 1 (or 0 to disable)", ErrConfig, obj.DualClip)
-	}
 	if obj.KLCoef < 0 {
 		return obj, fmt.Errorf("%w: KLCoef %v < 0", ErrConfig, obj.KLCoef)
+	}
+	if obj.Policy == nil && !obj.NLL {
+		return obj, fmt.Errorf("%w: no policy loss (Objective.Policy, e.g. algo.PPO)", ErrConfig)
 	}
 	return obj, nil
 }
 
 func finite32(v float32) bool { return !math.IsNaN(float64(v)) && !math.IsInf(float64(v), 0) }
 
-// seqKept reports the number of trained tokens of s and whether s enters the
-// loss under EMPO²'s sequence-level low-probability masking (EMPO², arXiv
-// 2602.23008, ICLR 2026; its verl recipe masks a response whose minimum
-// per-token old log-prob is below −5): a sequence with
-// LowProbMask set is dropped when any trained token has OldLogp < δ.
-// It assumes s has been validated (or tolerates short slices by ignoring them).
-func seqKept(s *Sequence, obj Objective) (n int, keep bool) {
-	keep = true
+// trainedCount is the number of trained tokens of s (position 0 never is:
+// it has no prediction). It tolerates short slices by ignoring them.
+func trainedCount(s *Sequence) (n int) {
 	for t := 1; t < len(s.Tokens) && t < len(s.Trained); t++ {
-		if !s.Trained[t] {
-			continue
-		}
-		n++
-		if s.LowProbMask && t < len(s.OldLogp) && s.OldLogp[t] < obj.LowProbThreshold {
-			keep = false
+		if s.Trained[t] {
+			n++
 		}
 	}
-	return n, keep
+	return n
 }
 
 // tokenTerm is the per-token objective and its partial derivatives.
 type tokenTerm struct {
 	loss      float64 // ℓ = ℓ_pg + β·kl − c_H·H
-	pg        float64 // clipped surrogate ℓ_pg
+	pg        float64 // policy loss ℓ_pg (Objective.Policy)
 	dLogp     float64 // ∂ℓ/∂logp
 	dEnt      float64 // ∂ℓ/∂H
 	clipped   bool    // ε clip active (PPO)
@@ -72,55 +73,32 @@ type tokenTerm struct {
 	logp, old float64
 }
 
-// tokenObjective evaluates one trained token.
-//
-// PPO clipped surrogate (Schulman et al. 2017, eq. 7) with decoupled bounds
-// 1−ε_low, 1+ε_high, written as a loss:
-//
-//	ℓ_clip = max(−A·r, −A·clip(r, 1−ε_low, 1+ε_high))
-//
-// dual clip for A < 0 (Ye et al. 2020, "Mastering Complex Control in MOBA
-// Games with Deep RL", eq. 5): ℓ_pg = min(ℓ_clip, −c·A).
-// Its derivative w.r.t. logp (r = exp(logp − logp_old), ∂r/∂logp = r) is
-// −A·r where the unclipped branch is active and 0 elsewhere.
-//
-// k3 KL to the reference (Schulman, "Approximating KL Divergence", 2020):
-// kl = exp(ref − logp) − (ref − logp) − 1, ∂kl/∂logp = 1 − exp(ref − logp).
-// Entropy bonus: ℓ −= c_H·H.
+// tokenObjective evaluates one trained token: the policy loss
+// obj.Policy.Token (or, with obj.NLL, ℓ = −logp), the k3 KL to the
+// reference (Schulman, "Approximating KL Divergence", 2020:
+// kl = exp(ref − logp) − (ref − logp) − 1, ∂kl/∂logp = 1 − exp(ref − logp))
+// weighted by β, the entropy bonus ℓ −= c_H·H, and the KL(π_old‖π)
+// estimators k1, k3 of the metrics.
 func tokenObjective(obj Objective, logp, old, adv float64, ref float64, hasRef bool, ent float64) tokenTerm {
 	tt := tokenTerm{logp: logp, old: old, entropy: ent}
 	if obj.NLL { // SFT: no behaviour policy; ratio 1 keeps the KL metrics at 0
-		old, adv, tt.old = logp, 0, logp
+		old, tt.old = logp, logp
 	}
 	lr := logp - old
-	lrc := math.Max(-logRatioClamp, math.Min(logRatioClamp, lr))
+	lrc := algo.ClampLogRatio(lr)
 	r := math.Exp(lrc)
 	tt.ratio = r
-	lo, hi := 1-float64(obj.ClipLow), 1+float64(obj.ClipHigh)
-	rc := math.Max(lo, math.Min(hi, r))
-	s1, s2 := -adv*r, -adv*rc
-	pg := s1
-	grad := -adv * r
-	if s2 > s1 {
-		pg, grad, tt.clipped = s2, 0, true
-	}
-	if c := float64(obj.DualClip); c > 0 && adv < 0 && pg > -c*adv {
-		pg, grad, tt.dualClip = -c*adv, 0, true
-	}
-	if lr != lrc { // outside the clamp: r is constant there
-		grad = 0
-	}
-	tt.pg = pg
-	tt.loss = pg
-	tt.dLogp = grad
 	if obj.NLL { // supervised cross-entropy: ℓ = −logp, ∂ℓ/∂logp = −1 (no ratio, no clip)
-		tt.pg, tt.loss, tt.dLogp = -logp, -logp, -1
+		tt.pg, tt.dLogp = -logp, -1
+	} else {
+		tt.pg, tt.dLogp, tt.clipped, tt.dualClip = obj.Policy.Token(logp, old, adv)
 	}
+	tt.loss = tt.pg
 	// KL(π_old‖π) estimators on samples from π_old (metrics only)
 	tt.k1 = -lr
 	tt.k3 = (r - 1) - lrc
 	if hasRef && obj.KLCoef != 0 {
-		d := math.Max(-logRatioClamp, math.Min(logRatioClamp, ref-logp))
+		d := algo.ClampLogRatio(ref - logp)
 		kl := math.Exp(d) - d - 1
 		tt.refKL = kl
 		tt.loss += float64(obj.KLCoef) * kl

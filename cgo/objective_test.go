@@ -3,38 +3,37 @@ package cgo
 import (
 	"math"
 	"testing"
+
+	"github.com/empo2/empo2/algo"
 )
 
-// TestTokenObjective checks the per-token loss against the textbook
-// formulas and its derivative against a float64 central difference away
-// from the kinks.
+// scaledPolicy is a policy loss of its own (ℓ = k·A·logp): cgo evaluates
+// whatever surrogate it is given.
+type scaledPolicy struct{ k float64 }
+
+func (p scaledPolicy) Token(logp, old, adv float64) (float64, float64, bool, bool) {
+	return p.k * adv * logp, p.k * adv, adv < 0, false
+}
+
+// TestTokenObjective: the policy term is Objective.Policy's (algo.PPO by
+// default, or any other), NLL replaces it by −logp, and the KL and entropy
+// terms' derivatives match a float64 central difference.
 func TestTokenObjective(t *testing.T) {
-	obj := DefaultObjective() // ε 0.2/0.3, dual clip 10
-	cases := []struct {
-		lr, adv       float64 // log-ratio, advantage
-		loss          float64
-		clipped, dual bool
-	}{
-		{0, 1, -1, false, false},                  // r = 1
-		{math.Log(2), 1, -1.3, true, false},       // A > 0, r > 1+ε_high: clipped at 1.3
-		{math.Log(0.5), 1, -0.5, false, false},    // A > 0, r < 1−ε_low: unclipped (min picks r·A)
-		{math.Log(0.5), -1, 0.8, true, false},     // A < 0, r < 1−ε_low: clipped at 0.8
-		{math.Log(2), -1, 2, false, false},        // A < 0, r = 2: unclipped
-		{math.Log(20), -1, 10, false, true},       // A < 0, r = 20 > c: dual clip −c·A
-		{math.Log(1.1), 0.5, -0.55, false, false}, // inside the trust region
-		{30, 1, -1.3, true, false},                // huge ratio, A > 0: clipped, finite
-		{-30, -2, 1.6, true, false},               // tiny ratio, A < 0: clipped, finite
-		{30, -1, 10, false, true},                 // huge ratio, A < 0: dual clip, finite
-	}
-	for _, c := range cases {
+	obj := DefaultObjective()
+	for _, c := range []struct{ lr, adv float64 }{{0, 1}, {math.Log(2), 1}, {math.Log(0.5), -1}, {math.Log(20), -1}, {30, 1}, {-30, -2}} {
 		old := -2.0
 		tt := tokenObjective(obj, old+c.lr, old, c.adv, 0, false, 1)
-		if math.Abs(tt.loss-c.loss) > 1e-6 || tt.clipped != c.clipped || tt.dualClip != c.dual {
-			t.Errorf("lr=%.3f A=%v: loss %.6f clipped %v dual %v; want %.6f %v %v", c.lr, c.adv, tt.loss, tt.clipped, tt.dualClip, c.loss, c.clipped, c.dual)
+		loss, d, clipped, dual := algo.DefaultPPO().Token(old+c.lr, old, c.adv)
+		if tt.loss != loss || tt.pg != loss || tt.dLogp != d || tt.clipped != clipped || tt.dualClip != dual {
+			t.Errorf("lr=%v A=%v: %+v, the policy's %v %v %v %v", c.lr, c.adv, tt, loss, d, clipped, dual)
 		}
-		if math.IsNaN(tt.dLogp) || math.IsInf(tt.dLogp, 0) {
-			t.Errorf("lr=%v: non-finite derivative", c.lr)
-		}
+	}
+	own := Objective{Policy: scaledPolicy{3}}
+	if tt := tokenObjective(own, -2, -1, -0.5, 0, false, 1); tt.loss != 3 || tt.dLogp != -1.5 || !tt.clipped || tt.k1 != 1 {
+		t.Errorf("a policy of its own: %+v", tt)
+	}
+	if tt := tokenObjective(Objective{NLL: true}, -2, -7, 5, 0, false, 1); tt.loss != 2 || tt.dLogp != -1 || tt.k3 != 0 || tt.clipped {
+		t.Errorf("NLL: %+v", tt)
 	}
 	// derivative vs central difference, with KL and entropy terms on
 	obj.KLCoef, obj.EntropyCoef = 0.2, 0.01
@@ -110,10 +109,9 @@ func TestAggregationValue(t *testing.T) {
 	}
 }
 
-// TestEntropyAndMaskSwitch: the graph's entropy equals −Σ p log p computed
-// from the log-probs of every vocabulary token; low-probability masking
-// applies only to sequences that enable it.
-func TestEntropyAndMaskSwitch(t *testing.T) {
+// TestEntropyNoMask: the graph's entropy equals −Σ p log p computed from
+// the log-probs of every vocabulary token; the objective masks nothing.
+func TestEntropyNoMask(t *testing.T) {
 	m := loadTiny(t, tinyCfg(), LoRAConfig{Rank: 2, Alpha: 4, Seed: 4, RandomB: true}, Options{Threads: 1})
 	V := m.Info().NVocab
 	prefix := []int32{11, 22, 33, 44}
@@ -144,67 +142,11 @@ func TestEntropyAndMaskSwitch(t *testing.T) {
 	if math.Abs(st.Entropy-h) > 1e-4 {
 		t.Fatalf("graph entropy %v, from log-probs %v", st.Entropy, h)
 	}
-	// masking switch: the same sequence with an old log-prob below δ
+	// no masking here: an old log-prob below δ = −5 is trained (masking is
+	// the caller's, algo.Masked in trainer.BuildSamples)
 	seq.OldLogp = append([]float32(nil), lps[7]...)
 	seq.OldLogp[len(prefix)] = -6
-	seq.LowProbMask = false
-	if st, _ := m.Evaluate([]Sequence{seq}, DefaultObjective(), 0); st.Tokens != 1 || st.MaskedSequences != 0 {
-		t.Fatalf("masking off: %+v", st)
+	if st, _ := m.Evaluate([]Sequence{seq}, DefaultObjective(), 0); st.Tokens != 1 || st.Sequences != 1 {
+		t.Fatalf("an old log-prob below −5: %+v", st)
 	}
-	seq.LowProbMask = true
-	if st, _ := m.Evaluate([]Sequence{seq}, DefaultObjective(), 0); st.Tokens != 0 || st.MaskedSequences != 1 || st.MaskedTokens != 1 {
-		t.Fatalf("masking on: %+v", st)
-	}
-}
-
-// verlPolicyLoss is an independent transcription of verl's
-// compute_policy_loss (vanilla PPO with dual clip) for one token:
-//
-//	l1 = −A·r, l2 = −A·clip(r, 1−ε_low, 1+ε_high), lc = max(l1, l2)
-//	l3 = −A·c; loss = A < 0 ? min(lc, l3) : lc
-func verlPolicyLoss(logp, old, adv, epsLow, epsHigh, c float64) float64 {
-	lr := math.Max(-20, math.Min(20, logp-old))
-	r := math.Exp(lr)
-	l1 := -adv * r
-	l2 := -adv * math.Max(1-epsLow, math.Min(1+epsHigh, r))
-	lc := math.Max(l1, l2)
-	if adv < 0 {
-		return math.Min(lc, -adv*c)
-	}
-	return lc
-}
-
-// TestTokenObjectiveMatchesVerl compares tokenObjective's loss with the verl
-// transcription on a grid spanning every region (both signs of A, ratios
-// from e^-25 to e^25), and its derivative with a central difference of the
-// verl loss wherever the grid point is away from a kink.
-func TestTokenObjectiveMatchesVerl(t *testing.T) {
-	obj := DefaultObjective()
-	el, eh, c := float64(obj.ClipLow), float64(obj.ClipHigh), float64(obj.DualClip)
-	kinks := []float64{math.Log(1 - el), math.Log(1 + eh), math.Log(c), 20, -20}
-	n := 0
-	for lr := -25.0; lr <= 25; lr += 0.037 {
-		for _, adv := range []float64{-3, -1, -0.25, 0.25, 1, 3} {
-			old := -4.0
-			got := tokenObjective(obj, old+lr, old, adv, 0, false, 0)
-			want := verlPolicyLoss(old+lr, old, adv, el, eh, c)
-			if math.Abs(got.loss-want) > 1e-12*math.Max(1, math.Abs(want)) {
-				t.Fatalf("lr=%v A=%v: loss %v, verl %v", lr, adv, got.loss, want)
-			}
-			near := false
-			for _, k := range kinks {
-				near = near || math.Abs(lr-k) < 1e-3
-			}
-			if near {
-				continue
-			}
-			const h = 1e-6
-			fd := (verlPolicyLoss(old+lr+h, old, adv, el, eh, c) - verlPolicyLoss(old+lr-h, old, adv, el, eh, c)) / (2 * h)
-			if math.Abs(fd-got.dLogp) > 1e-5*math.Max(1, math.Abs(fd)) {
-				t.Fatalf("lr=%v A=%v: dℓ/dlogp %v, verl central difference %v", lr, adv, got.dLogp, fd)
-			}
-			n++
-		}
-	}
-	t.Logf("%d grid points checked", n)
 }

@@ -79,7 +79,6 @@ func TestResponseOnlyMatchesFullLogits(t *testing.T) {
 		// for the untrained ones (advantage 0, no clip region that reacts to
 		// it, no KL or entropy term, fixed loss scale)
 		obj := DefaultObjective()
-		obj.LowProbThreshold = -100
 		resp := make([]Sequence, len(seqs))
 		all := make([]Sequence, len(seqs))
 		for i, s := range seqs {
@@ -196,7 +195,6 @@ func TestComputeCapSplits(t *testing.T) {
 		}
 	}
 	obj := DefaultObjective()
-	obj.LowProbThreshold = -100
 	obj.EntropyCoef = 0.01
 	stRef, err := ref.ForwardBackward(batch, obj, 0)
 	if err != nil {

@@ -77,7 +77,6 @@ func TestRSSChild(t *testing.T) {
 		}
 		defer m.Close()
 		obj := DefaultObjective()
-		obj.LowProbThreshold = -100
 		if _, err := m.ForwardBackward(batch, obj, 0); err != nil {
 			t.Fatal(err)
 		}
@@ -189,7 +188,6 @@ func TestRSSLongChild(t *testing.T) {
 	}
 	defer m.Close()
 	obj := DefaultObjective()
-	obj.LowProbThreshold = -100
 	if _, err := m.LogProbsBatch(seqs); err != nil {
 		t.Fatal(err)
 	}

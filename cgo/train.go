@@ -83,8 +83,7 @@ func (M *Model) Evaluate(batch []Sequence, obj Objective, lossScale float32) (St
 }
 
 // objPlan is a batch laid out for the objective exactly as ForwardBackward
-// and Evaluate do: sequences dropped by low-probability masking or with no
-// trained token are left out.
+// and Evaluate do: sequences with no trained token are left out.
 type objPlan struct {
 	kept  []int     // batch index of each kept sequence
 	nTok  []int     // its trained tokens
@@ -93,9 +92,8 @@ type objPlan struct {
 	parts [][]span  // graphs over (kept index, rows), planned with the training graph
 }
 
-// planObjective validates batch and plans its graphs. st holds the masking
-// counts, Tokens and Sequences; pl.parts is empty when no trained token
-// survives.
+// planObjective validates batch and plans its graphs. st holds Tokens and
+// Sequences; pl.parts is empty when batch has no trained token.
 func (m *model) planObjective(batch []Sequence, obj Objective) (pl objPlan, st Stats, err error) {
 	if len(batch) == 0 {
 		return pl, st, fmt.Errorf("%w: empty batch", ErrShape)
@@ -105,15 +103,9 @@ func (m *model) planObjective(batch []Sequence, obj Objective) (pl objPlan, st S
 			return pl, st, err
 		}
 	}
-	// ---- EMPO² low-probability masking, per sequence
 	for i := range batch {
-		n, keep := seqKept(&batch[i], obj)
+		n := trainedCount(&batch[i])
 		if n == 0 {
-			continue
-		}
-		if !keep {
-			st.MaskedSequences++
-			st.MaskedTokens += n
 			continue
 		}
 		s := &batch[i]
@@ -139,9 +131,8 @@ func (m *model) planObjective(batch []Sequence, obj Objective) (pl objPlan, st S
 
 // TrainedLogProbs is the forward pass of ForwardBackward(batch, obj, ·)
 // without the objective: out[i][t] = log π(Tokens[t] | Tokens[:t]) at every
-// trained position t of sequence i that the objective keeps (0 elsewhere;
-// out[i] is nil for a sequence left out by masking or with no trained
-// token). The graphs (sequences, cut lengths, padding, rows) are the ones
+// trained position t of sequence i (0 elsewhere; out[i] is nil for a
+// sequence with no trained token). The graphs (sequences, cut lengths, padding, rows) are the ones
 // ForwardBackward builds for the same batch, so the values are bit-identical
 // to the log-probs ForwardBackward computes with the same parameters: π_old
 // recomputed this way gives ratios of exactly 1 before the first update.

@@ -56,7 +56,7 @@ func fdBatch(t *testing.T, m *Model, rng *rand.Rand) []Sequence {
 	}
 	lens := []int{9, 12, 7}
 	k := 0
-	for s, L := range lens {
+	for _, L := range lens {
 		toks := randTokens(rng, L, V)
 		lp, err := m.LogProbs(toks)
 		if err != nil {
@@ -77,31 +77,24 @@ func fdBatch(t *testing.T, m *Model, rng *rand.Rand) []Sequence {
 				seq.RefLogp[i] = 0
 			}
 		}
-		seq.LowProbMask = s == 1 // the other sequences: masking off
 		batch = append(batch, seq)
 	}
-	// a masked sequence: masking on and one old log-prob below δ
+	// a sequence its caller masked (low-probability masking clears Trained,
+	// trainer.BuildSamples): no trained token, left out of the loss
 	toks := randTokens(rng, 8, V)
-	masked := Sequence{Tokens: toks, Trained: make([]bool, 8), OldLogp: make([]float32, 8), Advantage: make([]float32, 8), RefLogp: make([]float32, 8), LowProbMask: true}
+	masked := Sequence{Tokens: toks, Trained: make([]bool, 8), OldLogp: make([]float32, 8), Advantage: make([]float32, 8), RefLogp: make([]float32, 8)}
 	for i := 4; i < 8; i++ {
-		masked.Trained[i] = true
-		masked.OldLogp[i] = -1
+		masked.OldLogp[i] = -9
 		masked.Advantage[i] = 3
 	}
-	masked.OldLogp[6] = -9
 	batch = append(batch, masked)
-	// sequence 1 has masking on but every old log-prob ≥ δ? make sure it is kept
-	for i, tr := range batch[1].Trained {
-		if tr && batch[1].OldLogp[i] < -5 {
-			batch[1].LowProbMask = false
-		}
-	}
 	return batch
 }
 
 // TestGradientFiniteDifference checks d(loss)/d(A, B) of the full objective
 // against central differences of the loss value (Evaluate), for clipped,
-// unclipped, dual-clipped tokens and a masked sequence in one batch.
+// unclipped, dual-clipped tokens and a masked (untrained) sequence in one
+// batch.
 func TestGradientFiniteDifference(t *testing.T) {
 	objs := map[string]Objective{"ppo-dualclip-token-mean": DefaultObjective()}
 	o := DefaultObjective()
@@ -117,7 +110,7 @@ func TestGradientFiniteDifference(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if st.MaskedSequences != 1 || st.ClipFrac == 0 || (obj.DualClip > 0 && st.DualClipFrac == 0) {
+			if st.Sequences != len(batch)-1 || st.ClipFrac == 0 || st.DualClipFrac == 0 {
 				t.Fatalf("batch does not exercise every region: %+v", st)
 			}
 			grads := mustGrads(t, m)
@@ -295,7 +288,7 @@ func TestAccumulation(t *testing.T) {
 		}
 	}
 	// token-mean over two micro-batches with lossScale = 1/total equals one call
-	tok, _ := CountTrained(batch, obj)
+	tok, _ := CountTrained(batch)
 	if _, err := m.ForwardBackward(batch[:2], obj, float32(1/float64(tok))); err != nil {
 		t.Fatal(err)
 	}
@@ -456,8 +449,8 @@ func TestErrors(t *testing.T) {
 			return 0
 		}, ErrNonFinite},
 		{"bad aggregation", func(s *Sequence, o *Objective) float32 { o.Aggregation = "sum"; return 0 }, ErrConfig},
-		{"bad clip", func(s *Sequence, o *Objective) float32 { o.ClipLow = 1.5; return 0 }, ErrConfig},
-		{"nan clip", func(s *Sequence, o *Objective) float32 { o.ClipHigh = float32(math.NaN()); return 0 }, ErrNonFinite},
+		{"no policy loss", func(s *Sequence, o *Objective) float32 { o.Policy = nil; return 0 }, ErrConfig},
+		{"nan entropy coefficient", func(s *Sequence, o *Objective) float32 { o.EntropyCoef = float32(math.NaN()); return 0 }, ErrNonFinite},
 		{"too long", func(s *Sequence, _ *Objective) float32 {
 			n := m.Info().NCtxTrain + 1
 			*s = Sequence{Tokens: make([]int32, n), Trained: make([]bool, n), OldLogp: make([]float32, n), Advantage: make([]float32, n)}
@@ -492,13 +485,19 @@ func TestErrors(t *testing.T) {
 	if err := m.WriteParams(p); !errors.Is(err, ErrNonFinite) {
 		t.Errorf("WriteParams inf: %v", err)
 	}
-	// all sequences masked: no error, nothing trained
+	// no trained token (every sequence masked by its caller): no error,
+	// nothing trained; cgo itself masks nothing (an old log-prob far below
+	// δ = −5 is trained)
 	s := good()
-	s.LowProbMask = true
-	s.OldLogp[2] = -7
+	clear(s.Trained)
 	st, err := m.ForwardBackward([]Sequence{s}, obj, 0)
-	if err != nil || st.Tokens != 0 || st.MaskedSequences != 1 {
-		t.Errorf("fully masked batch: %+v, %v", st, err)
+	if err != nil || st.Tokens != 0 || st.Sequences != 0 {
+		t.Errorf("batch without trained tokens: %+v, %v", st, err)
+	}
+	s = good()
+	s.OldLogp[2] = -7
+	if st, err := m.Evaluate([]Sequence{s}, obj, 0); err != nil || st.Tokens != trainedCount(&s) || st.Sequences != 1 {
+		t.Errorf("an old log-prob below −5: %+v, %v (cgo must not mask)", st, err)
 	}
 	// still usable after errors
 	if _, err := m.ForwardBackward([]Sequence{good()}, obj, 0); err != nil {

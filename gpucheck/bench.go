@@ -208,7 +208,7 @@ func Bench(ctx context.Context, cfg BenchConfig, progress func(*BenchResult)) (*
 	if cfg.MicroTokens > 0 {
 		per = max(1, cfg.MicroTokens/cfg.TrainLen)
 	}
-	trained, _ := cgo.CountTrained(batch, obj)
+	trained, _ := cgo.CountTrained(batch)
 	res.MicroBatches = (len(batch) + per - 1) / per
 	for step := 1; step <= cfg.Steps; step++ {
 		if err := m.ZeroGrads(); err != nil {

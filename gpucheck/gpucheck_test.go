@@ -269,7 +269,7 @@ func TestTrain(t *testing.T) {
 		t.Fatalf("result %+v", res)
 	}
 	st := res.ReferenceStats
-	if st.ClipFrac == 0 || st.DualClipFrac == 0 || st.MaskedSequences != 1 || st.Tokens == 0 || st.Tokens != res.TrainedTokens {
+	if st.ClipFrac == 0 || st.DualClipFrac == 0 || st.Sequences != res.Sequences-1 || st.Tokens == 0 || st.Tokens != res.TrainedTokens {
 		t.Errorf("the batch does not reach every branch: %+v", st)
 	}
 	for _, v := range res.Variants {

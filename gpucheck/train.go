@@ -11,6 +11,7 @@ import (
 
 	"github.com/rs/zerolog/log"
 
+	"github.com/empo2/empo2/algo"
 	"github.com/empo2/empo2/cgo"
 	"github.com/empo2/empo2/gguf"
 	"github.com/empo2/empo2/llama"
@@ -126,9 +127,11 @@ func checkBatch(rng *rand.Rand, vocab int, ref *cgo.Model) ([]cgo.Sequence, erro
 			s.OldLogp[t] = lp[i][t] - offsets[t%len(offsets)]
 			s.Advantage[t] = adv[i]
 		}
-		if i == len(seqs)-1 { // masked: one old log-prob under the threshold
-			s.LowProbMask = true
+		if i == len(seqs)-1 { // masked as the trainer masks (algo.Masked): one old log-prob under δ
 			s.OldLogp[n-1] = -50
+			if algo.Masked(s.OldLogp[n/3:], algo.DefaultLowProbThreshold) {
+				clear(s.Trained)
+			}
 		}
 		batch[i] = s
 	}
@@ -176,7 +179,7 @@ func Train(cfg TrainConfig) (*TrainResult, error) {
 		toks[i] = s.Tokens
 		res.Tokens += len(s.Tokens)
 	}
-	res.TrainedTokens, _ = cgo.CountTrained(batch, obj)
+	res.TrainedTokens, _ = cgo.CountTrained(batch)
 	refLogp, err := ref.LogProbsBatch(toks)
 	if err != nil {
 		return nil, err
@@ -245,7 +248,7 @@ func Train(cfg TrainConfig) (*TrainResult, error) {
 			}
 		}
 		v.Pass = worst <= cfg.LogpTol && float64(v.GradWorstRel) <= cfg.GradTol &&
-			v.Stats.Tokens == res.ReferenceStats.Tokens && v.Stats.MaskedSequences == res.ReferenceStats.MaskedSequences
+			v.Stats.Tokens == res.ReferenceStats.Tokens && v.Stats.Sequences == res.ReferenceStats.Sequences
 		if cfg.CompareNodes {
 			v.Nodes = &NodeReport{}
 			for _, train := range []bool{false, true} {
@@ -323,22 +326,20 @@ type HFDump struct {
 	Device    HFValues    `json:"device"`    // the engine under test (cgo.Load on the device)
 }
 
-// HFObjective is cgo.Objective's clipped surrogate settings (token-mean).
+// HFObjective is the clipped surrogate's settings (algo.PPO, token-mean).
 type HFObjective struct {
-	ClipLow          float32 `json:"clip_low"`
-	ClipHigh         float32 `json:"clip_high"`
-	DualClip         float32 `json:"dual_clip"`
-	LowProbThreshold float32 `json:"low_prob_threshold"`
-	Aggregation      string  `json:"aggregation"`
+	ClipLow     float32 `json:"clip_low"`
+	ClipHigh    float32 `json:"clip_high"`
+	DualClip    float32 `json:"dual_clip"`
+	Aggregation string  `json:"aggregation"`
 }
 
-// HFSeq is one sequence of the batch.
+// HFSeq is one sequence of the batch (masked ones have no trained token).
 type HFSeq struct {
-	Tokens      []int32   `json:"tokens"`
-	Trained     []bool    `json:"trained"`
-	OldLogp     []float32 `json:"old_logp"`
-	Advantage   []float32 `json:"advantage"`
-	LowProbMask bool      `json:"low_prob_mask"`
+	Tokens    []int32   `json:"tokens"`
+	Trained   []bool    `json:"trained"`
+	OldLogp   []float32 `json:"old_logp"`
+	Advantage []float32 `json:"advantage"`
 }
 
 // HFValues are one engine's results.
@@ -386,12 +387,17 @@ func dumpHF(dir string, ref *cgo.Model, batch []cgo.Sequence, obj cgo.Objective,
 		return out, nil
 	}
 	d := HFDump{Arch: ref.Info().Arch, Rank: ref.LoRA().Rank, Alpha: ref.LoRA().Alpha,
-		Objective: HFObjective{obj.ClipLow, obj.ClipHigh, obj.DualClip, obj.LowProbThreshold, string(obj.Aggregation)}}
+		Objective: HFObjective{Aggregation: string(obj.Aggregation)}}
+	if p, ok := obj.Policy.(algo.PPO); ok {
+		d.Objective.ClipLow, d.Objective.ClipHigh, d.Objective.DualClip = p.ClipLow, p.ClipHigh, p.DualClip
+	} else {
+		return fmt.Errorf("%w: the transformers check knows the algo.PPO surrogate only", ErrConfig)
+	}
 	if d.Objective.Aggregation == "" {
 		d.Objective.Aggregation = string(cgo.AggTokenMean)
 	}
 	for _, s := range batch {
-		d.Batch = append(d.Batch, HFSeq{s.Tokens, s.Trained, s.OldLogp, s.Advantage, s.LowProbMask})
+		d.Batch = append(d.Batch, HFSeq{s.Tokens, s.Trained, s.OldLogp, s.Advantage})
 	}
 	if d.Reference.Grads, err = grads(refGrads); err != nil {
 		return err

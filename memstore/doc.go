@@ -11,7 +11,7 @@
 // score descending (or by similarity with OrderBySimilarity), top K (default
 // 10), together with Count, the number of entries above the threshold.
 // Result.Count (every match above the threshold) is what the trainer's
-// exploration bonus 1/(Count+1) counts (trainer.IntrinsicReward).
+// exploration bonus 1/(Count+1) counts (algo.IntrinsicReward).
 //
 // API: Open(path, emb, WithCap/WithBusyTimeout/WithSyncFull/ReadOnly/
 // WithoutIndex) → *Store (ReadOnly: SQLite mode=ro, immutable when the

@@ -56,21 +56,19 @@ def seq_logprobs(model, ids):
 
 
 def clipped_objective(logps, batch, obj):
-    """empo2's clipped policy-gradient loss (cgo/objective.go tokenObjective,
+    """empo2's clipped policy-gradient loss (algo/ppo.go PPO.Token, cgo/objective.go tokenObjective,
     token-mean aggregation): per trained token, with r = exp(clamp(logp -
     old, -20, 20)), l = max(-A r, -A clip(r, 1 - eps_low, 1 + eps_high)),
-    and for A < 0 the dual clip min(l, -c A); sequences with low-probability
-    masking on and an old log-prob under the threshold are dropped. Returns
-    (loss, trained tokens)."""
+    and for A < 0 the dual clip min(l, -c A) (algo.PPO.Token); a sequence
+    that low-probability masking dropped arrives with no trained token.
+    Returns (loss, trained tokens)."""
     import torch
     total, n = None, 0
     lo, hi = 1 - obj["clip_low"], 1 + obj["clip_high"]
-    c, thr = obj["dual_clip"], obj["low_prob_threshold"]
+    c = obj["dual_clip"]
     for lp, s in zip(logps, batch):
         trained = [t for t in range(1, len(s["tokens"])) if s["trained"][t]]
         if not trained:
-            continue
-        if s["low_prob_mask"] and any(s["old_logp"][t] < thr for t in trained):
             continue
         idx = torch.tensor(trained, device=lp.device)
         old = torch.tensor([s["old_logp"][t] for t in trained], device=lp.device, dtype=torch.float32)

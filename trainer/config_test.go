@@ -158,35 +158,24 @@ func TestConfigStrict(t *testing.T) {
 	}
 }
 
-// TestDrawMode: the reference's thresholds 0.17 and 0.25, and the empirical
-// frequencies of PlanStep's per-step draws.
-func TestDrawMode(t *testing.T) {
-	for _, c := range []struct {
-		u    float64
-		want Mode
-	}{{0, ModeOffPolicy}, {0.1699, ModeOffPolicy}, {0.1701, ModeOnPolicyTips}, {0.2499, ModeOnPolicyTips}, {0.25, ModeOnPolicy}, {0.99, ModeOnPolicy}} {
-		if got := DrawMode(c.u, 0.25, 0.68); got != c.want {
-			t.Errorf("DrawMode(%v) = %s, want %s", c.u, got, c.want)
-		}
-	}
+// TestPlanStepModes: the empirical frequencies of PlanStep's per-step draws
+// (algo.DrawMode's thresholds 0.17 and 0.25), every job carrying its mode.
+func TestPlanStepModes(t *testing.T) {
 	cfg := DefaultConfig()
 	pool := []TaskVar{{"a", 0}, {"a", 1}, {"b", 0}}
 	counts := map[Mode]int{}
 	const n = 20000
 	for s := 1; s <= n; s++ {
-		jobs, modes := PlanStep(&cfg, pool, s)
+		jobs := PlanStep(&cfg, pool, s)
 		if len(jobs) != cfg.Batch.Tasks*cfg.Batch.Rollouts {
 			t.Fatal(len(jobs))
 		}
-		for _, m := range modes {
-			if m != modes[0] {
+		for _, j := range jobs {
+			if j.Mode != jobs[0].Mode {
 				t.Fatal("per-step mode differs within a step")
 			}
 		}
-		counts[modes[0]]++
-		if jobs[0].UseMemory != (modes[0] != ModeOnPolicy) {
-			t.Fatal("UseMemory disagrees with the mode")
-		}
+		counts[jobs[0].Mode]++
 	}
 	for m, p := range map[Mode]float64{ModeOffPolicy: 0.17, ModeOnPolicyTips: 0.08, ModeOnPolicy: 0.75} {
 		if got := float64(counts[m]) / n; got < p-0.015 || got > p+0.015 {
@@ -194,18 +183,18 @@ func TestDrawMode(t *testing.T) {
 		}
 	}
 	// Same (seed, step): same plan; another step: another plan.
-	j1, _ := PlanStep(&cfg, pool, 5)
-	j2, _ := PlanStep(&cfg, pool, 5)
-	j3, _ := PlanStep(&cfg, pool, 6)
+	j1 := PlanStep(&cfg, pool, 5)
+	j2 := PlanStep(&cfg, pool, 5)
+	j3 := PlanStep(&cfg, pool, 6)
 	if j1[0] != j2[0] || j1[0].Seed == j3[0].Seed {
 		t.Fatal("plans are not a function of (seed, step)")
 	}
 	cfg.Mode.Per = PerRollout
 	mixed := false
 	for s := 1; s < 50 && !mixed; s++ {
-		_, modes := PlanStep(&cfg, pool, s)
-		for _, m := range modes {
-			mixed = mixed || m != modes[0]
+		jobs := PlanStep(&cfg, pool, s)
+		for _, j := range jobs {
+			mixed = mixed || j.Mode != jobs[0].Mode
 		}
 	}
 	if !mixed {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/empo2/empo2/algo"
 	"github.com/empo2/empo2/cgo"
 	"github.com/empo2/empo2/environments"
 	"github.com/empo2/empo2/internal/stats"
@@ -50,19 +51,6 @@ func stepRNG(seed int64, step int, stream uint64) *rand.Rand {
 	a := splitmix64(uint64(seed) ^ splitmix64(stream))
 	b := splitmix64(uint64(step)*0x632be59bd9b4e019 + stream)
 	return rand.New(rand.NewPCG(a, b))
-}
-
-// DrawMode maps one uniform u ∈ [0,1) to the EMPO² mode (reference code):
-// u < p·q off-policy, p·q ≤ u < p on-policy with tips, else on-policy.
-// With p = 0.25, q = 0.68 the thresholds are 0.17 and 0.25.
-func DrawMode(u, p, q float64) Mode {
-	switch {
-	case u < p*q:
-		return ModeOffPolicy
-	case u < p:
-		return ModeOnPolicyTips
-	}
-	return ModeOnPolicy
 }
 
 // TaskVar is one task variation.
@@ -124,11 +112,12 @@ func TrainPool(tasks []environments.Task, names []string, split environments.Spl
 
 // PlanStep draws step's mode(s) and jobs: B task variations from pool
 // (without replacement when B ≤ |pool|), G rollouts each (Group = the
-// variation's index in the step), each job with its own sampling seed.
-// modes[i] is job i's mode (all equal unless cfg.Mode.Per is PerRollout).
-func PlanStep(cfg *Config, pool []TaskVar, step int) (jobs []rollout.Job, modes []Mode) {
+// variation's index in the step), each job with its own sampling seed and
+// its EMPO² mode (algo.DrawMode; all equal unless cfg.Mode.Per is
+// PerRollout), which its episode carries on to the update.
+func PlanStep(cfg *Config, pool []TaskVar, step int) (jobs []rollout.Job) {
 	mr := stepRNG(cfg.Seed, step, streamMode)
-	stepMode := DrawMode(mr.Float64(), cfg.Mode.MemoryProb, cfg.Mode.OffPolicyProb)
+	stepMode := algo.DrawMode(mr.Float64(), cfg.Mode.MemoryProb, cfg.Mode.OffPolicyProb)
 	tr := stepRNG(cfg.Seed, step, streamTasks)
 	B, G := cfg.Batch.Tasks, cfg.Batch.Rollouts
 	picks := make([]TaskVar, B)
@@ -147,14 +136,13 @@ func PlanStep(cfg *Config, pool []TaskVar, step int) (jobs []rollout.Job, modes 
 		for g := 0; g < G; g++ {
 			m := stepMode
 			if cfg.Mode.Per == PerRollout {
-				m = DrawMode(mr.Float64(), cfg.Mode.MemoryProb, cfg.Mode.OffPolicyProb)
+				m = algo.DrawMode(mr.Float64(), cfg.Mode.MemoryProb, cfg.Mode.OffPolicyProb)
 			}
 			jobs = append(jobs, rollout.Job{Task: tv.Task, Variation: tv.Variation, Group: b,
-				Seed: int64(jr.Uint64() >> 1), UseMemory: m != ModeOnPolicy})
-			modes = append(modes, m)
+				Seed: int64(jr.Uint64() >> 1), Mode: m})
 		}
 	}
-	return jobs, modes
+	return jobs
 }
 
 // StepMetrics is one step's line of metrics.jsonl (the record
@@ -164,14 +152,14 @@ type StepMetrics struct {
 	runfiles.Metrics
 }
 
-// newStepMetrics starts step's record: its mode(s) and seed.
-func newStepMetrics(step int, cfg *Config, modes []Mode) StepMetrics {
-	m := StepMetrics{runfiles.Metrics{Step: step, Mode: string(modes[0]), Seed: cfg.Seed}}
+// newStepMetrics starts step's record: its jobs' mode(s) and seed.
+func newStepMetrics(step int, cfg *Config, jobs []rollout.Job) StepMetrics {
+	m := StepMetrics{runfiles.Metrics{Step: step, Mode: string(jobs[0].Mode), Seed: cfg.Seed}}
 	if cfg.Mode.Per == PerRollout {
 		m.Mode = string(ModeMixed)
 		m.Modes = map[string]int{}
-		for _, md := range modes {
-			m.Modes[string(md)]++
+		for _, j := range jobs {
+			m.Modes[string(j.Mode)]++
 		}
 	}
 	return m
@@ -229,7 +217,6 @@ func (m *StepMetrics) addSamples(st SampleStats) {
 func (m *StepMetrics) addUpdates(us UpdateSummary) {
 	m.Loss, m.ClipFrac, m.ApproxKL, m.Entropy, m.GradNorm = us.Loss, us.ClipFrac, us.KL, us.Entropy, us.GradNorm
 	m.LR, m.Updates = us.LR, us.Updates
-	m.MaskedSeqs += us.Masked
 	m.TrainedTokens = us.Tokens
 	m.TOldLogp += us.TOldLogp
 }
@@ -257,7 +244,6 @@ type UpdateSummary struct {
 	Entropy  float64
 	GradNorm float64
 	LR       float64
-	Masked   int // sequences the objective masked (first epoch)
 	Tokens   int // trained tokens (first epoch)
 	// TOldLogp: seconds spent recomputing the π_old that BuildSamples left
 	// to the update (part of the caller's update time)
@@ -386,7 +372,6 @@ func RunUpdates(u *optim.Updater, samples []Sample, epochs int, mb MiniBatching,
 			entropy.Add(m.Entropy, w)
 			s.LR = m.LR
 			if e == 0 {
-				s.Masked += m.MaskedSequences
 				s.Tokens += m.Tokens
 			}
 		}
@@ -429,8 +414,8 @@ type ComputeMeter interface {
 func (l *Loop) Step(ctx context.Context, step int) (StepMetrics, error) {
 	t0 := time.Now()
 	cfg := &l.Cfg
-	jobs, modes := PlanStep(cfg, l.Pool, step)
-	m := newStepMetrics(step, cfg, modes)
+	jobs := PlanStep(cfg, l.Pool, step)
+	m := newStepMetrics(step, cfg, jobs)
 	w := watch.From(ctx) // progress: the step's phases (the rollout engine counts episodes and tokens)
 	w.Step(step, cfg.Steps)
 	w.Phase(watch.Rollouts, len(jobs))
@@ -454,7 +439,7 @@ func (l *Loop) Step(ctx context.Context, step int) (StepMetrics, error) {
 		m.TipsTrueFrac, m.TipsWellFormedFrac = tipTruth(cfg.Env, eps)
 	}
 	if cfg.Mode.Update {
-		if err := l.update(ctx, step, eps, modes, &m); err != nil {
+		if err := l.update(ctx, step, eps, &m); err != nil {
 			return m, err
 		}
 	}
@@ -463,7 +448,7 @@ func (l *Loop) Step(ctx context.Context, step int) (StepMetrics, error) {
 
 // update turns the episodes into samples (GRPO advantages, the tip cut,
 // masking, packing, π_old) and runs the PPO updates.
-func (l *Loop) update(ctx context.Context, step int, eps []rollout.Episode, modes []Mode, m *StepMetrics) error {
+func (l *Loop) update(ctx context.Context, step int, eps []rollout.Episode, m *StepMetrics) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -479,7 +464,7 @@ func (l *Loop) update(ctx context.Context, step int, eps []rollout.Episode, mode
 		lp = l.Prober
 		watch.From(ctx).Phase(watch.OldLogp, 0)
 	}
-	samples, st, err := BuildSamples(eps, modes, cfg.SampleConfig(), lp, cfg.Update.MicroBatch)
+	samples, st, err := BuildSamples(eps, cfg.SampleConfig(), lp, cfg.Update.MicroBatch)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrTrain, err)
 	}

@@ -29,7 +29,7 @@ func TestOffPolicyInputsFromRollouts(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range jobs {
-		jobs[i].UseMemory, jobs[i].Group = true, 0
+		jobs[i].Mode, jobs[i].Group = ModeOffPolicy, 0
 		jobs[i].Seed += 50
 	}
 	eps, _, err := r.Run(ctx, jobs)
@@ -73,7 +73,7 @@ func TestOffPolicyInputsFromRollouts(t *testing.T) {
 	cfg.LowProbMask = MaskNever // the untrained tiny model's tokens are all below δ = −5
 	for _, pack := range []bool{false, true} {
 		cfg.Pack = pack
-		ss, st, err := BuildSamples(eps, slices.Repeat([]Mode{ModeOffPolicy}, len(eps)), cfg, nil, 0)
+		ss, st, err := BuildSamples(eps, cfg, nil, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -200,7 +200,7 @@ func recomputeOwnOld(u *optim.Updater, lp ExactLogProber, samples []Sample, idx 
 		if !deferred {
 			continue
 		}
-		if t, _ := cgo.CountTrained(batch, ucfg.Objective); t == 0 {
+		if t, _ := cgo.CountTrained(batch); t == 0 {
 			continue // Update skips this micro-batch too
 		}
 		out, err := lp.TrainedLogProbs(batch, ucfg.Objective)

@@ -3,9 +3,8 @@ package trainer
 import (
 	"errors"
 	"fmt"
-	"math"
-	"sort"
 
+	"github.com/empo2/empo2/algo"
 	"github.com/empo2/empo2/cgo"
 	"github.com/empo2/empo2/trainer/rollout"
 )
@@ -70,112 +69,27 @@ func EpisodeReward(ep *rollout.Episode, scale float64) float64 {
 	return scale * (ep.Score + ep.Intrinsic)
 }
 
-// GroupAdvantages returns the GRPO advantage of every step of every episode
-// (Shao et al. 2024, "DeepSeekMath", §4.1.2, outcome supervision, with the
-// final reward as every step's reward) and EMPO²'s per-step novelty bonus.
-// Within the group of episodes sharing rollout.Job.Group, with
-// E_i = scale·score_i the extrinsic reward of episode i:
-//
-//	A_it = (E_i − mean(E) + c_it) / (std(E) + eps)   (stdNorm)
-//	A_it =  E_i − mean(E) + c_it                      (otherwise)
-//
-// with the unbiased std (torch.std, as verl's GRPO estimator) and
-// c_it = scale·(b_it − B), b_it the bonus of step t of a memory episode i
-// in score points and B the mean over the group's memory episodes of their
-// mean bonus (c = 0 for episodes without memory). So
-//   - a group whose extrinsic rewards are all equal (or of one episode)
-//     carries no signal, whatever the bonuses: its advantages are 0 and
-//     skip[i] is true so that its samples are not built;
-//   - the bonus has mean zero over the memory episodes of a group: it moves
-//     advantage between memory episodes (and between steps) and never
-//     favours memory rollouts over the others of a mixed group (mode.per:
-//     rollout); in a group of memory episodes only (mode.per: step) this is
-//     GRPO's own mean subtraction applied to the bonus;
-//   - the std is that of the extrinsic rewards, so bonus differences count
-//     in units of the group's score spread, never of their own.
-//
-// An episode whose environment failed (rollout.EndError) is no member of
-// its group: it is skipped, and the others are compared among themselves.
-//
-// adv[i][t] is the advantage of step t of episode i (nil for an episode
-// without steps or a skipped group).
+// GroupAdvantages is algo.GroupAdvantages over a step's episodes: the
+// GRPO advantage of every step of every episode with EMPO²'s per-step
+// novelty bonus, within the groups of rollout.Job.Group. An episode is a
+// memory member when its mode retrieves tips (algo.Mode.Memory), its bonus
+// is its steps' StepRecord.Intrinsic, and one whose environment failed
+// (rollout.EndError) is no member of its group. adv[i][t] is the advantage
+// of step t of episode i (nil for an episode without steps or a skipped
+// group); skip[i] says episode i is not trained.
 func GroupAdvantages(eps []rollout.Episode, scale float64, stdNorm bool, eps0 float64) (adv [][]float64, skip []bool, zeroVarGroups int) {
-	adv = make([][]float64, len(eps))
-	skip = make([]bool, len(eps))
-	groups := map[int][]int{}
-	var keys []int
+	ms := make([]algo.Member, len(eps))
 	for i := range eps {
-		if eps[i].End == rollout.EndError {
-			skip[i] = true
-			continue
-		}
-		g := eps[i].Group
-		if _, ok := groups[g]; !ok {
-			keys = append(keys, g)
-		}
-		groups[g] = append(groups[g], i)
-	}
-	sort.Ints(keys)
-	for _, g := range keys {
-		idx := groups[g]
-		var mean float64
-		for _, i := range idx {
-			mean += scale * eps[i].Score
-		}
-		mean /= float64(len(idx))
-		var ss float64
-		equal := true
-		for _, i := range idx {
-			d := scale*eps[i].Score - mean
-			ss += d * d
-			if eps[i].Score != eps[idx[0]].Score {
-				equal = false
-			}
-		}
-		if len(idx) < 2 || equal {
-			zeroVarGroups++
-			for _, i := range idx {
-				skip[i] = true
-			}
-			continue
-		}
-		std := math.Sqrt(ss / float64(len(idx)-1))
-		// B: mean over the memory episodes of their mean per-step bonus
-		var bsum float64
-		nmem := 0
-		for _, i := range idx {
-			if ep := &eps[i]; ep.UseMemory && len(ep.Steps) > 0 {
-				var b float64
-				for _, st := range ep.Steps {
-					b += st.Intrinsic
-				}
-				bsum += b / float64(len(ep.Steps))
-				nmem++
-			}
-		}
-		B := 0.0
-		if nmem > 0 {
-			B = bsum / float64(nmem)
-		}
-		for _, i := range idx {
-			ep := &eps[i]
-			if len(ep.Steps) == 0 {
-				continue
-			}
-			adv[i] = make([]float64, len(ep.Steps))
+		ep := &eps[i]
+		ms[i] = algo.Member{Group: ep.Group, Score: ep.Score, Memory: ep.Mode.Memory(), Failed: ep.End == rollout.EndError}
+		if len(ep.Steps) > 0 {
+			ms[i].Bonus = make([]float64, len(ep.Steps))
 			for t := range ep.Steps {
-				a := scale*ep.Score - mean
-				if ep.UseMemory {
-					a += scale * (ep.Steps[t].Intrinsic - B)
-				}
-				if stdNorm {
-					a /= std + eps0
-				}
-				adv[i][t] = a
+				ms[i].Bonus[t] = ep.Steps[t].Intrinsic
 			}
 		}
 	}
-	return adv, skip, zeroVarGroups
+	return algo.GroupAdvantages(ms, scale, stdNorm, eps0)
 }
 
 // trainPrompt is the prompt a step is trained on: on-policy samples keep
@@ -213,9 +127,10 @@ type ExactLogProber interface {
 
 // BuildSamples turns a step's episodes into training sequences.
 //
-// modes[i] is episode i's mode. Advantages come from GroupAdvantages (the
-// extrinsic score and the per-step novelty bonus); every response token of
-// a step gets its step's advantage.
+// Each episode is trained in its own mode (rollout.Job.Mode, drawn by
+// PlanStep). Advantages come from GroupAdvantages (the extrinsic score and
+// the per-step novelty bonus); every response token of a step gets its
+// step's advantage.
 // With cfg.Pack, consecutive steps whose training prompt starts with the
 // previous step's prompt and response (full history, no per-step tips) are
 // one sequence with every response span trained (token-mean loss: the same
@@ -223,15 +138,14 @@ type ExactLogProber interface {
 // the rollout's log-probs, or (RecomputeOldLogp) the training graph's on the
 // behaviour tokens: the training sequences themselves on-policy, the
 // prompt with its tips off-policy (ratio = π_θ(a|s) / π_old(a|s, tips)).
-// Low-probability masking (EMPO²) drops a whole response whose minimum old
-// log-prob is < δ; for packed sequences it is applied per response span
-// here, so packing never changes which responses are trained.
+// Low-probability masking (EMPO², algo.Masked where cfg.LowProbMask
+// applies to the episode's mode) drops a whole response whose minimum old
+// log-prob is < δ; for packed sequences it is applied per response span,
+// so packing never changes which responses are trained. It is applied here
+// only: the training graph (cgo) trains every token left Trained.
 // microBatch bounds the sequences per LogProbsBatch call (0: all at once).
-func BuildSamples(eps []rollout.Episode, modes []Mode, cfg SampleConfig, lp LogProber, microBatch int) ([]Sample, SampleStats, error) {
+func BuildSamples(eps []rollout.Episode, cfg SampleConfig, lp LogProber, microBatch int) ([]Sample, SampleStats, error) {
 	var st SampleStats
-	if len(modes) != len(eps) {
-		return nil, st, fmt.Errorf("%w: %d modes for %d episodes", ErrSamples, len(modes), len(eps))
-	}
 	adv, skip, zv := GroupAdvantages(eps, cfg.RewardScale, cfg.StdNorm, cfg.Eps)
 	st.ZeroVarGroups = zv
 	if cfg.TrainZeroVar {
@@ -249,7 +163,7 @@ func BuildSamples(eps []rollout.Episode, modes []Mode, cfg SampleConfig, lp LogP
 			continue
 		}
 		st.Episodes++
-		ss, err := episodeSamples(i, &eps[i], modes[i], adv[i], cfg.Pack)
+		ss, err := episodeSamples(i, &eps[i], adv[i], cfg.Pack)
 		if err != nil {
 			return nil, st, err
 		}
@@ -276,10 +190,9 @@ func BuildSamples(eps []rollout.Episode, modes []Mode, cfg SampleConfig, lp LogP
 	for _, s := range samples {
 		st.Steps += len(s.Spans)
 		mask := cfg.LowProbMask.Applies(s.Mode)
-		s.Seq.LowProbMask = mask
 		for _, sp := range s.Spans {
 			st.UnpackedTokens += sp[1]
-			if mask && minOver(s.Seq.OldLogp[sp[0]:sp[1]]) < cfg.LowProbThreshold {
+			if mask && algo.Masked(s.Seq.OldLogp[sp[0]:sp[1]], cfg.LowProbThreshold) {
 				for t := sp[0]; t < sp[1]; t++ {
 					s.Seq.Trained[t] = false
 				}
@@ -299,14 +212,6 @@ func BuildSamples(eps []rollout.Episode, modes []Mode, cfg SampleConfig, lp LogP
 	}
 	st.Sequences = len(out)
 	return out, st, nil
-}
-
-func minOver(x []float32) float32 {
-	m := float32(math.Inf(1))
-	for _, v := range x {
-		m = min(m, v)
-	}
-	return m
 }
 
 func anyTrue(b []bool) bool {
@@ -335,9 +240,10 @@ func checkRecord(ep, step int, rec *rollout.StepRecord) error {
 	return nil
 }
 
-// episodeSamples builds the sequences of one episode (see pack.go); adv[t]
-// is step t's advantage.
-func episodeSamples(ei int, ep *rollout.Episode, mode Mode, adv []float64, pack bool) ([]Sample, error) {
+// episodeSamples builds the sequences of one episode, in its mode (see
+// pack.go); adv[t] is step t's advantage.
+func episodeSamples(ei int, ep *rollout.Episode, adv []float64, pack bool) ([]Sample, error) {
+	mode := ep.Mode
 	if len(adv) != len(ep.Steps) {
 		return nil, fmt.Errorf("%w: episode %d: %d advantages for %d steps", ErrSamples, ei, len(adv), len(ep.Steps))
 	}

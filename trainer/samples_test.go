@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/empo2/empo2/algo"
 	"github.com/empo2/empo2/cgo"
 	"github.com/empo2/empo2/trainer/internal/testutil"
 	"github.com/empo2/empo2/trainer/optim"
@@ -51,12 +52,21 @@ func synthEpisode(r *rand.Rand, group int, score float64, steps int, tips bool, 
 	return ep
 }
 
+// inMode puts every episode in mode m (rollout.Job.Mode, which BuildSamples
+// trains it in) and returns eps.
+func inMode(eps []rollout.Episode, m Mode) []rollout.Episode {
+	for i := range eps {
+		eps[i].Mode = m
+	}
+	return eps
+}
+
 // scored builds episodes of one step each with the given scores, groups,
 // memory use and per-step bonuses (score points).
 func scored(scores []float64, groups []int, mem []bool, bonus []float64) []rollout.Episode {
 	eps := make([]rollout.Episode, len(scores))
 	for i := range eps {
-		eps[i] = rollout.Episode{Job: rollout.Job{Group: groups[i], UseMemory: mem[i]}, Score: scores[i],
+		eps[i] = rollout.Episode{Job: rollout.Job{Group: groups[i], Mode: algo.RolloutMode(mem[i])}, Score: scores[i],
 			Steps: []rollout.StepRecord{{Intrinsic: bonus[i]}}}
 		eps[i].Intrinsic = bonus[i]
 	}
@@ -125,7 +135,7 @@ func TestEqualScoresNoIntrinsicAdvantage(t *testing.T) {
 	if zv != 1 {
 		t.Fatalf("zero-variance groups %d", zv)
 	}
-	samples, st, err := BuildSamples(eps, slices.Repeat([]Mode{ModeOnPolicyTips}, 4), SampleConfig{RewardScale: 0.01, StdNorm: true, Eps: 1e-6}, nil, 0)
+	samples, st, err := BuildSamples(inMode(eps, ModeOnPolicyTips), SampleConfig{RewardScale: 0.01, StdNorm: true, Eps: 1e-6}, nil, 0)
 	if err != nil || len(samples) != 0 || st.ZeroVarGroups != 1 {
 		t.Fatalf("samples of an all-equal group: %d, %+v, %v", len(samples), st, err)
 	}
@@ -174,11 +184,11 @@ func TestMixedGroupDoesNotFavourMemory(t *testing.T) {
 // score alone.
 func TestPerStepBonus(t *testing.T) {
 	mk := func(b0, b1 float64) rollout.Episode {
-		return rollout.Episode{Job: rollout.Job{UseMemory: true}, Steps: []rollout.StepRecord{{Intrinsic: b0}, {Intrinsic: b1}}}
+		return rollout.Episode{Job: rollout.Job{Mode: ModeOnPolicyTips}, Steps: []rollout.StepRecord{{Intrinsic: b0}, {Intrinsic: b1}}}
 	}
 	eps := []rollout.Episode{mk(1, 1.0/11), mk(0.5, 0.5), mk(0, 0)}
 	eps[0].Score, eps[1].Score, eps[2].Score = 50, 40, 45
-	eps[2].UseMemory = false
+	eps[2].Mode = ModeOnPolicy
 	adv, _, _ := GroupAdvantages(eps, 0.01, false, 0)
 	// E − mean(E) = .05, −.05, 0; B = mean(mean(1, 1/11), .5) = (6/11 + .5)/2
 	B := (6.0/11 + 0.5) / 2
@@ -220,8 +230,7 @@ func TestOffPolicyNoTipTokens(t *testing.T) {
 	cfg.RecomputeOldLogp = false
 	for _, pack := range []bool{false, true} {
 		cfg.Pack = pack
-		off := slices.Repeat([]Mode{ModeOffPolicy}, len(eps))
-		ss, st, err := BuildSamples(eps, off, cfg, nil, 0)
+		ss, st, err := BuildSamples(inMode(eps, ModeOffPolicy), cfg, nil, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -231,8 +240,8 @@ func TestOffPolicyNoTipTokens(t *testing.T) {
 					t.Fatalf("pack=%v: tip token %d in an off-policy training input", pack, tok)
 				}
 			}
-			if !s.Seq.LowProbMask {
-				t.Fatal("off-policy sample without low-probability masking")
+			if s.Mode != ModeOffPolicy || !cfg.LowProbMask.Applies(s.Mode) {
+				t.Fatalf("sample in mode %s, masking %s", s.Mode, cfg.LowProbMask)
 			}
 			// old log-probs are the rollout's (with tips)
 			for j, sp := range s.Spans {
@@ -254,8 +263,7 @@ func TestOffPolicyNoTipTokens(t *testing.T) {
 		if !pack && st.Sequences != st.Steps-st.MaskedSteps {
 			t.Fatalf("unpacked: %d sequences for %d steps", st.Sequences, st.Steps)
 		}
-		on := slices.Repeat([]Mode{ModeOnPolicyTips}, len(eps))
-		ss, st, err = BuildSamples(eps, on, cfg, nil, 0)
+		ss, st, err = BuildSamples(inMode(eps, ModeOnPolicyTips), cfg, nil, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -270,7 +278,7 @@ func TestOffPolicyNoTipTokens(t *testing.T) {
 	// recompute: off-policy π_old is computed on the prompts with tips
 	cfg.Pack, cfg.RecomputeOldLogp = true, true
 	rec := &recordProber{}
-	if _, _, err := BuildSamples(eps, slices.Repeat([]Mode{ModeOffPolicy}, len(eps)), cfg, rec, 3); err != nil {
+	if _, _, err := BuildSamples(inMode(eps, ModeOffPolicy), cfg, rec, 3); err != nil {
 		t.Fatal(err)
 	}
 	if len(rec.seen) == 0 {
@@ -322,15 +330,15 @@ func seqs(ss []Sample) []cgo.Sequence {
 // buildPackedAndFlat builds the samples of eps with cfg twice: packed
 // (cfg.Pack: one sequence per episode where prompts extend) and flat (one
 // sequence per step).
-func buildPackedAndFlat(t *testing.T, eps []rollout.Episode, modes []Mode, cfg SampleConfig, lp LogProber) (packed, flat []Sample, sp, sf SampleStats) {
+func buildPackedAndFlat(t *testing.T, eps []rollout.Episode, cfg SampleConfig, lp LogProber) (packed, flat []Sample, sp, sf SampleStats) {
 	t.Helper()
 	var err error
 	cfg.Pack = true
-	if packed, sp, err = BuildSamples(eps, modes, cfg, lp, 0); err != nil {
+	if packed, sp, err = BuildSamples(eps, cfg, lp, 0); err != nil {
 		t.Fatal(err)
 	}
 	cfg.Pack = false
-	if flat, sf, err = BuildSamples(eps, modes, cfg, lp, 0); err != nil {
+	if flat, sf, err = BuildSamples(eps, cfg, lp, 0); err != nil {
 		t.Fatal(err)
 	}
 	return packed, flat, sp, sf
@@ -352,10 +360,10 @@ func TestPackingSameGradients(t *testing.T) {
 	for k := 0; k < 4; k++ {
 		eps = append(eps, synthEpisode(r, k/2, float64(k), 4, false, vocab))
 	}
-	modes := slices.Repeat([]Mode{ModeOnPolicy}, len(eps))
+	inMode(eps, ModeOnPolicy)
 	dc := DefaultConfig()
 	cfg := dc.SampleConfig()
-	packed, flat, sp, sf := buildPackedAndFlat(t, eps, modes, cfg, pol)
+	packed, flat, sp, sf := buildPackedAndFlat(t, eps, cfg, pol)
 	if sp.Sequences != 4 || sf.Sequences != 16 || sp.TrainedTokens != sf.TrainedTokens || sp.SampleTokens >= sf.SampleTokens || sp.UnpackedTokens != sf.SampleTokens {
 		t.Fatalf("packed %+v, per-step %+v", sp, sf)
 	}
@@ -364,7 +372,7 @@ func TestPackingSameGradients(t *testing.T) {
 	// that masks nothing)
 	cfgNow := cfg
 	cfgNow.LowProbMask, cfgNow.LowProbThreshold = MaskEveryStep, -1e30
-	packedNow, flatNow, _, _ := buildPackedAndFlat(t, eps, modes, cfgNow, pol)
+	packedNow, flatNow, _, _ := buildPackedAndFlat(t, eps, cfgNow, pol)
 	for _, s := range packedNow {
 		for j, span := range s.Spans {
 			for _, f := range flatNow {
@@ -449,9 +457,9 @@ func TestZeroVarTrain(t *testing.T) {
 		synthEpisode(r, 1, 30, 2, false, 100),
 	}
 	eps[4].End = rollout.EndError
-	modes := slices.Repeat([]Mode{ModeOnPolicy}, len(eps))
+	inMode(eps, ModeOnPolicy)
 	cfg := SampleConfig{RewardScale: 0.01, StdNorm: true, Eps: 1e-6}
-	skipS, skipSt, err := BuildSamples(eps, modes, cfg, nil, 0)
+	skipS, skipSt, err := BuildSamples(eps, cfg, nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -461,7 +469,7 @@ func TestZeroVarTrain(t *testing.T) {
 	}
 	rc.Advantage.ZeroVar = ZeroVarTrain
 	cfg.TrainZeroVar = rc.SampleConfig().TrainZeroVar // the run configuration's setting reaches the samples
-	trainS, trainSt, err := BuildSamples(eps, modes, cfg, nil, 0)
+	trainS, trainSt, err := BuildSamples(eps, cfg, nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

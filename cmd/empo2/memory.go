@@ -16,10 +16,10 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
+	"github.com/empo2/empo2/algo"
 	"github.com/empo2/empo2/internal/safefile"
 	"github.com/empo2/empo2/llama"
 	"github.com/empo2/empo2/memstore"
-	"github.com/empo2/empo2/trainer/rollout"
 )
 
 var (
@@ -331,9 +331,9 @@ func memSearch(c *cli.Context) error {
 	w := c.App.Writer
 	if c.Bool(memJSONFlag.Name) {
 		return printJSON(w, memSearchReport{Namespace: ns, Query: text, Threshold: thr, K: q.K,
-			Count: res.Count, IntrinsicReward: rollout.IntrinsicReward(len(res.Entries), 1), Entries: res.Entries})
+			Count: res.Count, IntrinsicReward: algo.IntrinsicReward(len(res.Entries), 1), Entries: res.Entries})
 	}
-	fmt.Fprintf(w, "%d entries above %.3g in %s; showing %d; intrinsic reward %.4g\n", res.Count, thr, ns, len(res.Entries), rollout.IntrinsicReward(len(res.Entries), 1))
+	fmt.Fprintf(w, "%d entries above %.3g in %s; showing %d; intrinsic reward %.4g\n", res.Count, thr, ns, len(res.Entries), algo.IntrinsicReward(len(res.Entries), 1))
 	if len(res.Entries) == 0 {
 		return nil
 	}

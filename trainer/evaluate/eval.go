@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/empo2/empo2/algo"
 	"github.com/empo2/empo2/environments"
 	"github.com/empo2/empo2/internal/stats"
 	"github.com/empo2/empo2/memstore"
@@ -238,7 +239,7 @@ func Evaluate(ctx context.Context, r *rollout.Roller, cfg Config) (*Report, erro
 		}
 		js := append([]rollout.Job(nil), jobs...)
 		for i := range js {
-			js[i].UseMemory = on
+			js[i].Mode = algo.RolloutMode(on)
 		}
 		eps, st, err := rr.Run(ctx, js)
 		if err != nil {
@@ -390,7 +391,7 @@ func EvaluateOOD(ctx context.Context, r *rollout.Roller, cfg OODConfig) (*OODRep
 		for _, on := range []bool{true, false} {
 			for g, tv := range vars {
 				task, v := tv[0].(string), tv[1].(int)
-				jobs = append(jobs, rollout.Job{Task: task, Variation: v, Group: g, Seed: evalSeed(cfg.Seed, "ood", task, v, k), UseMemory: on})
+				jobs = append(jobs, rollout.Job{Task: task, Variation: v, Group: g, Seed: evalSeed(cfg.Seed, "ood", task, v, k), Mode: algo.RolloutMode(on)})
 			}
 		}
 		eps, _, err := rr.Run(ctx, jobs)

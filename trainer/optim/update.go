@@ -73,22 +73,21 @@ type Config struct {
 // entropy, log-prob) are token-weighted means over the mini-batch's trained
 // tokens, from cgo.Stats of each micro-batch.
 type Metrics struct {
-	Step            int64   // index of this update (0-based), as used by the schedule
-	LR              float64 // learning rate used
-	Loss            float64 // mini-batch loss (the value differentiated)
-	PolicyLoss      float64 // token-mean clipped surrogate
-	ClipFrac        float64 // fraction of tokens whose ratio was clipped
-	DualClipFrac    float64
-	ApproxKL        float64 // k3 estimate of KL(π_old‖π)
-	Entropy         float64 // mean per-token entropy (nats)
-	LogpMean        float64 // mean log-prob of trained tokens before the step
-	GradNorm        float64 // global gradient norm before clipping
-	GradClipped     bool    // whether the gradient was clipped
-	Tokens          int     // trained tokens in the loss
-	Sequences       int     // sequences in the loss
-	MaskedSequences int     // sequences dropped by low-probability masking
-	MicroBatches    int     // ForwardBackward calls
-	Skipped         bool    // no trained token survived masking: no step taken
+	Step         int64   // index of this update (0-based), as used by the schedule
+	LR           float64 // learning rate used
+	Loss         float64 // mini-batch loss (the value differentiated)
+	PolicyLoss   float64 // token-mean clipped surrogate
+	ClipFrac     float64 // fraction of tokens whose ratio was clipped
+	DualClipFrac float64
+	ApproxKL     float64 // k3 estimate of KL(π_old‖π)
+	Entropy      float64 // mean per-token entropy (nats)
+	LogpMean     float64 // mean log-prob of trained tokens before the step
+	GradNorm     float64 // global gradient norm before clipping
+	GradClipped  bool    // whether the gradient was clipped
+	Tokens       int     // trained tokens in the loss
+	Sequences    int     // sequences in the loss
+	MicroBatches int     // ForwardBackward calls
+	Skipped      bool    // no trained token in the mini-batch: no step taken
 }
 
 // Updater performs LoRA updates: gradient accumulation over micro-batches,
@@ -251,19 +250,18 @@ type gradAccumulator interface {
 // of the mini-batch loss over micro-batches of cfg.MicroBatch sequences
 // (≤ 0: one call). The loss scale of every micro-batch is 1/N for the whole
 // mini-batch's N (trained tokens for token-mean, sequences for
-// seq-mean-token-mean, counted after low-probability masking by
-// cgo.CountTrained), so the accumulated gradient is the gradient of the
-// mini-batch mean however it is split; a micro-batch without trained
-// tokens is not run. The returned Metrics carry step, its learning rate lr
+// seq-mean-token-mean, counted by cgo.CountTrained), so the accumulated
+// gradient is the gradient of the mini-batch mean however it is split; a
+// micro-batch without trained tokens is not run. The returned Metrics carry step, its learning rate lr
 // and the statistics of the pass (Loss: the sum of the
 // micro-batches' scaled losses, i.e. the mini-batch loss; policy
 // statistics: token-weighted means); GradNorm and GradClipped are left to
-// the caller's optimizer step. When no trained token survives, nothing is
+// the caller's optimizer step. When the batch has no trained token, nothing is
 // run, not even ZeroGrads, and Metrics.Skipped is set.
 func accumulate(p gradAccumulator, cfg Config, step int64, lr float64, batch []cgo.Sequence) (Metrics, error) {
 	m := Metrics{Step: step, LR: lr}
 	obj := cfg.Objective
-	tokens, seqs := cgo.CountTrained(batch, obj)
+	tokens, seqs := cgo.CountTrained(batch)
 	if tokens == 0 {
 		m.Skipped = true
 		return m, nil
@@ -283,8 +281,7 @@ func accumulate(p gradAccumulator, cfg Config, step int64, lr float64, batch []c
 	var policyLoss, clip, dualClip, kl, entropy, logp stats.Mean // token-weighted
 	for lo := 0; lo < len(batch); lo += mb {
 		chunk := batch[lo:min(lo+mb, len(batch))]
-		if t, _ := cgo.CountTrained(chunk, obj); t == 0 {
-			m.MaskedSequences += countMasked(chunk, obj)
+		if t, _ := cgo.CountTrained(chunk); t == 0 {
 			continue
 		}
 		st, err := p.ForwardBackward(chunk, obj, scale)
@@ -301,7 +298,6 @@ func accumulate(p gradAccumulator, cfg Config, step int64, lr float64, batch []c
 		logp.Add(st.LogpMean, w)
 		m.Tokens += st.Tokens
 		m.Sequences += st.Sequences
-		m.MaskedSequences += st.MaskedSequences
 		m.MicroBatches++
 	}
 	m.PolicyLoss, m.ClipFrac, m.DualClipFrac = policyLoss.Value(), clip.Value(), dualClip.Value()
@@ -326,21 +322,6 @@ func backendAdamW(bo BackendOptimizer, c AdamWConfig, t int64, maxNorm float64, 
 		return fmt.Errorf("%w: AdamW step: %w", ErrUpdate, err)
 	}
 	return nil
-}
-
-func countMasked(chunk []cgo.Sequence, obj cgo.Objective) int {
-	n := 0
-	for i := range chunk {
-		if t, _ := cgo.CountTrained(chunk[i:i+1], obj); t == 0 {
-			for _, tr := range chunk[i].Trained {
-				if tr {
-					n++
-					break
-				}
-			}
-		}
-	}
-	return n
 }
 
 type momentSnapshot struct {

@@ -34,7 +34,6 @@ func benchUpdate(b *testing.B, cfg modelgen.Config, B, T, respLen, rounds int) {
 	}
 	defer pol.Close()
 	ucfg := Config{AdamW: DefaultAdamW(), Schedule: Schedule{Kind: ScheduleConstant, BaseLR: 1e-4}, MaxGradNorm: 1, Objective: cgo.DefaultObjective(), MicroBatch: B}
-	ucfg.Objective.LowProbThreshold = -100 // random tokens: keep every sequence
 	u, err := NewUpdater(pol, ucfg)
 	if err != nil {
 		b.Fatal(err)

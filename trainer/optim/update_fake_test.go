@@ -264,17 +264,19 @@ func TestUpdaterSeqMeanScale(t *testing.T) {
 	}
 }
 
-func TestUpdaterLowProbMaskedMicroBatch(t *testing.T) {
+// TestUpdaterUntrainedMicroBatch: a micro-batch whose sequence has no
+// trained token (low-probability masking, applied by the caller, cleared
+// them) is not run, and the loss scale counts the others only.
+func TestUpdaterUntrainedMicroBatch(t *testing.T) {
 	p := newFakePolicy()
 	u, _ := NewUpdater(p, fakeConfig(1))
 	b := fakeBatch()
-	b[1].LowProbMask = true
-	b[1].OldLogp[2] = -9 // below the −5 threshold: the whole sequence is dropped
+	clear(b[1].Trained)
 	m, err := u.Update(b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.calls != 2 || m.Tokens != 3 || m.MaskedSequences != 1 || p.scales[0] != float32(1.0/3) {
-		t.Errorf("calls %d tokens %d masked %d scales %v", p.calls, m.Tokens, m.MaskedSequences, p.scales)
+	if p.calls != 2 || m.Tokens != 3 || m.Sequences != 2 || p.scales[0] != float32(1.0/3) {
+		t.Errorf("calls %d tokens %d sequences %d scales %v", p.calls, m.Tokens, m.Sequences, p.scales)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/empo2/empo2/algo"
 	"github.com/empo2/empo2/environments"
 	"github.com/empo2/empo2/internal/watch"
 	"github.com/empo2/empo2/llama"
@@ -254,9 +255,9 @@ const (
 type Job struct {
 	Task      string
 	Variation int
-	Group     int   // GRPO group (the caller's numbering)
-	Seed      int64 // sampling seed of the episode (with Options.Seed); also the env reset seed
-	UseMemory bool  // retrieve tips before every action
+	Group     int       // GRPO group (the caller's numbering)
+	Seed      int64     // sampling seed of the episode (with Options.Seed); also the env reset seed
+	Mode      algo.Mode // EMPO² mode: memory modes (Mode.Memory) retrieve tips before every action
 }
 
 // Namespace is the memory namespace of a job: "task/variation".
@@ -277,7 +278,7 @@ type StepRecord struct {
 	Observation string
 	Reward      float64 // environment reward of this step (score change)
 	Retrieved   int     // tips put in the prompt for this action (≤ memory.top_k)
-	Intrinsic   float64 // novelty bonus of this step in score points: memory episodes IntrinsicReward(Retrieved, coef), else 0
+	Intrinsic   float64 // novelty bonus of this step in score points: memory episodes algo.IntrinsicReward(Retrieved, coef), else 0
 	Key         string  // the retrieval key text of this step's context
 	Parsed      bool    // the response contained a well-formed action
 	Corrected   bool    // the action was mapped to a valid one
@@ -609,7 +610,7 @@ func (r *Roller) Run(ctx context.Context, jobs []Job) ([]Episode, Stats, error) 
 		if err := environments.CheckVariation(r.tasks[j.Task], j.Variation); err != nil {
 			return nil, st, fmt.Errorf("%w: job %d: %w", ErrRollout, i, err)
 		}
-		if j.UseMemory && r.opts.Memory == nil {
+		if j.Mode.Memory() && r.opts.Memory == nil {
 			return nil, st, fmt.Errorf("%w: job %d uses memory", ErrNoMemory, i)
 		}
 	}
@@ -815,7 +816,7 @@ func (r *Roller) retrieve(ctx context.Context, active []*live, st *Stats) error 
 	for _, l := range active {
 		l.count, l.tips = 0, ""
 		l.key = StepKey(mc.Key, r.cfg.Prompt, l.ep.TaskDesc, l.ep.FirstObs, l.turns)
-		if l.ep.UseMemory {
+		if l.ep.Mode.Memory() {
 			qs = append(qs, memstore.TextQuery{Namespace: l.ep.Namespace(), Text: l.key})
 			who = append(who, l)
 		}
@@ -885,8 +886,8 @@ func (r *Roller) step(ctx context.Context, l *live, seq llama.Sequence) error {
 		Prompt: l.prompt.Tokens, NoTips: l.noTips, TipSpans: l.prompt.Tips, Tips: l.tips,
 		Response: seq.Tokens, OldLogp: seq.LogProbs, Text: seq.Text, Key: l.key, Retrieved: l.count,
 	}
-	if l.ep.UseMemory {
-		rec.Intrinsic = IntrinsicReward(rec.Retrieved, r.opts.MemoryConfig.IntrinsicCoef)
+	if l.ep.Mode.Memory() {
+		rec.Intrinsic = algo.IntrinsicReward(rec.Retrieved, r.opts.MemoryConfig.IntrinsicCoef)
 	}
 	action, ok := ParseAction(r.cfg.Prompt, seq.Text)
 	rec.Parsed = ok
@@ -957,7 +958,7 @@ func (r *Roller) finish(l *live) {
 		ep.Score = 0
 	}
 	ep.Success = Succeeded(ep.Score, r.cfg.SuccessScore)
-	if ep.UseMemory && len(ep.Steps) > 0 {
+	if ep.Mode.Memory() && len(ep.Steps) > 0 {
 		for _, s := range ep.Steps {
 			ep.Intrinsic += s.Intrinsic
 		}

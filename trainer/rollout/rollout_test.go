@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/empo2/empo2/algo"
 	"github.com/empo2/empo2/environments"
 	_ "github.com/empo2/empo2/environments/textlab"
 	"github.com/empo2/empo2/llama"
@@ -74,7 +75,7 @@ func TestRolloutRuns(t *testing.T) {
 	assert.ErrorIs(t, err, environments.ErrUnknownTask)
 	_, _, err = r.Run(context.Background(), []rollout.Job{{Task: "melt", Variation: 10000}})
 	assert.ErrorIs(t, err, environments.ErrBadVariation)
-	_, _, err = r.Run(context.Background(), []rollout.Job{{Task: "melt", UseMemory: true}})
+	_, _, err = r.Run(context.Background(), []rollout.Job{{Task: "melt", Mode: algo.ModeOnPolicyTips}})
 	assert.ErrorIs(t, err, rollout.ErrNoMemory)
 }
 
@@ -122,7 +123,7 @@ func TestRolloutMemoryOnlyChangesTipBlock(t *testing.T) {
 
 	on := append([]rollout.Job(nil), jobs...)
 	for i := range on {
-		on[i].UseMemory = true
+		on[i].Mode = algo.ModeOnPolicyTips
 	}
 	eps, st, err := r.Run(ctx, on)
 	require.NoError(t, err)
@@ -323,7 +324,7 @@ func TestRolloutReplaysBestEpisode(t *testing.T) {
 	}
 	want = want[:min(len(want), r.MemoryConfig().TopK)]
 	block := rollout.FormatTips(want)
-	eps, _, err := r.Run(ctx, []rollout.Job{{Task: "melt", Seed: 3, UseMemory: true}})
+	eps, _, err := r.Run(ctx, []rollout.Job{{Task: "melt", Seed: 3, Mode: algo.ModeOnPolicyTips}})
 	require.NoError(t, err)
 	require.NotEmpty(t, eps[0].Steps)
 	for k, s := range eps[0].Steps {

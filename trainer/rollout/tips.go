@@ -140,14 +140,6 @@ func StripTips(s string) string {
 	}
 }
 
-// IntrinsicReward is the EMPO² novelty bonus coef/(count+1) of a step
-// whose retrieval put count tips in the prompt (count ≤ memory.top_k, as
-// the reference code counts them; coef when none). The trainer gives it
-// in score points (coef 1: at most 1 point of the 0–100 range per step).
-func IntrinsicReward(count int, coef float64) float64 {
-	return coef / float64(count+1)
-}
-
 // neutralize breaks memory markers inside text that is not a tip block
 // (observations, task descriptions, tips themselves), so that a tip block
 // can only be the one FormatTips made.

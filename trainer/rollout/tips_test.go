@@ -23,8 +23,6 @@ func TestCleanTip(t *testing.T) {
 	assert.Equal(t, "the pot is in the kitchen", CleanTip("<think>\nmaybe the stove?\n</think>\n\nthe pot is in the kitchen"), "a think block is not the tip")
 	assert.Equal(t, "tip", CleanTip("reasoning the prompt opened</think> tip"))
 	assert.Equal(t, "", CleanTip("<think> never closed, the limit came first"))
-	assert.Equal(t, 0.5, IntrinsicReward(1, 1))
-	assert.Equal(t, 2.0, IntrinsicReward(0, 2))
 }
 
 func TestEpisodeEntriesAndTipsRoundTrip(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/empo2/empo2/algo"
 	"github.com/empo2/empo2/cgo"
 	_ "github.com/empo2/empo2/environments/textlab" // the rollers' environment
 	"github.com/empo2/empo2/llama"
@@ -113,7 +114,7 @@ func Jobs(n int, mem bool) []rollout.Job {
 	tasks := []string{"find-living-thing", "light-bulb", "melt", "use-thermometer"}
 	jobs := make([]rollout.Job, n)
 	for i := range jobs {
-		jobs[i] = rollout.Job{Task: tasks[i%len(tasks)], Variation: i / len(tasks), Group: i % len(tasks), Seed: int64(100 + i), UseMemory: mem}
+		jobs[i] = rollout.Job{Task: tasks[i%len(tasks)], Variation: i / len(tasks), Group: i % len(tasks), Seed: int64(100 + i), Mode: algo.RolloutMode(mem)}
 	}
 	return jobs
 }
