@@ -91,7 +91,7 @@ func init() {
 			evalTasksFlag, evalSplitFlag, evalMemoryFlag, evalMemoryDBFlag, evalWriteTipsFlag, evalEpisodesFlag, evalVarsFlag, evalTempFlag,
 			evalSeedFlag, evalJSONFlag, evalOutFlag, evalOODFlag, evalTrialsFlag, evalParallelFlag, llmThreadsFlag, evalCtxFlag,
 			evalGPULayersFlag, evalActionTokFlag, evalHistoryFlag, evalHistoryKFlag, evalFormatFlag, evalEmbedderFlag, evalThresholdFlag,
-			evalTopKFlag, evalTipTempFlag, evalSuccessFlag), envOptionFlags()...),
+			evalTopKFlag, evalTipTempFlag, evalSuccessFlag, forceFlag), envOptionFlags()...),
 		Action: evalAction,
 	})
 }
@@ -104,6 +104,7 @@ func evalConfig(c *cli.Context) (evaluate.RunConfig, error) {
 	if err != nil {
 		return cfg, err
 	}
+	cfg.ConfigFile, cfg.Force = configFile(c), c.Bool(forceFlag.Name)
 	return cfg, applyEnvExtras(c, cfg.Env, &cfg.EnvOptions)
 }
 

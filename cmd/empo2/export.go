@@ -52,7 +52,7 @@ func init() {
 			"   empo2 export --model base.gguf --lora adapter.gguf --merged --out merged.gguf\n\n" +
 			"The adapter loads in llama.cpp tools with --lora adapter.gguf; the merged file\n" +
 			"replaces the base model and needs no adapter.",
-		Flags:  []cli.Flag{exportModelFlag, exportLoraFlag, exportOutFlag, exportMergedFlag, exportTypeFlag, exportFormatFlag, exportHFBaseFlag, exportHFTokenizerFlag},
+		Flags:  []cli.Flag{exportModelFlag, exportLoraFlag, exportOutFlag, exportMergedFlag, exportTypeFlag, exportFormatFlag, exportHFBaseFlag, exportHFTokenizerFlag, forceFlag},
 		Action: exportAction,
 	})
 }
@@ -104,6 +104,9 @@ func exportAction(c *cli.Context) error {
 	}
 	modelPath, loraPath, out := c.String(exportModelFlag.Name), c.String(exportLoraFlag.Name), c.String(exportOutFlag.Name)
 	if err := safefile.CheckOutputs([]safefile.Path{{Flag: "--out", Path: out}}, exportInputs(modelPath, loraPath)); err != nil {
+		return err
+	}
+	if err := checkNew(c, safefile.Path{Flag: "--out", Path: out}); err != nil {
 		return err
 	}
 	base, a, err := openBaseAndAdapter(modelPath, loraPath)

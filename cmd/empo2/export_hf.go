@@ -84,6 +84,9 @@ func exportHF(c *cli.Context, format string) error {
 	if err := safefile.CheckOutputs([]safefile.Path{{Flag: "--out", Path: out, Dir: true, Files: files}}, inputs); err != nil {
 		return err
 	}
+	if err := checkNew(c, safefile.Path{Flag: "--out", Path: out, Dir: true, Files: files}); err != nil {
+		return err
+	}
 	base, a, err := openBaseAndAdapter(modelPath, loraPath)
 	if err != nil {
 		return err

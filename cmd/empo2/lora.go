@@ -79,7 +79,7 @@ func init() {
 				Usage: "write a fresh adapter for a base model (A Kaiming-uniform as PEFT, B zero)",
 				Description: "Example:\n   empo2 lora init --model qwen2.5-0.5b-instruct-f32.gguf --rank 8 --alpha 16 --out adapter.gguf\n\n" +
 					"The file loads in any llama.cpp tool (llama-cli --lora adapter.gguf).",
-				Flags:  []cli.Flag{loraModelFlag, loraRankFlag, loraAlphaFlag, loraOutFlag, loraSeedFlag, loraRandomBFlag, loraTargetsFlag, loraTypeFlag},
+				Flags:  []cli.Flag{loraModelFlag, loraRankFlag, loraAlphaFlag, loraOutFlag, loraSeedFlag, loraRandomBFlag, loraTargetsFlag, loraTypeFlag, forceFlag},
 				Action: loraInit,
 			},
 			{
@@ -119,6 +119,9 @@ func loraInit(c *cli.Context) error {
 	}
 	modelPath, out := c.String(loraModelFlag.Name), c.String(loraOutFlag.Name)
 	if err := safefile.CheckOutputs([]safefile.Path{{Flag: "--out", Path: out}}, []safefile.Path{{Flag: "--model", Path: modelPath}}); err != nil {
+		return err
+	}
+	if err := checkNew(c, safefile.Path{Flag: "--out", Path: out}); err != nil {
 		return err
 	}
 	base, err := gguf.Open(modelPath)

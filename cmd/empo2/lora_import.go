@@ -29,6 +29,7 @@ var loraImportCommand = &cli.Command{
 		&cli.StringFlag{Name: "model", Aliases: []string{"m"}, Usage: "base model GGUF the adapter belongs to", Required: true},
 		&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Usage: "adapter GGUF to write", Required: true},
 		&cli.StringFlag{Name: "dtype", Aliases: []string{"type"}, Usage: "tensor type of the written adapter: f32 or f16", Value: "f32"},
+		forceFlag,
 	},
 	Action: loraImport,
 }
@@ -44,6 +45,9 @@ func loraImport(c *cli.Context) error {
 	in, modelPath, out := c.Args().First(), c.String("model"), c.String("out")
 	if err := safefile.CheckOutputs([]safefile.Path{{Flag: "--out", Path: out}},
 		[]safefile.Path{{Flag: "--model", Path: modelPath}, {Flag: "PEFT_DIR", Path: in, Dir: true, Files: lora.PEFTFiles}}); err != nil {
+		return err
+	}
+	if err := checkNew(c, safefile.Path{Flag: "--out", Path: out}); err != nil {
 		return err
 	}
 	base, err := gguf.Open(modelPath)

@@ -89,7 +89,7 @@ func init() {
 			{
 				Name: "export", Usage: "write entries as JSONL (with their embeddings)",
 				Description: "Examples:\n   empo2 memory export --db mem.db > mem.jsonl\n   empo2 memory export --db mem.db -n boil/3 --out boil3.jsonl",
-				Flags:       append(db, memNSFlag, memOutFlag),
+				Flags:       append(db, memNSFlag, memOutFlag, forceFlag),
 				Action:      memExport,
 			},
 			{
@@ -401,6 +401,9 @@ func memExport(c *cli.Context) error {
 	out := c.String(memOutFlag.Name)
 	if out != "" && out != "-" {
 		if err := safefile.CheckOutputs([]safefile.Path{{Flag: "--out", Path: out}}, dbPaths("--db", c.String(memDBFlag.Name))); err != nil {
+			return err
+		}
+		if err := checkNew(c, safefile.Path{Flag: "--out", Path: out}); err != nil {
 			return err
 		}
 	}

@@ -80,7 +80,7 @@ func init() {
 				Flags: []cli.Flag{modelInitOutFlag, modelInitLayersFlag, modelInitHiddenFlag, modelInitHeadsFlag, modelInitKVHeadsFlag,
 					modelInitFFNFlag, modelInitVocabFlag, modelInitCtxFlag, modelInitSeedFlag, modelInitDTypeFlag, modelInitCorpusFlag,
 					modelInitTokFlag, modelInitPresetFlag, modelInitTiedFlag, modelInitStdFlag, modelInitRopeFlag, modelInitNameFlag,
-					modelInitArchFlag, modelInitMaxSizeFlag},
+					modelInitArchFlag, modelInitMaxSizeFlag, forceFlag},
 				Action: modelInit,
 			},
 			modelTokenizeCommand,
@@ -144,6 +144,9 @@ func modelInit(c *cli.Context) error {
 	if err := safefile.CheckOutputs([]safefile.Path{{Flag: "--out", Path: c.String(modelInitOutFlag.Name)}},
 		[]safefile.Path{{Flag: "--corpus", Path: c.String(modelInitCorpusFlag.Name)},
 			{Flag: "--tokenizer", Path: c.String(modelInitTokFlag.Name), Dir: true, Files: modelgen.HFTokenizerFiles}}); err != nil {
+		return fmt.Errorf("model init: %w", err)
+	}
+	if err := checkNew(c, safefile.Path{Flag: "--out", Path: c.String(modelInitOutFlag.Name)}); err != nil {
 		return fmt.Errorf("model init: %w", err)
 	}
 	if dir := c.String(modelInitTokFlag.Name); dir != "" {

@@ -33,7 +33,7 @@ var modelQuantizeCmd = &cli.Command{
 		"   empo2 model quantize tiny.gguf tiny-q8_0.gguf --dtype q8_0\n" +
 		"   empo2 model quantize qwen2.5-7b-instruct-f16-00001-of-00004.gguf qwen2.5-7b-q4_k_m.gguf --dtype q4_k_m\n" +
 		"   empo2 model quantize tiny-q8_0.gguf tiny-dequantized.gguf --dtype f32 --allow-requantize --pure",
-	Flags:  []cli.Flag{modelQuantizeTypeFlag, modelQuantizeThreadsFlag, modelQuantizeRequantFlag, modelQuantizePureFlag},
+	Flags:  []cli.Flag{modelQuantizeTypeFlag, modelQuantizeThreadsFlag, modelQuantizeRequantFlag, modelQuantizePureFlag, forceFlag},
 	Action: modelQuantize,
 }
 
@@ -53,6 +53,9 @@ func modelQuantize(c *cli.Context) error {
 		inputs = append(inputs, safefile.Path{Flag: "IN (split)", Path: p})
 	}
 	if err := safefile.CheckOutputs([]safefile.Path{{Flag: "OUT", Path: out}}, inputs); err != nil {
+		return err
+	}
+	if err := checkNew(c, safefile.Path{Flag: "OUT", Path: out}); err != nil {
 		return err
 	}
 	// llama.cpp writes its output in place: it writes a temporary file

@@ -177,7 +177,9 @@ func TestMemoryOutputs(t *testing.T) {
 	_, stderr, err := runCLIIn(t, dir, "memory", "import", "--db", "m.db", "x.jsonl")
 	require.NoError(t, err, stderr)
 	wantRefused(t, dir, []string{"--out . is a directory"}, "memory", "export", "--db", "m.db", "--out", ".")
-	_, stderr, err = runCLIIn(t, dir, "memory", "export", "--db", "m.db", "--out", "x.jsonl")
+	// x.jsonl exists (issue 38 §2): replaced only with --force
+	wantRefused(t, dir, []string{"--out x.jsonl exists", "give --force to replace it"}, "memory", "export", "--db", "m.db", "--out", "x.jsonl")
+	_, stderr, err = runCLIIn(t, dir, "memory", "export", "--db", "m.db", "--out", "x.jsonl", "--force")
 	require.NoError(t, err, stderr)
 	b, err := os.ReadFile(filepath.Join(dir, "x.jsonl"))
 	require.NoError(t, err)

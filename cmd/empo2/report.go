@@ -43,7 +43,7 @@ func init() {
 			"  empo2 report r --out report\n" +
 			"  empo2 report runs/empo2-s1 runs/empo2-s2 runs/grpo-s1 runs/grpo-s2 --out cmp --smooth 10 --format png\n" +
 			"  empo2 report --serve 127.0.0.1:8080 runs/empo2-s1 runs/grpo-s1   # a live page while they train",
-		Flags:  []cli.Flag{reportOutFlag, reportSmoothFlag, reportFormatFlag, reportDPIFlag, reportEmbedFlag, reportTitleFlag, reportServeFlag, reportPollFlag, reportRemoteFlag},
+		Flags:  []cli.Flag{reportOutFlag, reportSmoothFlag, reportFormatFlag, reportDPIFlag, reportEmbedFlag, reportTitleFlag, forceFlag, reportServeFlag, reportPollFlag, reportRemoteFlag},
 		Action: reportAction,
 	})
 }
@@ -67,6 +67,9 @@ func reportAction(c *cli.Context) error {
 	}
 	out := safefile.Path{Flag: "--out", Path: c.String(reportOutFlag.Name), Dir: true, Files: []string{report.HTMLFile}}
 	if err := safefile.CheckOutputs([]safefile.Path{out}, runs); err != nil {
+		return err
+	}
+	if err := checkNew(c, out); err != nil {
 		return err
 	}
 	opt := report.Options{

@@ -72,7 +72,7 @@ func init() {
 		Flags: append(configFlags("SFT"), sftModelFlag, sftDataFlag, sftValFlag, sftOutFlag, sftRankFlag,
 			sftAlphaFlag, sftTargetsFlag, sftEpochsFlag, sftLRFlag, sftMinLRFlag, sftWarmupFlag, sftWDFlag, sftClipFlag, sftBatchFlag,
 			sftMaxLenFlag, sftNoPackFlag, sftSeedFlag, sftCkptFlag, sftSaveFlag, sftResumeFlag, sftInitFlag, llmThreadsFlag, sftFullFlag,
-			sftJSONFlag, sftMicroFlag),
+			sftJSONFlag, sftMicroFlag, forceFlag),
 		Action:      sftAction,
 		Subcommands: []*cli.Command{sftEvalCommand()},
 	})
@@ -85,7 +85,9 @@ func sftConfig(c *cli.Context) (sft.RunConfig, error) {
 	if c.IsSet(sftNoPackFlag.Name) {
 		sets = append(sets, "pack="+strconv.FormatBool(!c.Bool(sftNoPackFlag.Name)))
 	}
-	return sft.LoadRunConfig(configFile(c), sets)
+	cfg, err := sft.LoadRunConfig(configFile(c), sets)
+	cfg.ConfigFile, cfg.Force = configFile(c), c.Bool(forceFlag.Name)
+	return cfg, err
 }
 
 func sftAction(c *cli.Context) error {

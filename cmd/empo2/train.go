@@ -151,6 +151,9 @@ func trainAction(c *cli.Context) error {
 	}
 	opts.OnStep = func(m trainer.StepMetrics) {
 		updates += m.Updates
+		if why := trainer.NoUpdateReason(m, cfg); why != "" {
+			log.Warn().Int("step", m.Step).Msg(why)
+		}
 		if w := rollout.ContextWarning(m.EndReasons, m.Context); w != "" && !contextWarned {
 			contextWarned = true // once a run: metrics.jsonl's end_reasons has every step's counts
 			log.Warn().Int("step", m.Step).Msg(w)
@@ -176,6 +179,12 @@ func trainAction(c *cli.Context) error {
 			return nil
 		}
 		return err
+	}
+	if res.Interrupted && res.Checkpoint == "" {
+		log.Warn().Int("last_step", res.LastStep).
+			Msg(fmt.Sprintf("interrupted during step %d: nothing was checkpointed yet (no step had completed); start again with empo2 train --run-dir %s --resume (it begins at step %d)",
+				res.LastStep+1, dir, res.LastStep+1))
+		return nil
 	}
 	if res.Interrupted {
 		log.Warn().Int("last_step", res.LastStep).Str("checkpoint", res.Checkpoint).

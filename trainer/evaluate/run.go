@@ -80,6 +80,10 @@ type RunConfig struct {
 	Rollout    rollout.Config       `yaml:"rollout" doc:"how episodes are played: prompt, step limit, action correction, tip writing, success score (rollout.temperature is training's; eval samples at eval.temperature); with run: the run's"`
 	Memory     rollout.MemoryConfig `yaml:"memory" doc:"tips memory: embedder and retrieval; with run: the run's"`
 
+	// ConfigFile is the configuration file the command read (an input of
+	// the output guard); Force lets out replace an existing file.
+	ConfigFile string `yaml:"-"`
+	Force      bool   `yaml:"-"`
 	// Plan, when set, is told what will be played before the first episode.
 	Plan func(Plan) `yaml:"-"`
 	// Progress, when set, is called after every finished episode.
@@ -258,11 +262,12 @@ func (c *RunConfig) Validate() error {
 	return nil
 }
 
-// checkOutputs refuses an out that is not a file path or is one of the
-// inputs (model, adapter, memory, embedder, the run's files) before
-// anything is opened.
+// checkOutputs refuses an out that is not a file path, is one of the
+// inputs (configuration file, model, adapter, memory, embedder), lies
+// inside a run directory (any run's, but as eval/*.json of a run) or
+// exists (unless Force), before anything is opened.
 func (c *RunConfig) checkOutputs() error {
-	in := []safefile.Path{{Flag: "model", Path: c.Model}, {Flag: "lora", Path: c.LoRA},
+	in := []safefile.Path{{Flag: "--config", Path: c.ConfigFile}, {Flag: "model", Path: c.Model}, {Flag: "lora", Path: c.LoRA},
 		{Flag: "run", Path: c.Run, Dir: true}}
 	if c.MemoryDB != "" {
 		for _, suf := range []string{"", "-wal", "-shm", "-journal"} {
@@ -272,7 +277,11 @@ func (c *RunConfig) checkOutputs() error {
 	if e := c.Memory.Embedder; e != rollout.EmbedderHash && e != rollout.EmbedderPolicy {
 		in = append(in, safefile.Path{Flag: "memory.embedder", Path: e})
 	}
-	return safefile.CheckOutputs([]safefile.Path{{Flag: "out", Path: c.Out}}, in)
+	out := []safefile.Path{{Flag: "out", Path: c.Out, RunLayout: []string{RunEvalDir + "/*.json", RunEvalDir + "/ood/*.json"}}}
+	if err := safefile.CheckOutputs(out, in); err != nil {
+		return err
+	}
+	return safefile.CheckNew(out, c.Force)
 }
 
 // Plan is what an evaluation will play, told before its first episode.
@@ -353,6 +362,31 @@ func (c *RunConfig) resolveAdapter(warn func(string)) (adapter string, step int,
 	return p, n, nil
 }
 
+// memoryCoverage is a warning when the memory holds tips for none of the
+// variations cfg evaluates (memory is kept per task variation: a run's
+// memory holds its train split's), "" otherwise.
+func memoryCoverage(tasks []environments.Task, cfg RunConfig, namespaces []string) string {
+	vars, err := evalVariations(tasks, cfg.Eval.Split, cfg.Eval.MaxVariations)
+	if err != nil || len(vars) == 0 {
+		return ""
+	}
+	have := map[string]bool{}
+	for _, n := range namespaces {
+		have[n] = true
+	}
+	for _, tv := range vars {
+		if have[rollout.Job{Task: tv[0].(string), Variation: tv[1].(int)}.Namespace()] {
+			return ""
+		}
+	}
+	held := fmt.Sprintf("it holds tips of %d other variations", len(namespaces))
+	if len(namespaces) > 0 {
+		held += ", e.g. " + namespaces[0]
+	}
+	return fmt.Sprintf("the memory %s holds no tips for any of the %d evaluated %s variations (%s; tips are kept per task variation, and training writes them for its train split): memory on retrieves nothing and plays as memory off; evaluate the split the memory was written on (--split train), or let eval write tips (--write-tips)",
+		cfg.MemoryDB, len(vars), cfg.Eval.Split, held)
+}
+
 // opened is what Run opens, closed in reverse order.
 type opened struct {
 	model    *llama.Model
@@ -360,10 +394,14 @@ type opened struct {
 	adapter  *llama.Adapter
 	store    *memstore.Store
 	embClose func() error
+	pool     *environments.Pool
 }
 
 func (o *opened) Close() error {
 	var errs []error
+	if o.pool != nil {
+		errs = append(errs, o.pool.Close())
+	}
 	if o.store != nil {
 		errs = append(errs, o.store.Close())
 	}
@@ -450,8 +488,13 @@ func Run(ctx context.Context, cfg RunConfig) (res *RunResult, err error) {
 	}
 	rc := cfg.Rollout
 	rc.Temperature = cfg.Eval.Temperature
+	// one instance per episode in play, reused (ScienceWorld: a JVM each,
+	// started once, not once per episode), as training's
+	if o.pool, err = environments.NewPool(cfg.Env, cfg.EnvOptions, cfg.Parallel); err != nil {
+		return nil, fmt.Errorf("%w: env %s: %w", ErrRunConfig, cfg.Env, err)
+	}
 	roller, err := rollout.NewRoller(o.lctx, rc, rollout.Options{
-		Env: cfg.Env, EnvOptions: cfg.EnvOptions, Memory: o.store, MemoryConfig: cfg.Memory,
+		Env: cfg.Env, EnvOptions: cfg.EnvOptions, Memory: o.store, MemoryConfig: cfg.Memory, Pool: o.pool,
 		ReadOnlyMemory: !cfg.WriteTips, Seed: cfg.Seed, OracleTip: demos.TrajectoryTip,
 	})
 	if err != nil {
@@ -488,6 +531,13 @@ func Run(ctx context.Context, cfg RunConfig) (res *RunResult, err error) {
 		}
 		res.OOD, out = rep, rep
 	} else {
+		if memory && !cfg.WriteTips {
+			if tasks, err := evalTasks(roller, TaskNames(cfg.Tasks), false); err == nil {
+				if w := memoryCoverage(tasks, cfg, o.store.Namespaces()); w != "" {
+					warn(w)
+				}
+			}
+		}
 		rep, err := Evaluate(ctx, roller, Config{
 			Protocol: cfg.Eval, Tasks: TaskNames(cfg.Tasks), Seed: cfg.Seed,
 			WriteTips: cfg.WriteTips, TrainStep: int64(max(step, 0)), Progress: cfg.Progress, Plan: plan,
@@ -511,7 +561,12 @@ func Run(ctx context.Context, cfg RunConfig) (res *RunResult, err error) {
 		return nil, fmt.Errorf("%w: %w", ErrEval, err)
 	}
 	res.JSON = append(b, '\n')
-	if cfg.Run != "" {
+	if cfg.Run != "" && cfg.LoRA != "" {
+		// not one of the run's checkpoints: filed in the run it would read
+		// as the run's own result
+		warn(fmt.Sprintf("lora %s is not a checkpoint of the run %s: the result is not filed in %s (it would read as the run's step 0); keep it with out (-o FILE)",
+			cfg.LoRA, cfg.Run, filepath.Join(cfg.Run, RunEvalDir)))
+	} else if cfg.Run != "" {
 		kind, sub := fmt.Sprintf("eval-%s-%s", cfg.Eval.Split, cfg.Eval.Memory), RunEvalDir
 		if cfg.OOD {
 			kind, sub = fmt.Sprintf("ood-%s-k%d", cfg.Eval.Split, cfg.Trials), filepath.Join(RunEvalDir, "ood")

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rs/zerolog/log"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/empo2/empo2/algo"
@@ -545,11 +546,18 @@ func (f PromptFit) Fits() bool { return f.Prompt+f.MaxAction <= f.Context }
 // prompt does not fit ends before its first action (End "context").
 func (r *Roller) FirstPrompt(ctx context.Context, task string, variation int) (PromptFit, error) {
 	fit := PromptFit{MaxAction: r.cfg.Prompt.MaxActionTokens, Context: r.lctx.NCtxSeq()}
-	env, err := r.spec.New(r.opts.EnvOptions)
+	var env environments.Env
+	var err error
+	if r.opts.Pool != nil { // an instance of the pool, not one more (ScienceWorld: a JVM)
+		if env, err = r.opts.Pool.Acquire(ctx); err == nil {
+			defer r.opts.Pool.Release(env)
+		}
+	} else if env, err = r.spec.New(r.opts.EnvOptions); err == nil {
+		defer env.Close()
+	}
 	if err != nil {
 		return fit, fmt.Errorf("%w: environment for %s/%d: %w", ErrRollout, task, variation, err)
 	}
-	defer env.Close()
 	res, err := env.Reset(ctx, task, variation, 0)
 	if err != nil {
 		return fit, fmt.Errorf("%w: reset %s/%d: %w", ErrRollout, task, variation, err)
@@ -947,6 +955,12 @@ func (r *Roller) envFailed(ctx context.Context, l *live, err error) bool {
 		return false
 	}
 	l.ep.End, l.ep.Err, l.broken = EndError, err.Error(), true
+	what := "closed"
+	if l.pooled {
+		what = "replaced by a new one (ScienceWorld: a new JVM) for the next episode"
+	}
+	log.Warn().Str("task", l.ep.Task).Int("variation", l.ep.Variation).Err(err).
+		Msg("the environment died mid-episode: the episode ends with end reason error, and its instance is " + what)
 	return true
 }
 

@@ -59,6 +59,11 @@ type RunConfig struct {
 	// Warn, when set, receives warnings (records cut, max_len above the
 	// model's context).
 	Warn func(string) `yaml:"-"`
+	// ConfigFile is the configuration file the command read (an input of
+	// the output guard); Force lets out and checkpoint replace existing
+	// files (resume continues its own).
+	ConfigFile string `yaml:"-"`
+	Force      bool   `yaml:"-"`
 }
 
 // DefaultRunConfig is `empo2 sft` without a file or flags: a rank-16 LoRA
@@ -142,13 +147,18 @@ func (c *RunConfig) Validate() error {
 }
 
 // checkOutputs refuses, before anything is opened, an out or checkpoint
-// that is one of the inputs (model, data, val, lora.init) or each other,
-// however spelt (symlinks, hard links).
+// that is one of the inputs (configuration file, model, data, val,
+// lora.init) or each other, however spelt (symlinks, hard links), that
+// lies inside a training run directory, or that exists (unless Force or,
+// for what a run being resumed wrote, Resume).
 func (c *RunConfig) checkOutputs() error {
-	return safefile.CheckOutputs(
-		[]safefile.Path{{Flag: "out", Path: c.Out}, {Flag: "checkpoint", Path: c.checkpointPath()}},
-		[]safefile.Path{{Flag: "model", Path: c.Model}, {Flag: "data", Path: c.Data}, {Flag: "val", Path: c.Val},
-			{Flag: "lora.init", Path: c.LoRA.Init}})
+	outs := []safefile.Path{{Flag: "out", Path: c.Out}, {Flag: "checkpoint", Path: c.checkpointPath()}}
+	if err := safefile.CheckOutputs(outs,
+		[]safefile.Path{{Flag: "--config", Path: c.ConfigFile}, {Flag: "model", Path: c.Model}, {Flag: "data", Path: c.Data},
+			{Flag: "val", Path: c.Val}, {Flag: "lora.init", Path: c.LoRA.Init}}); err != nil {
+		return err
+	}
+	return safefile.CheckNew(outs, c.Force || c.Resume)
 }
 
 // DataInfo is what Run tells OnData once the data are tokenized.
