@@ -3,6 +3,7 @@ package gpucheck
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -264,8 +265,8 @@ func passWord(ok bool) string {
 }
 
 func renderRollout(w io.Writer, r *RolloutResult) {
-	fmt.Fprintf(w, " (rollout: %s, gpu layers %d, %d prompts × %d tokens, %.1f s): %s\n\n",
-		filepath.Base(r.Model), r.GPULayers, len(r.Single), r.MaxTokens, r.Seconds, passWord(r.Pass))
+	fmt.Fprintf(w, " (rollout: %s, gpu layers %d, KV cache %s, flash attention %s, %d prompts × %d tokens, %.1f s): %s\n\n",
+		filepath.Base(r.Model), r.GPULayers, cmp.Or(r.KVType, "f32"), cmp.Or(r.FlashAttn, "off"), len(r.Single), r.MaxTokens, r.Seconds, passWord(r.Pass))
 	fmt.Fprintf(w, "- devices: %s\n", devicesText(r.Devices))
 	b := r.BatchedVsSingle
 	fmt.Fprintf(w, "- batched vs single: %d tokens equal, max |Δ log-prob| %s (tol %.3g), %d near ties: %s\n",

@@ -1,6 +1,7 @@
 package gpucheck
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -36,6 +37,10 @@ type RolloutConfig struct {
 	// set, this run's sequences are compared with it.
 	Reference *RolloutResult
 	Tol       float64 // |Δ log-prob| allowed against the reference (0: 1e-3; a reference noise floor replaces it)
+	// KVType and FlashAttn are llama.ContextParams' ("": its defaults, an
+	// F32 cache and no flash attention): the attention variants the GPU
+	// check runs to find where the device's log-probs part from the CPU's.
+	KVType, FlashAttn string
 }
 
 // GenSeq is one greedy sequence.
@@ -79,6 +84,8 @@ type RolloutResult struct {
 	GPULayers int            `json:"gpu_layers"`
 	Devices   []llama.Device `json:"devices"`
 	MaxTokens int            `json:"max_tokens"`
+	KVType    string         `json:"kv_type"`    // the KV cache's element type
+	FlashAttn string         `json:"flash_attn"` // llama.cpp's flash attention: off, on, auto
 	Single    []GenSeq       `json:"single"`
 	Batched   []GenSeq       `json:"batched"`
 	// BatchedVsSingle: the batch's sequences against the single ones of the
@@ -129,14 +136,14 @@ func Rollouts(ctx context.Context, cfg RolloutConfig) (*RolloutResult, error) {
 	// a multiple of llama.cpp's 256-cell padding, so that it keeps it as is
 	nctx := (longest + cfg.MaxTokens + 8 + 255) / 256 * 256
 	lctx, err := llama.NewContext(lm, llama.ContextParams{NCtx: nctx, NSeqMax: len(prompts),
-		Threads: cfg.Threads, NoPrefixCache: true})
+		Threads: cfg.Threads, NoPrefixCache: true, KVType: cfg.KVType, FlashAttn: cfg.FlashAttn})
 	if err != nil {
 		return nil, err
 	}
 	defer lctx.Close()
 	sp := llama.SampleParams{N: 1, MaxTokens: cfg.MaxTokens, Temperature: 0, IgnoreEOG: true}
 	res := &RolloutResult{Kind: KindRollout, Model: cfg.Model, Arch: lm.Info().Arch, GPULayers: cfg.GPULayers,
-		Devices: llama.Devices(), MaxTokens: cfg.MaxTokens}
+		Devices: llama.Devices(), MaxTokens: cfg.MaxTokens, KVType: cmp.Or(cfg.KVType, "f32"), FlashAttn: cmp.Or(cfg.FlashAttn, "off")}
 	for i, p := range toks {
 		s, err := lctx.Generate(ctx, p, sp)
 		if err != nil {

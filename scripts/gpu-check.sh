@@ -12,14 +12,25 @@
 #               kernels and fatbin compression off (needs nvidia-smi, nvcc, cmake)
 #   rollouts    greedy generation with every layer offloaded against the CPU (another
 #               process without the backend), batched = single
+#   rollouts-attn  the F32 model's device rollouts again with an F16 KV cache and/or
+#               llama.cpp's flash attention, each against the same CPU reference: where
+#               the device's log-probs part from the CPU's (diagnostic: figures, no bound)
 #   train       the LoRA training graph on the GPU against the CPU engine, same batch
+#   bench       Qwen2.5-7B-shaped model (generated here, in parallel, in the background
+#               from the start): rollout tokens/s at batch 1, 8, 64, the LoRA step on
+#               16 x 512 tokens, peak GPU memory
+#   train-e2e   `empo2 train` steps on the 7B shape (memory on, an off-policy step,
+#               pi_old recomputed by the engine), their phases (metrics.jsonl)
+#   hf-bench    the same LoRA step in transformers + PEFT, and the ratio
 #   hf-export   the adapter as PEFT, the base and the merged model as transformers folders
 #   hf          transformers + PEFT give empo2's log-probs and LoRA gradients (python3
 #               with torch, transformers, peft)
-#   bench       Qwen2.5-7B-shaped model (generated here, in the background from the
-#               start): rollout tokens/s at batch 1, 8, 64, one LoRA step, peak GPU memory
-#   hf-bench    the same LoRA step in transformers + PEFT, and the ratio
-#   train-e2e   `empo2 train` steps on the 7B shape, their phases (metrics.jsonl)
+#
+# On a GPU the order puts what was never measured first (the 7B step beside PEFT's
+# and train-e2e), inside one 600 s call: setup 5 + build 145 (the 7B model is written
+# meanwhile, on every core) + rollouts 20 + rollouts-attn 15 + train 20 + bench 150 +
+# train-e2e 150 + hf-bench 60 = 565 s at worst, 540 s the default limit; the
+# correctness phases measured on earlier calls (hf-export, hf) come last.
 #
 # Each phase has the time it needs to be started and a hard budget; a phase
 # that no longer fits the time left (GPU_CHECK_TIME, default 540 s) is not
@@ -40,6 +51,7 @@
 # GPU_CHECK_JOBS (parallel compile jobs of the build, default: all cores),
 # GPU_CHECK_REBUILD=1 (do not reuse an earlier build on this machine),
 # GPU_CHECK_BIG (the benchmark model's `empo2 model init` flags),
+# GPU_CHECK_GEN_PROCS (cores that generate it, default 4),
 # GPU_CHECK_TOKENIZER (its Hugging Face tokenizer folder, or none; default:
 # the bundle's Qwen tokenizer, or ../shared/qwen-tokenizer in the repository).
 set -uo pipefail
@@ -213,6 +225,28 @@ phase_rollouts() {
 	return $fails
 }
 
+# the attention variants: the tiny F32 model's device run with an F16 KV
+# cache and/or flash attention, each against the CPU reference of the
+# rollouts phase (default context: F32 cache, no flash attention). The
+# log-prob gap to the CPU of each variant says which part of llama.cpp's
+# attention path the device's gap comes from; a variant that differs is a
+# figure, not a failure.
+phase_rollouts_attn() {
+	local ref=rollout-tiny-f32-cpu.json kv fa out
+	[[ -f $GC_WORK/$ref ]] || { echo "no $ref: the rollouts phase did not write it"; return 1; }
+	mapfile -t be < <(backend)
+	for v in f16:off f32:on f16:on; do
+		kv=${v%:*} fa=${v#*:}
+		out=rollout-tiny-f32-device-kv$kv-fa$fa.json
+		echo "+ check rollout --kv-type $kv --flash-attn $fa"
+		E "${be[@]}" check rollout -m "$GC_WORK/models/tiny-f32.gguf" --gpu-layers -1 --threads "$GC_THREADS" \
+			--kv-type "$kv" --flash-attn "$fa" --reference "$GC_WORK/$ref" --out "$GC_WORK/$out" ||
+			echo "variant kv $kv, flash attention $fa: differs from the CPU (exit $?; a figure, not a failure)"
+		[[ -f $GC_WORK/$out ]] && result "$out" || { echo "no $out"; fails=$((fails + 1)); }
+	done
+	return $fails
+}
+
 phase_train() {
 	local dev
 	dev=$(device)
@@ -296,8 +330,8 @@ phase_bench() {
 
 phase_hf_bench() {
 	# torch.compile only in what the phase and the run can spare: the
-	# end-to-end training phase after this one needs ~90 s of its own
-	local spare=$((GC_RUN_LEFT - 90))
+	# correctness phases after this one (hf-export, hf) need ~40 s
+	local spare=$((GC_RUN_LEFT - 40))
 	((spare > GC_PHASE_LIMIT)) && spare=$GC_PHASE_LIMIT
 	# shellcheck disable=SC2086
 	result hf-bench.json # the eager figures are written before torch.compile starts
@@ -317,13 +351,15 @@ phase_train_e2e() {
 	# nothing: the mode is drawn per episode (half of them memory rollouts,
 	# whose intrinsic reward 1/(retrieved + 1) the others lack), so a group
 	# of 4 has different rewards unless all 4 draw the same (1/8 per group);
-	# no masking (every random-model log-prob is under the threshold); the
-	# second step is the warm one. metrics.jsonl gets a line per step.
+	# no masking (every random-model log-prob is under the threshold); half
+	# the memory episodes are off-policy (16 episodes: some are), pi_old is
+	# the engine's recompute; the second step is the warm one. metrics.jsonl
+	# gets a line per step.
 	result run/metrics.jsonl
 	step E "${be[@]}" train --preset empo2 -m "$GC_WORK/models/big.gguf" --env textlab --run-dir "$GC_WORK/run" \
 		--steps 2 --threads "$GC_THREADS" --set device=$dev --set batch.tasks=4 --set batch.rollouts=4 \
 		--set rollout.step_limit=1 --set mode.per=rollout --set mode.memory_prob=0.5 --set mode.offpolicy_prob=0.5 \
-		--set update.micro_batch=1 --set update.low_prob_mask=never
+		--set update.micro_batch=1 --set update.low_prob_mask=never --set update.old_logp=recompute
 	[[ -n $GC_GPU ]] && mem_stop train "empo2 train, two steps"
 	return $fails
 }
@@ -550,8 +586,10 @@ if ((setup_rc != 0)); then
 	exit 1
 fi
 
-# the benchmark model, in the background from now on (one core; the build
-# uses the others)
+# the benchmark model, in the background from now on: its tensors are
+# generated in parallel (modelgen: each from its own generator), on
+# GPU_CHECK_GEN_PROCS cores (default 4 of the build's; one core took 210 s
+# for the 7B shape)
 rm -f "$GC_WORK/models/big.done" "$GC_WORK/models/big.gguf"
 if wanted bench || wanted train-e2e; then
 	(
@@ -559,7 +597,7 @@ if wanted bench || wanted train-e2e; then
 		tok=()
 		[[ -f $GC_WORK/models/qwen-tokenizer/tokenizer.json ]] && tok=(--tokenizer "$GC_WORK/models/qwen-tokenizer")
 		# shellcheck disable=SC2086
-		"$GC_BIN" --log-level info model init --out "$GC_WORK/models/big.gguf" $GC_BIG "${tok[@]}" --seed 3 --max-size 20GiB \
+		GOMAXPROCS=${GPU_CHECK_GEN_PROCS:-4} "$GC_BIN" --log-level info model init --out "$GC_WORK/models/big.gguf" $GC_BIG "${tok[@]}" --seed 3 --max-size 20GiB \
 			>"$GC_WORK/logs/model-big.log" 2>&1
 		rc=$?
 		since "$t0" >"$GC_WORK/models/big.seconds"
@@ -591,22 +629,24 @@ if [[ -n $GC_GPU ]]; then
 		exit 1
 	fi
 	phase rollouts 20 60
+	phase rollouts-attn 10 30
 	phase train 20 60
-	phase hf-export 5 30
-	phase hf 30 90 "$hf_skip"
-	phase bench 90 180
-	phase hf-bench 60 240 "$hf_skip"
+	phase bench 60 150
 	phase train-e2e 60 150
+	phase hf-bench 40 120 "$hf_skip"
+	phase hf-export 5 30
+	phase hf 20 60 "$hf_skip"
 else
 	# GPU_CHECK_CUDA_ARCH without a GPU: the build alone is measured (give it GPU_CHECK_TIME)
 	phase build 0 "$GC_TOTAL" "$build_skip"
 	phase rollouts 3 120
+	phase rollouts-attn 3 120
 	phase train 3 120
+	phase bench 5 180
+	phase train-e2e 10 300
+	phase hf-bench 10 180 "$hf_skip"
 	phase hf-export 2 60
 	phase hf 10 120 "$hf_skip"
-	phase bench 5 180
-	phase hf-bench 10 180 "$hf_skip"
-	phase train-e2e 10 300
 fi
 stop_big
 report

@@ -39,6 +39,8 @@ func init() {
 					&cli.StringFlag{Name: "reference", Usage: "result `FILE` of the reference run to compare with"},
 					&cli.StringFlag{Name: "noise-model", Usage: "the same weights in higher precision (F32 twin of an F16 model): its log-prob differences are the noise floor a device run is held to"},
 					&cli.Float64Flag{Name: "tol", Usage: "max |Δ log-prob| against the reference (replaced by the reference's noise floor when it has one)", Value: 1e-3},
+					&cli.StringFlag{Name: "kv-type", Usage: "KV cache element type: f32 or f16", Value: "f32"},
+					&cli.StringFlag{Name: "flash-attn", Usage: "llama.cpp's flash attention: off, on or auto", Value: "off"},
 				},
 				Action: checkRolloutAction,
 			},
@@ -111,7 +113,8 @@ func checkRolloutAction(c *cli.Context) error {
 		return err
 	}
 	cfg := gpucheck.RolloutConfig{Model: c.String(checkModelFlag.Name), GPULayers: c.Int(checkLayersFlag.Name),
-		Threads: c.Int(checkThreadsFlag.Name), MaxTokens: c.Int("max-tokens"), NoiseModel: c.String("noise-model"), Tol: c.Float64("tol")}
+		Threads: c.Int(checkThreadsFlag.Name), MaxTokens: c.Int("max-tokens"), NoiseModel: c.String("noise-model"), Tol: c.Float64("tol"),
+		KVType: c.String("kv-type"), FlashAttn: c.String("flash-attn")}
 	if p := c.String("reference"); p != "" {
 		cfg.Reference = &gpucheck.RolloutResult{}
 		if err := gpucheck.ReadJSON(p, cfg.Reference); err != nil {

@@ -67,7 +67,7 @@ func TestGPUCheckDryRun(t *testing.T) {
 	}
 	doc, md := gpuCheck(t)
 	ph := phaseByName(doc)
-	want := map[string]int{"setup": 0, "rollouts": 8, "train": 3, "hf-export": 0, "bench": 1, "train-e2e": 1} // ok, with this many results
+	want := map[string]int{"setup": 0, "rollouts": 8, "rollouts-attn": 3, "train": 3, "hf-export": 0, "bench": 1, "train-e2e": 1} // ok, with this many results
 	for name, docs := range want {
 		p, ok := ph[name]
 		if !ok || p.Status != gpucheck.StatusOK || len(p.Docs) != docs {
@@ -85,7 +85,7 @@ func TestGPUCheckDryRun(t *testing.T) {
 			t.Errorf("%s (PyTorch here: %v): %+v", name, hf, p.PhaseRecord)
 		}
 	}
-	if !doc.Pass || len(doc.Phases) != 9 {
+	if !doc.Pass || len(doc.Phases) != 10 {
 		t.Errorf("report: pass %v, %d phases", doc.Pass, len(doc.Phases))
 	}
 	for name, raw := range ph["rollouts"].Docs {
@@ -97,7 +97,15 @@ func TestGPUCheckDryRun(t *testing.T) {
 			t.Errorf("%s: no passing comparison with the CPU reference", name)
 		}
 	}
-	for _, row := range []string{"| rollouts | ok |", "| train-e2e | ok |", "| build | skipped |", "t_update="} {
+	// the attention variants: each documented with its KV type and flash
+	// attention setting, compared with the CPU reference
+	for name, raw := range ph["rollouts-attn"].Docs {
+		var r gpucheck.RolloutResult
+		if err := json.Unmarshal(raw, &r); err != nil || r.Reference == nil || !strings.Contains(name, "-kv"+r.KVType+"-fa"+r.FlashAttn) {
+			t.Errorf("%s: %v %+v", name, err, r)
+		}
+	}
+	for _, row := range []string{"| rollouts | ok |", "| rollouts-attn | ok |", "| train-e2e | ok |", "| build | skipped |", "t_update=", "KV cache f16, flash attention on"} {
 		if !strings.Contains(md, row) {
 			t.Errorf("gpu-report.md lacks %q", row)
 		}
