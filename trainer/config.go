@@ -11,6 +11,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/empo2/empo2/algo"
 	"github.com/empo2/empo2/cgo"
 	"github.com/empo2/empo2/environments"
 	"github.com/empo2/empo2/internal/config"
@@ -132,17 +133,15 @@ type CheckpointConfig struct {
 	Keep  int `yaml:"keep" doc:"checkpoints kept (oldest removed)" range:"[1,1e6]"`
 }
 
-// Mode is the EMPO² mode of an episode (metrics.jsonl "mode").
-type Mode string
+// Mode is the EMPO² mode of an episode (metrics.jsonl "mode"): algo.Mode.
+type Mode = algo.Mode
 
-// EMPO² modes.
+// EMPO² modes (algo's).
 const (
-	ModeOffPolicy    Mode = "off-policy"     // rollouts with tips, update without them
-	ModeOnPolicyTips Mode = "on-policy-tips" // rollouts and update with tips
-	ModeOnPolicy     Mode = "on-policy"      // no memory
-	// ModeMixed is not an episode's mode: metrics.jsonl's "mode" of a step
-	// whose episodes drew their own (mode.per: rollout).
-	ModeMixed Mode = "mixed"
+	ModeOffPolicy    = algo.ModeOffPolicy    // rollouts with tips, update without them
+	ModeOnPolicyTips = algo.ModeOnPolicyTips // rollouts and update with tips
+	ModeOnPolicy     = algo.ModeOnPolicy     // no memory
+	ModeMixed        = algo.ModeMixed        // metrics.jsonl's "mode" of a step with per-rollout modes
 )
 
 // Per is how often the EMPO² mode is drawn (mode.per).
@@ -158,54 +157,16 @@ const (
 func (p Per) Valid() bool { return p == PerStep || p == PerRollout }
 
 // LowProbMask is where low-probability masking applies
-// (update.low_prob_mask), by the episode's mode. The EMPO² sources differ:
-// the paper's text ties masking to the off-policy updates (MaskOffPolicy,
-// the default); an earlier version of the reference code masked every
-// step of an EMPO² run (MaskEveryStep); its last 7B configuration has
-// masking off (MaskNever).
-type LowProbMask string
+// (update.low_prob_mask), by the episode's mode: algo.LowProbMask.
+type LowProbMask = algo.LowProbMask
 
-// Masking scopes.
+// Masking scopes (algo's).
 const (
-	MaskOffPolicy   LowProbMask = "off-policy"   // off-policy episodes (the paper's text)
-	MaskMemorySteps LowProbMask = "memory-steps" // episodes that retrieved tips: off-policy and on-policy-tips
-	MaskEveryStep   LowProbMask = "every-step"   // every episode (an earlier version of the reference code)
-	MaskNever       LowProbMask = "never"        // no masking (the reference code's last 7B config)
+	MaskOffPolicy   = algo.MaskOffPolicy   // off-policy episodes (the paper's text)
+	MaskMemorySteps = algo.MaskMemorySteps // episodes that retrieved tips: off-policy and on-policy-tips
+	MaskEveryStep   = algo.MaskEveryStep   // every episode (an earlier version of the reference code)
+	MaskNever       = algo.MaskNever       // no masking (the reference code's last 7B config)
 )
-
-// Valid reports whether m is a known scope.
-func (m LowProbMask) Valid() bool {
-	return m == MaskOffPolicy || m == MaskMemorySteps || m == MaskEveryStep || m == MaskNever
-}
-
-// renamedMasks are the scopes' former names, refused with their new ones.
-var renamedMasks = map[LowProbMask]LowProbMask{"tips": MaskMemorySteps, "always": MaskEveryStep}
-
-// check reports ErrRunConfig for an unknown scope, naming the new name of
-// a former one.
-func (m LowProbMask) check() error {
-	if n, ok := renamedMasks[m]; ok {
-		return fmt.Errorf("%w: update.low_prob_mask %q was renamed %q (the scopes are %s, %s, %s, %s)",
-			ErrRunConfig, m, n, MaskOffPolicy, MaskMemorySteps, MaskEveryStep, MaskNever)
-	}
-	if !m.Valid() {
-		return fmt.Errorf("%w: update.low_prob_mask %q (want %s, %s, %s or %s)", ErrRunConfig, m, MaskOffPolicy, MaskMemorySteps, MaskEveryStep, MaskNever)
-	}
-	return nil
-}
-
-// Applies reports whether masking applies to an episode in mode.
-func (m LowProbMask) Applies(mode Mode) bool {
-	switch m {
-	case MaskEveryStep:
-		return true
-	case MaskMemorySteps:
-		return mode == ModeOffPolicy || mode == ModeOnPolicyTips
-	case MaskOffPolicy:
-		return mode == ModeOffPolicy
-	}
-	return false
-}
 
 // OldLogp is where π_old comes from (update.old_logp).
 type OldLogp string
@@ -239,10 +200,10 @@ func (t Transpose) Valid() bool {
 // tiny generated models (the reference's full scale is batch.tasks 8,
 // batch.rollouts 8, see docs/train.md), EMPO² mode probabilities; the
 // rollout, memory and eval sections are their packages' defaults, AdamW's
-// and the objective's hyper-parameters optim.DefaultAdamW's and
-// cgo.DefaultObjective's.
+// and the objective's hyper-parameters optim.DefaultAdamW's, algo.DefaultPPO's
+// and algo.DefaultLowProbThreshold.
 func DefaultConfig() Config {
-	adam, obj := optim.DefaultAdamW(), cgo.DefaultObjective()
+	adam, ppo := optim.DefaultAdamW(), algo.DefaultPPO()
 	return Config{
 		Preset:    presets.Default,
 		Env:       "textlab",
@@ -256,8 +217,8 @@ func DefaultConfig() Config {
 		Memory:    rollout.DefaultMemoryConfig(),
 		Advantage: AdvantageConfig{StdNorm: true, RewardScale: 0.01, Eps: 1e-6, ZeroVar: ZeroVarSkip},
 		Update: UpdateConfig{LR: 1e-4, MinLR: 0, Schedule: optim.ScheduleConstant, Warmup: 0, WeightDecay: adam.WeightDecay,
-			Beta1: adam.Beta1, Beta2: adam.Beta2, AdamEps: adam.Eps, MaxGradNorm: 1.0, ClipLow: obj.ClipLow, ClipHigh: obj.ClipHigh,
-			DualClip: obj.DualClip, LowProbThreshold: obj.LowProbThreshold, LowProbMask: MaskOffPolicy, Aggregation: obj.Aggregation,
+			Beta1: adam.Beta1, Beta2: adam.Beta2, AdamEps: adam.Eps, MaxGradNorm: 1.0, ClipLow: ppo.ClipLow, ClipHigh: ppo.ClipHigh,
+			DualClip: ppo.DualClip, LowProbThreshold: algo.DefaultLowProbThreshold, LowProbMask: MaskOffPolicy, Aggregation: cgo.AggTokenMean,
 			PPOEpochs: 1, MiniBatch: 0, MicroBatch: 8, Pack: true, OldLogp: OldLogpRecompute,
 			Transpose: TransposeAuto},
 		Checkpoint: CheckpointConfig{Every: 1, Keep: 3},
@@ -408,8 +369,8 @@ func (c *Config) Validate() error {
 	if err := c.Memory.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrRunConfig, err)
 	}
-	if err := c.Update.LowProbMask.check(); err != nil {
-		return err
+	if err := c.Update.LowProbMask.Check(); err != nil {
+		return fmt.Errorf("%w: %w", ErrRunConfig, err)
 	}
 	if _, err := c.Objective(); err != nil {
 		return err
@@ -437,13 +398,21 @@ func (c *Config) EpisodeContext(nCtxTrain int) int {
 	return n
 }
 
-// Objective is the PPO/dual-clip objective of the update section.
+// PPO is the clipped / dual-clip surrogate of the update section.
+func (c *Config) PPO() algo.PPO {
+	return algo.PPO{ClipLow: c.Update.ClipLow, ClipHigh: c.Update.ClipHigh, DualClip: c.Update.DualClip}
+}
+
+// Objective is the training graph's objective of the update section: the
+// surrogate (PPO, validated here by algo.PPO.Validate, the one check of
+// its ranges) and the aggregation. Low-probability masking is not part of
+// it: BuildSamples applies it.
 func (c *Config) Objective() (cgo.Objective, error) {
-	o := cgo.Objective{ClipLow: c.Update.ClipLow, ClipHigh: c.Update.ClipHigh, DualClip: c.Update.DualClip,
-		LowProbThreshold: c.Update.LowProbThreshold, Aggregation: c.Update.Aggregation}
-	if o.ClipLow < 0 || o.ClipLow >= 1 || o.ClipHigh < 0 || (o.DualClip != 0 && o.DualClip <= 1) {
-		return o, fmt.Errorf("%w: update.clip_low %v (need [0,1)), update.clip_high %v (need ≥ 0), update.dual_clip %v (need 0 or > 1)",
-			ErrRunConfig, o.ClipLow, o.ClipHigh, o.DualClip)
+	p := c.PPO()
+	o := cgo.Objective{Policy: p, Aggregation: c.Update.Aggregation}
+	if err := p.Validate(); err != nil {
+		return o, fmt.Errorf("%w: update.clip_low %v (need [0,1)), update.clip_high %v (need ≥ 0), update.dual_clip %v (need 0 or > 1): %w",
+			ErrRunConfig, p.ClipLow, p.ClipHigh, p.DualClip, err)
 	}
 	return o, nil
 }
