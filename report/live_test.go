@@ -243,7 +243,7 @@ func TestLivePageInChromium(t *testing.T) {
 	waitFor := func(what string, ok func(domState) bool) domState {
 		t.Helper()
 		var s domState
-		deadline := time.Now().Add(30 * time.Second)
+		deadline := time.Now().Add(90 * time.Second) // generous: make test loads both cores
 		for {
 			s = domState{}
 			err := p.Eval(read, &s)

@@ -38,7 +38,7 @@ func TestReportServeRefusesRemote(t *testing.T) {
 // so), else in the test's temporary folder.
 func TestReportServeFollowsTrain(t *testing.T) {
 	chromium := headless.ForTest(t)
-	const steps = 6
+	const steps = 10
 	model := trainModel(t)
 	root := t.TempDir()
 	run := filepath.Join(root, "run")
@@ -108,7 +108,7 @@ func TestReportServeFollowsTrain(t *testing.T) {
 		}
 		return d
 	}
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(90 * time.Second) // generous: make test loads both cores
 	for d := get(); d.Rows != 1 || !strings.Contains(d.Text, "waiting"); d = get() {
 		if time.Now().After(deadline) {
 			t.Fatalf("the page never showed the run as waiting: %+v", d)
@@ -119,7 +119,9 @@ func TestReportServeFollowsTrain(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	tr := exec.Command(binPath, trainArgs(model, run, "--steps", strconv.Itoa(steps))...)
+	// Longer episodes than the quick runs' so that a step outlasts a redraw
+	// of the pictures, and the page can show each step.
+	tr := exec.Command(binPath, trainArgs(model, run, "--steps", strconv.Itoa(steps), "--set", "rollout.step_limit=8", "--set", "rollout.max_action_tokens=16")...)
 	var trainOut strings.Builder
 	tr.Stdout, tr.Stderr = &trainOut, &trainOut
 	if err := tr.Start(); err != nil {
@@ -158,7 +160,7 @@ func TestReportServeFollowsTrain(t *testing.T) {
 			if err != nil {
 				t.Fatalf("train: %v\n%s", err, trainOut.String())
 			}
-			finished, deadline = true, time.Now().Add(30*time.Second)
+			finished, deadline = true, time.Now().Add(90*time.Second)
 		default:
 		}
 		if time.Now().After(deadline) {

@@ -70,7 +70,7 @@ func Start(path, profileDir string, width, height int, logTo *os.File) (*Browser
 	}
 	args := []string{"--headless", "--remote-debugging-pipe", "--disable-gpu", "--no-first-run",
 		"--no-default-browser-check", "--disable-extensions", "--disable-background-networking",
-		"--hide-scrollbars", "--mute-audio", "--user-data-dir=" + profileDir,
+		"--hide-scrollbars", "--mute-audio", "--disable-dev-shm-usage", "--user-data-dir=" + profileDir,
 		fmt.Sprintf("--window-size=%d,%d", width, height)}
 	if os.Geteuid() == 0 {
 		args = append(args, "--no-sandbox") // Chromium refuses root with its sandbox
