@@ -426,7 +426,7 @@ func TestGroupRuns(t *testing.T) {
 	runs := []*Run{
 		mk("a-s1", "seed: 1\nlr: 0.1\nrollout: {seed: 1, t: 1}\n"),
 		mk("b", "seed: 2\nlr: 0.2\nrollout: {seed: 2, t: 1}\n"),
-		mk("a-s2", "seed: 2\nlr: 0.1\nsteps: 30\nthreads: 4\nrollout: {seed: 9, t: 1}\n"), // longer run, other threads: same experiment
+		mk("a-s2", "seed: 2\nlr: 0.1\nsteps: 30\nthreads: 4\nlogging: {tensorboard: false}\nrollout: {seed: 9, t: 1}\n"), // longer run, other threads, no event files: same experiment
 		{Name: "noconfig"},
 	}
 	gs := GroupRuns(runs)

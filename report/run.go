@@ -286,9 +286,9 @@ func (r *Run) parseConfig(path string, b []byte) error {
 var groupIgnoredKeys = map[string]bool{"seed": true, "run_dir": true, "resume": true}
 
 // groupIgnoredTopKeys are removed at the top level only: how long a run was
-// asked to go (`steps`, raised on --resume) and on how many threads do not
-// make it another experiment.
-var groupIgnoredTopKeys = map[string]bool{"steps": true, "threads": true}
+// asked to go (`steps`, raised on --resume), on how many threads, and what
+// it wrote for watching it (`logging`) do not make it another experiment.
+var groupIgnoredTopKeys = map[string]bool{"steps": true, "threads": true, "logging": true}
 
 // stripKeys returns a deep copy of the config without the ignored keys.
 func stripKeys(v any) any { return stripKeysAt(v, true) }
