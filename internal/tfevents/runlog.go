@@ -49,6 +49,7 @@ var metricTags = map[string]string{
 	"approx_kl":             "update/kl",
 	"entropy":               "update/entropy",
 	"grad_norm":             "update/grad_norm",
+	"loss_scale_skips":      "update/loss_scale_skips",
 	"lr":                    "update/lr",
 	"updates":               "update/updates",
 	"masked_seqs":           "update/masked_seqs",
