@@ -53,7 +53,6 @@ var metricTags = map[string]string{
 	"lr":                    "update/lr",
 	"updates":               "update/updates",
 	"masked_seqs":           "update/masked_seqs",
-	"loss_scale_skips":      "update/loss_scale_skips",
 	"sequences":             "update/sequences",
 	"trained_tokens":        "update/trained_tokens",
 	"sample_steps":          "update/sample_steps",
