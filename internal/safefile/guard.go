@@ -234,6 +234,17 @@ func CheckNew(outputs []Path, force bool) error {
 	return nil
 }
 
+// CheckWrite is the whole output guard of a command before it writes:
+// [CheckOutputs] (no output is an input, another output or inside a run
+// directory it does not own), then [CheckNew] (no existing file replaced
+// unless force).
+func CheckWrite(outputs, inputs []Path, force bool) error {
+	if err := CheckOutputs(outputs, inputs); err != nil {
+		return err
+	}
+	return CheckNew(outputs, force)
+}
+
 // members is p's own entry and, for a folder, those of its Files. An input
 // folder may be given as one of its files (`lora import DIR/weights`): its
 // Files are then those beside it.

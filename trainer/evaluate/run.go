@@ -269,19 +269,14 @@ func (c *RunConfig) Validate() error {
 func (c *RunConfig) checkOutputs() error {
 	in := []safefile.Path{{Flag: "--config", Path: c.ConfigFile}, {Flag: "model", Path: c.Model}, {Flag: "lora", Path: c.LoRA},
 		{Flag: "run", Path: c.Run, Dir: true}}
-	if c.MemoryDB != "" {
-		for _, suf := range []string{"", "-wal", "-shm", "-journal"} {
-			in = append(in, safefile.Path{Flag: "memory_db", Path: c.MemoryDB + suf})
-		}
+	for _, p := range memstore.Files(c.MemoryDB) {
+		in = append(in, safefile.Path{Flag: "memory_db", Path: p})
 	}
 	if e := c.Memory.Embedder; e != rollout.EmbedderHash && e != rollout.EmbedderPolicy {
 		in = append(in, safefile.Path{Flag: "memory.embedder", Path: e})
 	}
 	out := []safefile.Path{{Flag: "out", Path: c.Out, RunLayout: []string{RunEvalDir + "/*.json", RunEvalDir + "/ood/*.json"}}}
-	if err := safefile.CheckOutputs(out, in); err != nil {
-		return err
-	}
-	return safefile.CheckNew(out, c.Force)
+	return safefile.CheckWrite(out, in, c.Force)
 }
 
 // Plan is what an evaluation will play, told before its first episode.

@@ -152,13 +152,9 @@ func (c *RunConfig) Validate() error {
 // lies inside a training run directory, or that exists (unless Force or,
 // for what a run being resumed wrote, Resume).
 func (c *RunConfig) checkOutputs() error {
-	outs := []safefile.Path{{Flag: "out", Path: c.Out}, {Flag: "checkpoint", Path: c.checkpointPath()}}
-	if err := safefile.CheckOutputs(outs,
+	return safefile.CheckWrite([]safefile.Path{{Flag: "out", Path: c.Out}, {Flag: "checkpoint", Path: c.checkpointPath()}},
 		[]safefile.Path{{Flag: "--config", Path: c.ConfigFile}, {Flag: "model", Path: c.Model}, {Flag: "data", Path: c.Data},
-			{Flag: "val", Path: c.Val}, {Flag: "lora.init", Path: c.LoRA.Init}}); err != nil {
-		return err
-	}
-	return safefile.CheckNew(outs, c.Force || c.Resume)
+			{Flag: "val", Path: c.Val}, {Flag: "lora.init", Path: c.LoRA.Init}}, c.Force || c.Resume)
 }
 
 // DataInfo is what Run tells OnData once the data are tokenized.
