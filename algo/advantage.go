@@ -14,6 +14,12 @@ func IntrinsicReward(count int, coef float64) float64 {
 	return coef / float64(count+1)
 }
 
+// BonusBound bounds the novelty bonus's term in a group's advantages to
+// this share of the group's smallest gap between two different extrinsic
+// rewards (GroupAdvantages): below ½, so that the bonus can never reorder
+// episodes whose scores differ; ¼ leaves half of the smallest gap.
+const BonusBound = 0.25
+
 // Member is one episode of a GRPO group, as GroupAdvantages sees it.
 type Member struct {
 	Group  int       // the group: episodes of one task variation in one step
@@ -33,9 +39,11 @@ type Member struct {
 //	A_it =  E_i − mean(E) + c_it                      (otherwise)
 //
 // with the unbiased std (torch.std, as verl's GRPO estimator) and
-// c_it = scale·(b_it − B), b_it the bonus of step t of a memory episode i
-// in score points and B the mean over the group's memory episodes of their
-// mean bonus (c = 0 for episodes without memory). So
+// c_it = f·scale·(b_it − B), b_it the bonus of step t of a memory episode i
+// in score points, B the mean over the group's memory episodes of their
+// mean bonus (c = 0 for episodes without memory), and f ≤ 1 the bound:
+// f = min(1, BonusBound·Δ / max|scale·(b − B)|), Δ the smallest gap
+// between two different extrinsic rewards of the group. So
 //   - a group whose extrinsic rewards are all equal (or of one episode)
 //     carries no signal, whatever the bonuses: its advantages are 0 and
 //     skip[i] is true so that its samples are not built;
@@ -45,7 +53,15 @@ type Member struct {
 //     rollout); in a group of memory episodes only (mode.per: step) this is
 //     GRPO's own mean subtraction applied to the bonus;
 //   - the std is that of the extrinsic rewards, so bonus differences count
-//     in units of the group's score spread, never of their own.
+//     in units of the group's score spread, never of their own;
+//   - the bonus never changes the order the scores set: |c| ≤ Δ/4, so an
+//     episode that scored more has a higher advantage at every step than
+//     one that scored less, whatever their bonuses (without the bound, in
+//     a partly tied group — scores {0, 0, 0, 1} points, bonuses from
+//     memory.key observation's retrieval counts — the bonus term reached
+//     ≈ 1.8 std against the tied episodes' −0.5); the bonus orders episodes
+//     of equal score, and steps within an episode, only. Under the
+//     defaults (bonus ≤ 1 point, score steps of several points) f = 1.
 //
 // A failed member (Failed) is skipped, and the others are compared among
 // themselves.
@@ -110,6 +126,7 @@ func GroupAdvantages(ms []Member, scale float64, stdNorm bool, eps0 float64) (ad
 		if nmem > 0 {
 			B = bsum / float64(nmem)
 		}
+		f := bonusFactor(ms, idx, scale, B)
 		for _, i := range idx {
 			m := &ms[i]
 			if len(m.Bonus) == 0 {
@@ -119,7 +136,7 @@ func GroupAdvantages(ms []Member, scale float64, stdNorm bool, eps0 float64) (ad
 			for t := range m.Bonus {
 				a := scale*m.Score - mean
 				if m.Memory {
-					a += scale * (m.Bonus[t] - B)
+					a += f * scale * (m.Bonus[t] - B)
 				}
 				if stdNorm {
 					a /= std + eps0
@@ -129,4 +146,35 @@ func GroupAdvantages(ms []Member, scale float64, stdNorm bool, eps0 float64) (ad
 		}
 	}
 	return adv, skip, zeroVarGroups
+}
+
+// bonusFactor is the f ≤ 1 of GroupAdvantages for the group idx (memory
+// bonuses centred on B): 1 when every |scale·(b − B)| is at most
+// BonusBound·Δ, Δ the smallest gap between two different extrinsic rewards
+// of the group, else the factor that brings the largest to BonusBound·Δ.
+func bonusFactor(ms []Member, idx []int, scale, B float64) float64 {
+	var cmax float64
+	rs := make([]float64, 0, len(idx))
+	for _, i := range idx {
+		rs = append(rs, scale*ms[i].Score)
+		if ms[i].Memory {
+			for _, b := range ms[i].Bonus {
+				cmax = max(cmax, math.Abs(scale*(b-B)))
+			}
+		}
+	}
+	if cmax == 0 {
+		return 1
+	}
+	sort.Float64s(rs)
+	gap := math.Inf(1)
+	for k := 1; k < len(rs); k++ {
+		if d := rs[k] - rs[k-1]; d > 0 {
+			gap = min(gap, d)
+		}
+	}
+	if lim := BonusBound * gap; cmax > lim {
+		return lim / cmax
+	}
+	return 1
 }

@@ -2,8 +2,9 @@
 // the rollout engine, the tips memory and the LoRA optimizer into runs.
 //
 // A training step (Loop.Step) plans B task variations × G rollouts and
-// their EMPO² modes from (seed, step) (PlanStep, DrawMode: u < p·q
-// off-policy, u < p on-policy with tips, else on-policy), plays them
+// their EMPO² modes from (seed, step) (PlanStep, algo.DrawMode: u < p·q
+// off-policy, u < p on-policy with tips, else on-policy; each job carries
+// its mode, and its episode on to the update), plays them
 // (rollout.Roller), writes one tip per episode into the memory, turns the
 // episodes into training sequences (BuildSamples: GRPO group advantages,
 // the off-policy input without tips, low-probability masking, packing of an episode's
@@ -18,8 +19,11 @@
 // metrics.jsonl, eval.jsonl, checkpoints/) are named by package runfiles,
 // which `empo2 report` reads.
 //
-// The sub-packages hold the other roles, so that a folder names what it
-// holds:
+// The EMPO² maths itself — the mode draw, group advantages with the
+// novelty bonus, low-probability masking, the clipped / dual-clip
+// surrogate — is package algo (pure Go, beside trainer); the loop calls it
+// and defines none of it. The sub-packages hold the other roles, so that a
+// folder names what it holds:
 //
 //   - rollout: the Roller (batched episodes with per-episode KV), the one
 //     prompt format (Renderer, Messages, ParseAction), tips and the memory
