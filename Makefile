@@ -2,7 +2,6 @@
 #   make        builds bin/empo2 (CPU)
 #   make test   runs the test suite
 #   make demo   builds, then runs the main job end to end (empo2 quickstart)
-#   make demo   builds, then runs the main job end to end (empo2 quickstart)
 # llama.cpp and ggml come only from the pinned Go module github.com/ollama/ollama
 # (see third_party/README.md); nothing third-party is committed here.
 
@@ -118,15 +117,6 @@ chromium:
 .PHONY: sft-recipe
 sft-recipe: build
 	EMPO2=$(BIN) scripts/sft-recipe.sh
-
-# The first run, one command: demos -> model -> SFT warm start -> EMPO² run
-# (with its live page) -> eval with and without memory -> report, into
-# DEMO_DIR (default build/quickstart; run again to continue an interrupted
-# one). About 10 minutes on 2 cores.
-DEMO_DIR ?= build/quickstart
-.PHONY: demo
-demo: build
-	$(BIN) quickstart $(DEMO_DIR)
 
 # The first run, one command: demos -> model -> SFT warm start -> EMPO² run
 # (with its live page) -> eval with and without memory -> report, into
