@@ -59,6 +59,7 @@ type Live struct {
 	inputs   string            // signature of the report's input files
 	progress map[string]string // signature of each run's progress.json
 	subs     map[chan struct{}]struct{}
+	pushed   time.Time // when the run table was last rendered
 }
 
 // LiveState is what /state returns and /events pushes.
@@ -140,7 +141,9 @@ func (l *Live) State() LiveState {
 }
 
 // refresh redraws when the report's inputs changed and re-reads the
-// progress files; open pages are told when anything changed.
+// progress files; open pages are told when anything changed, and every
+// tableAge anyway (the age of a run's progress goes on: a run that died
+// shows an ever older "step in progress").
 func (l *Live) refresh() {
 	inputs := inputSignature(l.dirs)
 	prog := map[string]string{}
@@ -149,7 +152,7 @@ func (l *Live) refresh() {
 	}
 	l.mu.Lock()
 	redraw := inputs != l.inputs || l.state.Version == 0
-	changed := redraw || !equalMaps(prog, l.progress)
+	changed := redraw || !equalMaps(prog, l.progress) || time.Since(l.pushed) >= tableAge
 	l.mu.Unlock()
 	if !changed {
 		return
@@ -190,6 +193,7 @@ func (l *Live) refresh() {
 		l.logf("live report: %v", err)
 	}
 	l.state.Table = tb.String()
+	l.pushed = time.Now()
 	for ch := range l.subs {
 		select {
 		case ch <- struct{}{}:
@@ -203,6 +207,9 @@ func (l *Live) logf(format string, args ...any) {
 		l.opt.Logf(format, args...)
 	}
 }
+
+// tableAge is how often the run table is rendered when nothing changed.
+const tableAge = 5 * time.Second
 
 // srcRe finds the page's relative picture sources and links.
 var srcRe = regexp.MustCompile(`(<img src="|<a href=")([^"#/][^"]*)"`)
