@@ -141,6 +141,18 @@ type Options struct {
 	// softmax per layer in the backward. 0: 32 MiB; < 0: off (every
 	// layer's full block kept, as before).
 	AttentionBlockBytes int64
+	// LossScaling of the LoRA backward: 0 (the default) on where a frozen
+	// matrix is not F32 — F16, BF16 and quantized bases, whose backward
+	// rounds dY to F16 in dX = Wᵀ·dY and would underflow at real batch
+	// sizes —, 1 on, −1 off (for measurement). The backward of each graph
+	// runs on the objective times a power of two that brings its largest
+	// per-token coefficient to 2^8, and each gradient contribution is
+	// divided by it in F32 before it is accumulated, so gradients are those
+	// of the unscaled objective (exactly so on F32 bases). A graph whose
+	// scaled gradient overflows is recomputed at a 2^8 lower scale
+	// (Stats.LossScaleSkips). Not with LoadFull or AutogradFrozenBackward
+	// (no F16 rounding there; 1 is refused). See docs/training.md, "Numerics".
+	LossScaling int
 }
 
 // DefaultOptions: CPU, all cores, transposed-weight backward on.
@@ -158,7 +170,7 @@ type ModelInfo struct {
 	RopeBase       float32
 	NormEps        float32
 	TiedEmbeddings bool   // no output.weight: logits use token_embd.weight
-	WeightType     string // storage type of the frozen matrices ("f32", "f16", "q8_0", ...)
+	WeightType     string // the base's type as llama.cpp names its file type (general.file_type: "f32", "f16", "q8_0", "q4_K_M", ...; else its most frequent matrix type)
 	Backend        string // ggml backend name
 }
 
@@ -247,6 +259,9 @@ type Stats struct {
 	PaddedTokens int     // Σ over the call's graphs of batch × longest sequence
 	Graphs       int     // graphs computed (> 1 when the compute cap or MaxTokens split the batch)
 	ComputeBytes int64   // largest compute buffer among the call's graphs (bytes)
+	// LossScaleSkips: graphs recomputed at a lower loss scale after an
+	// overflow of the scaled backward (Options.LossScaling)
+	LossScaleSkips int
 }
 
 // CountTrained returns how many trained tokens and sequences (with at least
@@ -341,4 +356,11 @@ type MemoryStats struct {
 	// AttnRecomputed: attention softmaxes recomputed in the last training
 	// graph's backward instead of kept from the forward.
 	AttnRecomputed int
+	// LossScaling: the backward is loss-scaled (Options.LossScaling
+	// resolved); LossScaleLog2: log2 of the scale of the last training
+	// graph; LossScaleSkips: training graphs recomputed at a lower scale
+	// after an overflow since Load.
+	LossScaling    bool
+	LossScaleLog2  int
+	LossScaleSkips int64
 }

@@ -39,7 +39,8 @@
 // F32 with gradients and moments), no LoRA, parameters in the GGUF file's
 // tensor order; SaveFull writes the trained weights as a new base GGUF.
 //
-// The C/C++ side (empo_train.h, empo_train.cpp) follows ggml's conventions
+// The C/C++ side (empo_train.h, the one C API; empo_*.cpp cut by role,
+// see empo_train_internal.h) follows ggml's conventions
 // (empo_<object>_<verb>, init/free, status codes) and catches every
 // exception at the boundary. Every graph runs through ggml_backend_sched
 // (device first, CPU fallback); a training step is one compute in which the

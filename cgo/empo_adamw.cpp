@@ -87,6 +87,19 @@ struct small_graph {
     }
 };
 
+double adamw_state::grad_sumsq() {
+    small_graph sg(16);
+    ggml_tensor * rs = ggml_sum_rows(sg.ctx, ggml_sqr(sg.ctx, G));   // [1, R]
+    ggml_set_output(rs);
+    ggml_build_forward_expand(sg.gf, rs);
+    sg.compute(backend, galloc);
+    std::vector<float> r(ggml_nelements(rs));
+    ggml_backend_tensor_get(rs, r.data(), 0, ggml_nbytes(rs));
+    double ss = 0;
+    for (float x : r) ss += (double) x;
+    return ss;
+}
+
 double adamw_state::step(const empo_adamw_params & prm, bool * clipped) {
     if (!(prm.t >= 1) || !std::isfinite(prm.lr) || prm.lr < 0 || !(prm.beta1 >= 0 && prm.beta1 < 1) ||
         !(prm.beta2 >= 0 && prm.beta2 < 1) || !(prm.eps > 0) || !(prm.weight_decay >= 0) || std::isnan(prm.max_norm)) {
@@ -95,19 +108,7 @@ double adamw_state::step(const empo_adamw_params & prm, bool * clipped) {
     // ---- global gradient norm ‖G‖₂ (padding is zero): row sums of G² on the
     // backend (threads split rows; each row summed in double by ggml-cpu's
     // ggml_vec_sum_f32), the R row sums added in double here
-    double norm = 0;
-    {
-        small_graph sg(16);
-        ggml_tensor * rs = ggml_sum_rows(sg.ctx, ggml_sqr(sg.ctx, G));   // [1, R]
-        ggml_set_output(rs);
-        ggml_build_forward_expand(sg.gf, rs);
-        sg.compute(backend, galloc);
-        std::vector<float> r(ggml_nelements(rs));
-        ggml_backend_tensor_get(rs, r.data(), 0, ggml_nbytes(rs));
-        double ss = 0;
-        for (float x : r) ss += (double) x;
-        norm = std::sqrt(ss);
-    }
+    const double norm = std::sqrt(grad_sumsq());
     if (!std::isfinite(norm)) throw empo_error(EMPO_ERR_NONFINITE, "gradient norm is " + std::to_string(norm));
     double coef = 1.0;
     if (prm.max_norm > 0) coef = prm.max_norm / (norm + 1e-6);

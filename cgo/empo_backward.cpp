@@ -168,10 +168,36 @@ void drop_graph(empo_model & m) {
     m.buf_coef = nullptr;
     if (m.ctx_coef) ggml_free(m.ctx_coef);
     m.ctx_coef = nullptr;
-    m.t_logp = m.t_ent = m.t_clogp = m.t_cent = m.t_lgrad = nullptr;
+    m.t_logp = m.t_ent = m.t_clogp = m.t_cent = m.t_lgrad = m.t_unscale = nullptr;
+    m.unscale_nodes.clear();
     m.cb_node = nullptr;
     m.cb_fn   = nullptr;
     m.cb_user = nullptr;
+}
+
+// Loss scaling (scale_coefficients in empo_step.cpp): the backward runs on
+// S·L', so each contribution autograd adds into a parameter's gradient
+// accumulator is multiplied by t_unscale = 1/S (a power of two: exact in
+// F32) before its ADD. Autograd accumulates a parameter's gradient as a
+// chain of in-place ADDs that starts at its accumulator (ggml_add_or_set
+// with grad_accs); another op on the chain would escape the unscale, so it
+// is refused. Returns the number of contributions unscaled.
+int unscale_param_grads(empo_model & m, ggml_context * ctx, ggml_cgraph * gf) {
+    std::unordered_set<const ggml_tensor *> chain(m.grads.begin(), m.grads.end());
+    int n = 0;
+    for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
+        ggml_tensor * t = ggml_graph_node(gf, i);
+        if (!t->src[0] || !chain.count(t->src[0])) continue;
+        if (t->op != GGML_OP_ADD || !t->src[1]) {
+            throw empo_error(EMPO_ERR_INTERNAL, std::string("loss scaling: gradient accumulator updated by ") + ggml_op_desc(t));
+        }
+        ggml_tensor * u = ggml_mul(ctx, t->src[1], m.t_unscale);   // contribution / S
+        t->src[1] = u;
+        m.unscale_nodes.push_back(u);
+        chain.insert(t);
+        ++n;
+    }
+    return n;
 }
 
 // Builds m.graph for batch b: the forward (logp, ent) or, with_backward, the
@@ -217,13 +243,17 @@ void build_graph(empo_model & m, const empo_batch & b, bool with_backward,
         // c_logp, c_ent: [1, M] in a buffer of the primary device, written by
         // the eval callback mid-compute (not graph inputs: the scheduler
         // copies inputs at the start of a split, before the callback ran)
-        ggml_init_params cp = { ggml_tensor_overhead() * 2, nullptr, true };
+        ggml_init_params cp = { ggml_tensor_overhead() * 3, nullptr, true };
         m.ctx_coef = ggml_init(cp);
         if (!m.ctx_coef) throw empo_error(EMPO_ERR_BACKEND, "ggml_init failed");
         m.t_clogp = ggml_new_tensor_2d(m.ctx_coef, GGML_TYPE_F32, 1, M);
         m.t_cent  = ggml_new_tensor_2d(m.ctx_coef, GGML_TYPE_F32, 1, M);
         ggml_set_name(m.t_clogp, "coef_logp");
         ggml_set_name(m.t_cent,  "coef_ent");
+        if (m.ls_on) {
+            m.t_unscale = ggml_new_tensor_1d(m.ctx_coef, GGML_TYPE_F32, 1);
+            ggml_set_name(m.t_unscale, "loss_unscale");
+        }
         m.buf_coef = ggml_backend_alloc_ctx_tensors_from_buft(m.ctx_coef, ggml_backend_get_default_buffer_type(m.backend));
         if (!m.buf_coef) throw empo_error(EMPO_ERR_BACKEND, "cannot allocate the coefficient buffer");
         ggml_backend_buffer_clear(m.buf_coef, 0);
@@ -265,6 +295,7 @@ void build_graph(empo_model & m, const empo_batch & b, bool with_backward,
             m.n_rewritten_op  = rewrite_out_prods(m, ctx, gf);
         }
         m.n_pinned = pin_backward_operands(ctx, gf);
+        if (m.ls_on) unscale_param_grads(m, ctx, gf);
 
         // rebuild the computed graph from the outputs so leafs and use counts
         // reflect the rewrite; forward nodes stay first (same DFS order)

@@ -236,6 +236,91 @@ static void add_lora(empo_model & m, empo_linear & lin, int il, int k, const std
     }
 }
 
+// The name of llama.cpp's file type ft (general.file_type, enum llama_ftype)
+// spelled like ggml's type names ("q4_K_M" for LLAMA_FTYPE_MOSTLY_Q4_K_M,
+// "q8_0", "f16"), or nullptr for a value this llama.cpp does not know.
+static const char * ftype_name(int64_t ft) {
+    switch (ft) {
+        case LLAMA_FTYPE_ALL_F32:         return "f32";
+        case LLAMA_FTYPE_MOSTLY_F16:      return "f16";
+        case LLAMA_FTYPE_MOSTLY_BF16:     return "bf16";
+        case LLAMA_FTYPE_MOSTLY_Q4_0:     return "q4_0";
+        case LLAMA_FTYPE_MOSTLY_Q4_1:     return "q4_1";
+        case LLAMA_FTYPE_MOSTLY_Q5_0:     return "q5_0";
+        case LLAMA_FTYPE_MOSTLY_Q5_1:     return "q5_1";
+        case LLAMA_FTYPE_MOSTLY_Q8_0:     return "q8_0";
+        case LLAMA_FTYPE_MOSTLY_Q2_K:     return "q2_K";
+        case LLAMA_FTYPE_MOSTLY_Q2_K_S:   return "q2_K_S";
+        case LLAMA_FTYPE_MOSTLY_Q3_K_S:   return "q3_K_S";
+        case LLAMA_FTYPE_MOSTLY_Q3_K_M:   return "q3_K_M";
+        case LLAMA_FTYPE_MOSTLY_Q3_K_L:   return "q3_K_L";
+        case LLAMA_FTYPE_MOSTLY_Q4_K_S:   return "q4_K_S";
+        case LLAMA_FTYPE_MOSTLY_Q4_K_M:   return "q4_K_M";
+        case LLAMA_FTYPE_MOSTLY_Q5_K_S:   return "q5_K_S";
+        case LLAMA_FTYPE_MOSTLY_Q5_K_M:   return "q5_K_M";
+        case LLAMA_FTYPE_MOSTLY_Q6_K:     return "q6_K";
+        case LLAMA_FTYPE_MOSTLY_TQ1_0:    return "tq1_0";
+        case LLAMA_FTYPE_MOSTLY_TQ2_0:    return "tq2_0";
+        case LLAMA_FTYPE_MOSTLY_IQ2_XXS:  return "iq2_xxs";
+        case LLAMA_FTYPE_MOSTLY_IQ2_XS:   return "iq2_xs";
+        case LLAMA_FTYPE_MOSTLY_IQ2_S:    return "iq2_s";
+        case LLAMA_FTYPE_MOSTLY_IQ2_M:    return "iq2_m";
+        case LLAMA_FTYPE_MOSTLY_IQ3_XS:   return "iq3_xs";
+        case LLAMA_FTYPE_MOSTLY_IQ3_XXS:  return "iq3_xxs";
+        case LLAMA_FTYPE_MOSTLY_IQ1_S:    return "iq1_s";
+        case LLAMA_FTYPE_MOSTLY_IQ1_M:    return "iq1_m";
+        case LLAMA_FTYPE_MOSTLY_IQ4_NL:   return "iq4_nl";
+        case LLAMA_FTYPE_MOSTLY_IQ4_XS:   return "iq4_xs";
+        case LLAMA_FTYPE_MOSTLY_IQ3_S:    return "iq3_s";
+        case LLAMA_FTYPE_MOSTLY_IQ3_M:    return "iq3_m";
+        case LLAMA_FTYPE_MOSTLY_MXFP4_MOE: return "mxfp4_moe";
+        default: return nullptr;
+    }
+}
+
+// the matrix type a file type is named after (GGML_TYPE_COUNT: not checked)
+static ggml_type ftype_main_type(int64_t ft) {
+    switch (ft) {
+        case LLAMA_FTYPE_ALL_F32:       return GGML_TYPE_F32;
+        case LLAMA_FTYPE_MOSTLY_F16:    return GGML_TYPE_F16;
+        case LLAMA_FTYPE_MOSTLY_BF16:   return GGML_TYPE_BF16;
+        case LLAMA_FTYPE_MOSTLY_Q4_0:   return GGML_TYPE_Q4_0;
+        case LLAMA_FTYPE_MOSTLY_Q4_1:   return GGML_TYPE_Q4_1;
+        case LLAMA_FTYPE_MOSTLY_Q5_0:   return GGML_TYPE_Q5_0;
+        case LLAMA_FTYPE_MOSTLY_Q5_1:   return GGML_TYPE_Q5_1;
+        case LLAMA_FTYPE_MOSTLY_Q8_0:   return GGML_TYPE_Q8_0;
+        case LLAMA_FTYPE_MOSTLY_Q4_K_S:
+        case LLAMA_FTYPE_MOSTLY_Q4_K_M: return GGML_TYPE_Q4_K;
+        case LLAMA_FTYPE_MOSTLY_Q5_K_S:
+        case LLAMA_FTYPE_MOSTLY_Q5_K_M: return GGML_TYPE_Q5_K;
+        case LLAMA_FTYPE_MOSTLY_Q6_K:   return GGML_TYPE_Q6_K;
+        default:                        return GGML_TYPE_COUNT;
+    }
+}
+
+// info.wtype_name: the base's type as llama.cpp reports its file type —
+// general.file_type when the file has it (file_type ≥ 0), else the most
+// frequent type of its matrices, as llama.cpp guesses one — whatever the
+// graph stores (F32 copies with the autograd backward): a Q4_K_M base is
+// "q4_K_M", not the type of the last matrix read (its Q6_K head or FFN
+// down matrices). A key that no matrix bears out (a file rewritten with
+// its metadata copied: "f32" over Q8_0 matrices) is ignored for the guess.
+// counts: the base's matrices by their file type.
+static void set_base_type(empo_model & m, int64_t file_type, const std::map<ggml_type, int> & counts) {
+    const char * name = file_type >= 0 ? ftype_name(file_type) : nullptr;
+    const ggml_type main = ftype_main_type(file_type);
+    if (name && main != GGML_TYPE_COUNT && !counts.count(main)) name = nullptr;
+    if (!name) {
+        ggml_type most = m.info.wtype >= 0 ? (ggml_type) m.info.wtype : GGML_TYPE_F32;
+        int n = 0;
+        for (const auto & kv : counts) {
+            if (kv.second > n) { most = kv.first; n = kv.second; }
+        }
+        name = ggml_type_name(most);
+    }
+    snprintf(m.info.wtype_name, sizeof(m.info.wtype_name), "%s", name);
+}
+
 // checks shared by both loaders
 static void check_hparams(const empo_model_info & hp) {
     if (hp.n_layer <= 0 || hp.n_embd <= 0 || hp.n_ff <= 0 || hp.n_head <= 0 || hp.n_head_kv <= 0 ||
@@ -252,6 +337,7 @@ struct weight_loader {
     empo_model &  m;
     gguf_source & src;
     std::vector<pending_upload> uploads;
+    std::map<ggml_type, int> counts; // the matrices read, by their file type (set_base_type)
 
     // full training: tensor `id` becomes a trainable F32 parameter [n0, n1]
     // (n1 = 0: 1-D [n0]) in ctx_p, placed in the optimizer's flat buffer by
@@ -311,6 +397,7 @@ struct weight_loader {
             throw empo_error(EMPO_ERR_ARCH, "tensor " + name + " has an unexpected shape (want ne=[" +
                              std::to_string(n0) + "," + std::to_string(n1) + "])");
         }
+        ++counts[type];
         if (m.cfg.full) {
             m.info.wtype = GGML_TYPE_F32;
             return param(name, id, n0, n1);
@@ -458,7 +545,7 @@ void load_model(empo_model & m, const char * path) {
         m.ctx_p = ggml_init(pp);
         if (!m.ctx_w || !m.ctx_p) throw empo_error(EMPO_ERR_BACKEND, "ggml_init failed");
     }
-    weight_loader wl{m, src, {}};
+    weight_loader wl{m, src, {}, {}};
     {
         // the token embedding: get_rows reads any type
         const bool tied_t = hp.tied && !ag;
@@ -493,6 +580,11 @@ void load_model(empo_model & m, const char * path) {
         }
     }
     if (full) order_full_params(m, src);
+    {
+        const int64_t fid = gguf_find_key(g, "general.file_type");
+        const int64_t ft  = fid >= 0 && gguf_get_kv_type(g, fid) == GGUF_TYPE_UINT32 ? (int64_t) gguf_get_val_u32(g, fid) : -1;
+        set_base_type(m, ft, wl.counts);
+    }
     for (ggml_tensor * t : m.params) {
         ggml_tensor * gacc = ggml_dup_tensor(m.ctx_p, t);
         ggml_format_name(gacc, "grad_acc.%s", t->name);
@@ -528,7 +620,7 @@ void load_model(empo_model & m, const char * path) {
 // live in: the mmap of the GGUF on the CPU, device memory when offloaded);
 // only the transposed copies Wᵀ (none with transpose_in_graph), the LoRA
 // params, gradients and moments are allocated here.
-void load_shared(empo_model & m, const empo_llama_weights & lw) {
+void load_shared(empo_model & m, const empo_llama_weights & lw, int64_t file_type) {
     if (lw.arch != "qwen2") throw empo_error(EMPO_ERR_ARCH, "architecture \"" + lw.arch + "\" is not supported (only qwen2)");
     if (m.cfg.autograd_frozen) throw empo_error(EMPO_ERR_CONFIG, "the autograd backward converts weights to F32: it cannot share llama.cpp's weights");
     empo_model_info & hp = m.info;
@@ -554,8 +646,10 @@ void load_shared(empo_model & m, const empo_llama_weights & lw) {
     // (W, Wᵀ) pairs whose data is made after allocation, one matrix at a time,
     // so that no more than one matrix is ever held twice in host memory
     std::vector<std::pair<ggml_tensor *, ggml_tensor *>> deferred;
+    std::map<ggml_type, int> counts; // the matrices by type (set_base_type)
     auto mat = [&](ggml_tensor * w, const std::string & what, int64_t n0, int64_t n1, bool want_t) {
         if (!w) throw empo_error(EMPO_ERR_ARCH, "missing tensor " + what);
+        ++counts[w->type];
         if (w->ne[0] != n0 || w->ne[1] != n1 || w->ne[2] != 1 || w->ne[3] != 1 || !ggml_is_contiguous(w)) {
             throw empo_error(EMPO_ERR_ARCH, "tensor " + what + " has an unexpected shape");
         }
@@ -600,6 +694,8 @@ void load_shared(empo_model & m, const empo_llama_weights & lw) {
             if (m.cfg.lora_targets & (1u << k)) add_lora(m, lin, il, k, base, n_in[k], n_out[k]);
         }
     }
+    if (!lw.output || lw.output == lw.tok_embd) --counts[lw.tok_embd->type]; // tied: read twice above, once in the file
+    set_base_type(m, file_type, counts);
     for (ggml_tensor * t : m.params) {
         ggml_tensor * gacc = ggml_dup_tensor(m.ctx_p, t);
         ggml_format_name(gacc, "grad_acc.%s", t->name);

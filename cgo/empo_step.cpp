@@ -86,6 +86,36 @@ static void cap_record(empo_model & m, ggml_tensor * t) {
 // caller's coefficient function and writes c_logp/c_ent into the primary
 // device's buffer before the scheduler computes the backward nodes.
 // Never throws (called from inside ggml).
+// Loss scaling (empo_model_params.loss_scaling). The backward is linear in
+// the coefficients, so scaling them by S = 2^k scales every gradient node
+// by S, and unscale_param_grads divides each contribution by S in F32 before
+// it reaches an accumulator (powers of two: exact, barring over- and
+// underflow). The point is the F16 rounding of dY in dX = Wᵀ·dY (an F16 Wᵀ:
+// ggml converts dY to the weight's dot type): a token-mean objective over
+// n tokens has coefficients ~1/n, and the head's dZ = c·(onehot − p) holds
+// c·p_v for every v, ~c/V for a 152k vocabulary — under F16's smallest
+// normal (6.1e-5) long before real batch sizes, so F16's subnormals (and
+// then 0) carry the gradient. k is chosen from the call's own coefficients
+// (known before the backward starts): the largest |c| lands in
+// [2^(L−1), 2^L), L = EMPO_LOSS_SCALE_LOG2 − ls_shift, whatever the batch
+// size or the caller's loss scale. ls_shift grows after an overflow (run).
+static void scale_coefficients(empo_model & m, std::vector<float> & cl, std::vector<float> & ce) {
+    float amax = 0.0f;
+    for (float x : cl) amax = std::max(amax, std::fabs(x));
+    for (float x : ce) amax = std::max(amax, std::fabs(x));
+    int k = 0;
+    if (amax > 0.0f && std::isfinite(amax)) {
+        int e = 0;
+        std::frexp(amax, &e);                                                   // amax ∈ [2^(e−1), 2^e)
+        k = std::clamp(EMPO_LOSS_SCALE_LOG2 - m.ls_shift - e, -EMPO_LOSS_SCALE_MAX, EMPO_LOSS_SCALE_MAX);
+    }
+    for (float & x : cl) x = std::ldexp(x, k);
+    for (float & x : ce) x = std::ldexp(x, k);
+    const float u = std::ldexp(1.0f, -k);
+    ggml_backend_tensor_set(m.t_unscale, &u, 0, sizeof(u));
+    m.ls_log2 = k;
+}
+
 bool sched_eval_cb(ggml_tensor * t, bool ask, void * user_data) {
     empo_model & m = *(empo_model *) user_data;
     if (m.prof_on || m.cap_on) {
@@ -99,15 +129,22 @@ bool sched_eval_cb(ggml_tensor * t, bool ask, void * user_data) {
     if (t != m.cb_node || m.cb_done || m.cb_failed) return true;
     try {
         const size_t n = (size_t) m.M;
-        std::vector<float> lp(n), en(n), cl(n, 0.0f), ce(n, 0.0f);
-        ggml_backend_tensor_get(m.t_logp, lp.data(), 0, n * sizeof(float));
-        ggml_backend_tensor_get(m.t_ent,  en.data(), 0, n * sizeof(float));
-        m.cb_status = m.cb_fn(m.cb_user, m.M, lp.data(), en.data(), cl.data(), ce.data());
-        if (m.cb_status != 0) {
-            m.cb_failed = true;
-            m.cb_err = "the coefficient callback returned " + std::to_string(m.cb_status);
-            return true;               // the scheduler goes on; the caller restores the gradients
+        if (!m.cb_have) { // a recompute after an overflow reuses the call's coefficients
+            std::vector<float> lp(n), en(n);
+            m.cb_cl.assign(n, 0.0f);
+            m.cb_ce.assign(n, 0.0f);
+            ggml_backend_tensor_get(m.t_logp, lp.data(), 0, n * sizeof(float));
+            ggml_backend_tensor_get(m.t_ent,  en.data(), 0, n * sizeof(float));
+            m.cb_status = m.cb_fn(m.cb_user, m.M, lp.data(), en.data(), m.cb_cl.data(), m.cb_ce.data());
+            if (m.cb_status != 0) {
+                m.cb_failed = true;
+                m.cb_err = "the coefficient callback returned " + std::to_string(m.cb_status);
+                return true;               // the scheduler goes on; the caller restores the gradients
+            }
+            m.cb_have = true;
         }
+        std::vector<float> cl = m.cb_cl, ce = m.cb_ce;
+        if (m.ls_on) scale_coefficients(m, cl, ce);
         ggml_backend_tensor_set(m.t_clogp, cl.data(), 0, n * sizeof(float));
         ggml_backend_tensor_set(m.t_cent,  ce.data(), 0, n * sizeof(float));
         m.cb_done = true;
@@ -235,37 +272,56 @@ void run(empo_model & m, const empo_batch & b, empo_coef_fn coef, void * user, f
         // the MULs that read the coefficients run on the device that holds them
         ggml_backend_sched_set_tensor_backend(m.sched, mul_lp, m.backend);
         ggml_backend_sched_set_tensor_backend(m.sched, mul_en, m.backend);
+        for (ggml_tensor * u : m.unscale_nodes) ggml_backend_sched_set_tensor_backend(m.sched, u, m.backend); // read t_unscale
     }
     if (!ggml_backend_sched_alloc_graph(m.sched, gb)) throw empo_error(EMPO_ERR_BACKEND, "cannot allocate the compute graph");
     m.n_splits = ggml_backend_sched_get_n_splits(m.sched);
 
-    set_inputs(m, b);
     std::vector<float> snapshot;       // gradient accumulators before the step, restored on abort
-    if (with_backward) {
-        const float one = 1.0f;
-        ggml_backend_tensor_set(m.t_lgrad, &one, 0, sizeof(float));
-        snapshot.resize((size_t) ggml_nelements(m.opt.G)); // all accumulators: one flat copy
-        ggml_backend_tensor_get(m.opt.G, snapshot.data(), 0, ggml_nbytes(m.opt.G));
-        m.cb_node   = ggml_graph_node(gb, m.n_fwd - 1);
-        m.cb_fn     = coef;
-        m.cb_user   = user;
-        m.cb_status = 0;
-        m.cb_done   = false;
-        m.cb_failed = false;
-        m.cb_err.clear();
-    }
     auto restore_grads = [&]() {
         ggml_backend_tensor_set(m.opt.G, snapshot.data(), 0, ggml_nbytes(m.opt.G));
     };
-    m.prof_last_us = ggml_time_us();
-    if (ggml_backend_sched_graph_compute(m.sched, gb) != GGML_STATUS_SUCCESS) {
-        if (with_backward) restore_grads(); // a split may have accumulated already
-        throw empo_error(EMPO_ERR_BACKEND, "graph compute failed");
-    }
-    ggml_backend_sched_synchronize(m.sched);
-    if (m.cap_on && !m.cap_err.empty()) {
-        if (with_backward) restore_grads();
-        throw empo_error(EMPO_ERR_BACKEND, "node capture: " + m.cap_err);
+    m.cb_have  = false;
+    m.ls_shift = 0;
+    m.ls_log2  = 0;
+    for (int attempt = 0;; ++attempt) {
+        set_inputs(m, b);
+        if (with_backward) {
+            const float one = 1.0f;
+            ggml_backend_tensor_set(m.t_lgrad, &one, 0, sizeof(float));
+            if (attempt == 0) {
+                snapshot.resize((size_t) ggml_nelements(m.opt.G)); // all accumulators: one flat copy
+                ggml_backend_tensor_get(m.opt.G, snapshot.data(), 0, ggml_nbytes(m.opt.G));
+            }
+            m.cb_node   = ggml_graph_node(gb, m.n_fwd - 1);
+            m.cb_fn     = coef;
+            m.cb_user   = user;
+            m.cb_status = 0;
+            m.cb_done   = false;
+            m.cb_failed = false;
+            m.cb_err.clear();
+        }
+        m.prof_last_us = ggml_time_us();
+        if (ggml_backend_sched_graph_compute(m.sched, gb) != GGML_STATUS_SUCCESS) {
+            if (with_backward) restore_grads(); // a split may have accumulated already
+            throw empo_error(EMPO_ERR_BACKEND, "graph compute failed");
+        }
+        ggml_backend_sched_synchronize(m.sched);
+        if (m.cap_on && !m.cap_err.empty()) {
+            if (with_backward) restore_grads();
+            throw empo_error(EMPO_ERR_BACKEND, "node capture: " + m.cap_err);
+        }
+        // a loss-scaled backward that overflowed: the same graph again (its
+        // inputs set anew, the coefficients kept) at a scale 2^BACKOFF lower
+        if (!with_backward || !m.ls_on || !m.cb_done || std::isfinite(m.opt.grad_sumsq())) break;
+        restore_grads();
+        ++m.ls_skips;
+        if (attempt >= EMPO_LOSS_SCALE_RETRIES) {
+            drop_graph(m);
+            throw empo_error(EMPO_ERR_NONFINITE, "the gradient is not finite at loss scale 2^" + std::to_string(m.ls_log2) +
+                             " after " + std::to_string(attempt) + " lower scales");
+        }
+        m.ls_shift += EMPO_LOSS_SCALE_BACKOFF;
     }
     ggml_backend_tensor_get(lp, logp, 0, M * sizeof(float));
     ggml_backend_tensor_get(en, ent,  0, M * sizeof(float));
@@ -279,6 +335,24 @@ void run(empo_model & m, const empo_batch & b, empo_coef_fn coef, void * user, f
         const std::string why = m.cb_failed ? m.cb_err : std::string("the eval callback was not reached");
         throw empo_error(m.cb_status != 0 ? EMPO_ERR_ABORTED : EMPO_ERR_INTERNAL, why);
     }
+}
+
+// Is the backward loss-scaled? cfg.loss_scaling 0 (the default): where a
+// frozen matrix is not F32, so that dX = Wᵀ·dY rounds dY to F16 (or BF16);
+// 1: always; −1: never. LoRA only: full training (F32 weights, trained Wᵀ
+// made in the graph) and the autograd backward (weights made F32) have no
+// such rounding.
+bool loss_scaling_applies(const empo_model & m) {
+    if (m.cfg.loss_scaling < 0) return false;
+    if (m.cfg.full || m.cfg.autograd_frozen) {
+        if (m.cfg.loss_scaling > 0) throw empo_error(EMPO_ERR_CONFIG, "loss scaling is for the LoRA backward (not full training nor the autograd backward)");
+        return false;
+    }
+    if (m.cfg.loss_scaling > 0) return true;
+    for (const auto & kv : m.transposed) {
+        if (kv.first->type != GGML_TYPE_F32) return true;
+    }
+    return false;
 }
 
 // the default cap: max(EMPO_COMPUTE_FLOOR + the model's bytes, the training

@@ -37,6 +37,7 @@ struct empo_model_params empo_model_default_params(void) {
     p.compute_budget  = 0;
     p.keep_compute    = EMPO_COMPUTE_KEEP;
     p.attn_block      = 0;
+    p.loss_scaling    = 0;
     return p;
 }
 
@@ -97,8 +98,13 @@ static int init_impl(const char * path, const struct llama_model * lm, struct em
             if (set_threads) set_threads(m->backend, params.n_threads);
         }
         snprintf(m->info.backend, sizeof(m->info.backend), "%s", ggml_backend_name(m->backend));
-        if (lm) load_shared(*m, lw);
-        else    load_model(*m, path);
+        if (lm) {
+            char ft[32] = "";                 // general.file_type, as llama.cpp keeps its metadata
+            const int64_t file_type = llama_model_meta_val_str(lm, "general.file_type", ft, sizeof(ft)) > 0 ? strtoll(ft, nullptr, 10) : -1;
+            load_shared(*m, lw, file_type);
+        } else {
+            load_model(*m, path);
+        }
         // full training differentiates the token embedding's GET_ROWS into a
         // [C, V] gradient; ggml-cuda launches one grid row per vocabulary row
         // and a grid holds 65,535 ("CUDA error: invalid argument", an abort)
@@ -106,7 +112,7 @@ static int init_impl(const char * path, const struct llama_model * lm, struct em
             throw empo_error(EMPO_ERR_CONFIG, "full training on " + std::string(ggml_backend_name(m->backend)) + ": a vocabulary of " +
                              std::to_string(m->info.n_vocab) + " rows is over the 65535 that ggml-cuda's GET_ROWS_BACK can write; train a LoRA, or train on the CPU");
         }
-        snprintf(m->info.wtype_name, sizeof(m->info.wtype_name), "%s", ggml_type_name((ggml_type) m->info.wtype));
+        m->ls_on = loss_scaling_applies(*m);
         m->sched = new_sched(*m);
         ggml_backend_sched_set_eval_callback(m->sched, sched_eval_cb, m);
         m->sched_measure = new_sched(*m);
@@ -220,6 +226,9 @@ int empo_model_get_mem(const struct empo_model * m, struct empo_model_mem * mem)
     mem->n_splits     = m->n_splits;
     mem->attn_chunks  = m->attn_chunks;
     mem->attn_recomputed = m->attn_recomputed;
+    mem->loss_scale_on   = m->ls_on ? 1 : 0;
+    mem->loss_scale_log2 = m->ls_log2;
+    mem->loss_scale_skips = m->ls_skips;
     return EMPO_OK;
 }
 

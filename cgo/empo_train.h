@@ -102,6 +102,17 @@ struct empo_model_params {
     // L·T²·H·B floats. 0: EMPO_ATTN_BLOCK; < 0: neither (one block per layer,
     // every layer's softmax kept).
     int64_t  attn_block;
+    // Loss scaling of the backward (empo_step.cpp): the backward of a
+    // training call runs on S·L' with S a power of two that brings the
+    // largest |coefficient| to 2^EMPO_LOSS_SCALE_LOG2, and every gradient
+    // contribution is multiplied by 1/S in F32 before it is added to its
+    // accumulator, so that dY does not underflow where the backward rounds
+    // it to F16 (dX = Wᵀ·dY with an F16 Wᵀ: F16, BF16 and quantized bases).
+    // On overflow (a non-finite gradient) the call is recomputed at a scale
+    // 2^EMPO_LOSS_SCALE_BACKOFF lower (empo_model_mem.loss_scale_skips).
+    // 0: on where a frozen matrix is not F32 (LoRA only); 1: on (LoRA
+    // only); -1: off.
+    int32_t  loss_scaling;
 };
 
 // the default compute cap's floor and reference length, the default keep_compute
@@ -121,8 +132,9 @@ struct empo_model_info {
     float rope_base, norm_eps;
     int   tied;              // 1: logits use token_embd.weight
     int   full;              // 1: full training (every tensor is a parameter, no LoRA)
-    int   wtype;             // ggml_type of the stored frozen matrices
-    char  wtype_name[16];    // its name ("f32", "f16", "q8_0", ...)
+    int   wtype;             // ggml_type of the stored frozen matrices (the last non-F32 one read)
+    char  wtype_name[16];    // the base's type as llama.cpp names its file type: general.file_type
+                             // ("f32", "f16", "q8_0", "q4_K_M", ...), else its most frequent matrix type
     char  backend[64];       // ggml backend name
 };
 
@@ -142,6 +154,9 @@ struct empo_model_mem {
     int32_t n_rewritten_op;  // other 2-D OUT_PROD nodes (LoRA gradients, dX through LoRA) computed as MUL_MAT
     int32_t attn_chunks;     // query chunks per layer of the last graph (1: unchunked; see attn_block)
     int32_t attn_recomputed; // attention softmaxes recomputed in the last training graph's backward
+    int32_t loss_scale_on;   // 1: the backward is loss-scaled (empo_model_params.loss_scaling resolved)
+    int32_t loss_scale_log2; // log2 of the scale S of the last training graph (0 when off)
+    int64_t loss_scale_skips; // training graphs recomputed at a lower scale after an overflow, since init
 };
 
 struct empo_model;

@@ -82,10 +82,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <map>
 #include <unordered_map>
 #include <unordered_set>
@@ -94,6 +96,12 @@
 namespace empo {
 
 constexpr int EMPO_ATTN_MAX_CHUNKS = 64; // query chunks per layer at most (see attn_rows)
+
+// loss scaling (empo_model_params.loss_scaling; scale_coefficients)
+constexpr int EMPO_LOSS_SCALE_LOG2    = 8;   // the largest |coefficient| is scaled into [2^7, 2^8)
+constexpr int EMPO_LOSS_SCALE_BACKOFF = 8;   // log2 of the lowering after an overflow
+constexpr int EMPO_LOSS_SCALE_RETRIES = 3;   // recomputes of one call before it fails
+constexpr int EMPO_LOSS_SCALE_MAX     = 100; // |log2 S| at most (2^±100 is a normal F32)
 
 struct empo_error : std::runtime_error {
     int code;
@@ -155,6 +163,7 @@ struct adamw_state {
         galloc = nullptr; buf = nullptr; ctx = nullptr;
     }
     double step(const empo_adamw_params & prm, bool * clipped);
+    double grad_sumsq();                          // Σ G² (row sums on the backend, added in double)
     void   moment_io(int i, int which, float * dst, const float * src, int64_t n);
     void   zero_grads() { ggml_backend_tensor_memset(G, 0, 0, ggml_nbytes(G)); }
     size_t bytes() const { return buf ? ggml_backend_buffer_get_size(buf) : 0; }
@@ -242,6 +251,16 @@ struct empo_model {
     std::vector<std::vector<float>> cap_data;                  // [same order] values (empty: none)
     std::string    cap_err;                                    // first failure inside the callback
 
+    // loss scaling (empo_model_params.loss_scaling; empo_step.cpp)
+    bool           ls_on    = false;  // resolved at init
+    int            ls_log2  = 0;      // log2 S of the last training graph
+    int            ls_shift = 0;      // lowering of the current call after overflows
+    int64_t        ls_skips = 0;      // graphs recomputed at a lower scale since init
+    ggml_tensor *  t_unscale = nullptr; // [1] 1/S in buf_coef, written by the eval callback
+    std::vector<ggml_tensor *> unscale_nodes; // the MULs that read it (pinned to the primary device)
+    std::vector<float> cb_cl, cb_ce;  // the call's coefficients as the caller gave them (kept for a recompute)
+    bool           cb_have  = false;  // cb_cl/cb_ce hold this call's coefficients
+
     std::string err;
 };
 
@@ -279,7 +298,7 @@ struct attn_reducers {
 
 // empo_load.cpp
 void load_model(empo_model & m, const char * path);
-void load_shared(empo_model & m, const empo_llama_weights & lw);
+void load_shared(empo_model & m, const empo_llama_weights & lw, int64_t file_type);
 ggml_backend_dev_t shared_device(const empo_llama_weights & lw);
 ggml_type transposed_type(ggml_type type);
 
@@ -305,6 +324,7 @@ void build_graph(empo_model & m, const empo_batch & b, bool with_backward,
 size_t graph_size(const empo_model & m, int chunks);
 int max_attn_chunks(const empo_model & m);
 void drop_graph(empo_model & m);
+int unscale_param_grads(empo_model & m, ggml_context * ctx, ggml_cgraph * gf);
 
 // empo_step.cpp
 bool is_view_op(ggml_op op);
@@ -317,5 +337,6 @@ int64_t measure_graph(empo_model & m);
 void run(empo_model & m, const empo_batch & b, empo_coef_fn coef, void * user, float * logp, float * ent);
 int64_t default_compute_cap(empo_model & m, int32_t ref_tokens);
 int64_t frozen_bytes(const empo_model & m);
+bool loss_scaling_applies(const empo_model & m);
 
 } // namespace empo

@@ -182,6 +182,10 @@ func load(path string, lm *llama.Model, lora LoRAConfig, opts Options, full bool
 		p.keep_compute = C.int64_t(opts.KeepComputeBytes)
 	}
 	p.attn_block = C.int64_t(opts.AttentionBlockBytes)
+	if opts.LossScaling < -1 || opts.LossScaling > 1 {
+		return nil, fmt.Errorf("%w: LossScaling %d (want -1, 0 or 1)", ErrConfig, opts.LossScaling)
+	}
+	p.loss_scaling = C.int32_t(opts.LossScaling)
 
 	var errbuf [512]C.char
 	var h *C.struct_empo_model

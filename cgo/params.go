@@ -157,6 +157,7 @@ func (M *Model) MemoryBytes() MemoryStats {
 		ComputeCap: int64(cm.compute_cap), Frozen: int64(cm.frozen), PaddedTokens: m.last,
 		Rewritten: int(cm.n_rewritten), RewrittenLoRA: int(cm.n_rewritten_op), Pinned: int(cm.n_pinned), Splits: int(cm.n_splits),
 		AttnChunks: int(cm.attn_chunks), AttnRecomputed: int(cm.attn_recomputed),
+		LossScaling: cm.loss_scale_on != 0, LossScaleLog2: int(cm.loss_scale_log2), LossScaleSkips: int64(cm.loss_scale_skips),
 	}
 }
 

@@ -243,6 +243,8 @@ func (m *model) objective(batch []Sequence, obj Objective, lossScale float32, wi
 		}()
 	}
 	var cm C.struct_empo_model_mem
+	C.empo_model_get_mem(m.c, &cm)
+	skips0 := int64(cm.loss_scale_skips)
 	for k, part := range pl.parts {
 		p, err := m.packSpans(pl.seqs, pl.rows, part)
 		if err != nil {
@@ -264,6 +266,7 @@ func (m *model) objective(batch []Sequence, obj Objective, lossScale float32, wi
 		}
 		C.empo_model_get_mem(m.c, &cm)
 		st.ComputeBytes = max(st.ComputeBytes, int64(cm.compute_last))
+		st.LossScaleSkips = int(int64(cm.loss_scale_skips) - skips0)
 		st.Graphs++
 	}
 	n := float64(st.Tokens)

@@ -85,6 +85,11 @@ type Metrics struct {
 	UpdateComputeBytes int64 `json:"update_compute_bytes"`
 	MaxRSSBytes        int64 `json:"max_rss_bytes"`
 
+	// LossScaleSkips: graphs of the step's updates whose loss-scaled
+	// backward overflowed and was recomputed at a lower scale (F16, BF16
+	// and quantized bases; docs/training.md, "Numerics")
+	LossScaleSkips int `json:"loss_scale_skips"`
+
 	// the step's tips checked against their episodes by the environment's
 	// TipChecker (environments.TipChecker); absent without tips or checker
 	TipsTrueFrac       *float64 `json:"tips_true_frac,omitempty"`

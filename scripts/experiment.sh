@@ -15,7 +15,7 @@
 #   scripts/experiment.sh gate       # the warm start and its gate only, at the gate run's sizes (docs/experiment.md)
 #   OUT=dir SEEDS="1 2" ARMS="grpo empo2" STEPS=20 scripts/experiment.sh
 #   RESUME=1 scripts/experiment.sh   # continue in an existing OUT, skipping finished stages
-#   UNTIL=warmstart scripts/experiment.sh  # stop after a stage (demos model sft gate warmstart runs report)
+#   UNTIL=warmstart scripts/experiment.sh  # stop after a stage (demos model sft readsft gate warmstart runs report)
 #
 # Everything is written under $OUT (default build/experiment, quick:
 # build/experiment-quick); OUT/table.md is the results table, OUT/report/
@@ -124,6 +124,9 @@ GATE_TRIALS=${GATE_TRIALS:-3}         # adaptation trials per variation in the g
 GATE_POOL=${GATE_POOL:-$POOL}         # training-pool variations of the gate
 GATE_HELDOUT=${GATE_HELDOUT:-4}       # held-out variations of the gate's adaptation test
 GATE_ENFORCE=${GATE_ENFORCE:-1}       # a failed gate stops the study (1) or is only reported (0)
+READ_SFT_EPOCHS=${READ_SFT_EPOCHS:-0} # > 0: a second SFT stage on memory-reading records only (docs/experiment.md, Study 3, gate run 2)
+READ_SFT_VARS=${READ_SFT_VARS:-16}    # its RL-family demos (variations RL_SFT_FROM…, outside the pool)
+READ_SFT_RECORDS=${READ_SFT_RECORDS:-24} # its read records per demo (at most the demo's steps)
 TIP_TEMP=${TIP_TEMP:-0}               # tip-writing temperature (rollout.tip_temperature; <0: the rollout's 1.0)
 ATTEMPT_TIPS=${ATTEMPT_TIPS:-8}       # per RL-family SFT demo: tip turns after attempts gone astray, with their true tips (env demos --attempt-tips; docs/experiment.md, the tip-teaching run)
 RESUME=${RESUME:-0}
@@ -233,6 +236,28 @@ sft() {
 	# a record cut at --max-len would train on a truncated episode: refuse
 	if grep -q 'truncated=[1-9]' "$OUT/sft.log"; then
 		die "SFT records were truncated at SFT_MAXLEN=$SFT_MAXLEN tokens (see sft.log): raise it"
+	fi
+}
+
+# ---- 3a. the reading stage (READ_SFT_EPOCHS > 0; gate run 2) ---------------
+# A second full SFT of the warm start on the RL family's demos and their
+# memory-reading records only: the first stage's model becomes
+# OUT/sft-stage1.gguf and the result OUT/sft.gguf.
+readsft() {
+	((READ_SFT_EPOCHS > 0)) || return 0
+	"$EMPO2" env demos textlab --tasks "$RL_TASK" --split train --skip-variations "$RL_SFT_FROM" --variations "$READ_SFT_VARS" \
+		--kind explore "${SIMP[@]}" --key "$KEY" --threshold "$THRESHOLD" --top-k "$TOP_K" --tips-in "$SFT_TIPS_IN" \
+		--read-records "$READ_SFT_RECORDS" --tip-failures 4 -o "$OUT/read-train.jsonl"
+	local low
+	low=$(grep -o '"variation":[0-9]*' "$OUT/read-train.jsonl" | cut -d: -f2 | sort -n | head -1)
+	((low >= POOL)) || die "read-train.jsonl holds pool variation $low (< POOL=$POOL)"
+	[[ -f "$OUT/sft-stage1.gguf" ]] || mv "$OUT/sft.gguf" "$OUT/sft-stage1.gguf"
+	"$EMPO2" sft --full -m "$OUT/sft-stage1.gguf" --data "$OUT/read-train.jsonl" --val "$OUT/rl-dev.jsonl" \
+		-o "$OUT/sft.gguf" --epochs "$READ_SFT_EPOCHS" --lr 1e-3 --min-lr 1e-4 --warmup 5 \
+		--batch-tokens 2048 --no-pack --max-len "$SFT_MAXLEN" --micro-tokens $((2 * SFT_MAXLEN)) \
+		--threads "$THREADS" --seed 2 --resume --json 2>&1 >"$OUT/readsft-epochs.jsonl" | tee "$OUT/readsft.log" >&2
+	if grep -q 'truncated=[1-9]' "$OUT/readsft.log"; then
+		die "reading-stage records were truncated at SFT_MAXLEN=$SFT_MAXLEN tokens (see readsft.log): raise it"
 	fi
 }
 
@@ -396,6 +421,7 @@ table() {
 stage demos demos
 stage model model
 stage sft sft
+stage readsft readsft
 stage gate gate
 gate_verdict
 stage warmstart warmstart

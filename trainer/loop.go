@@ -219,6 +219,7 @@ func (m *StepMetrics) addUpdates(us UpdateSummary) {
 	m.LR, m.Updates = us.LR, us.Updates
 	m.TrainedTokens = us.Tokens
 	m.TOldLogp += us.TOldLogp
+	m.LossScaleSkips = us.LossScaleSkips
 }
 
 // finish stamps the step's end and checks the update statistics.
@@ -248,6 +249,9 @@ type UpdateSummary struct {
 	// TOldLogp: seconds spent recomputing the π_old that BuildSamples left
 	// to the update (part of the caller's update time)
 	TOldLogp float64
+	// LossScaleSkips: graphs of the updates recomputed at a lower loss
+	// scale after an overflow (optim.Metrics.LossScaleSkips, summed)
+	LossScaleSkips int
 }
 
 // Progress is where a training step lies in its run, for the learning-rate
@@ -371,6 +375,7 @@ func RunUpdates(u *optim.Updater, samples []Sample, epochs int, mb MiniBatching,
 			kl.Add(m.ApproxKL, w)
 			entropy.Add(m.Entropy, w)
 			s.LR = m.LR
+			s.LossScaleSkips += m.LossScaleSkips
 			if e == 0 {
 				s.Tokens += m.Tokens
 			}

@@ -88,6 +88,10 @@ type Metrics struct {
 	Sequences    int     // sequences in the loss
 	MicroBatches int     // ForwardBackward calls
 	Skipped      bool    // no trained token in the mini-batch: no step taken
+
+	// LossScaleSkips: graphs recomputed at a lower loss scale after an
+	// overflow of the engine's scaled backward (cgo.Stats.LossScaleSkips)
+	LossScaleSkips int
 }
 
 // Updater performs LoRA updates: gradient accumulation over micro-batches,
@@ -299,6 +303,7 @@ func accumulate(p gradAccumulator, cfg Config, step int64, lr float64, batch []c
 		m.Tokens += st.Tokens
 		m.Sequences += st.Sequences
 		m.MicroBatches++
+		m.LossScaleSkips += st.LossScaleSkips
 	}
 	m.PolicyLoss, m.ClipFrac, m.DualClipFrac = policyLoss.Value(), clip.Value(), dualClip.Value()
 	m.ApproxKL, m.Entropy, m.LogpMean = kl.Value(), entropy.Value(), logp.Value()
