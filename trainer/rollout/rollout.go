@@ -6,20 +6,17 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/rs/zerolog/log"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/empo2/empo2/algo"
 	"github.com/empo2/empo2/environments"
 	"github.com/empo2/empo2/internal/watch"
 	"github.com/empo2/empo2/llama"
 	"github.com/empo2/empo2/memstore"
-	"github.com/empo2/empo2/runfiles"
 )
 
 // Rollouts (EMPO² §3). A Roller plays many episodes at
@@ -52,344 +49,6 @@ var (
 	ErrNoMemory = errors.New("trainer: no writable memory store")
 )
 
-// Config is the `rollout` section of a run configuration: how episodes
-// are sampled and played, and the prompt (PromptConfig, inline: the one
-// prompt format of rollouts, eval and SFT).
-type Config struct {
-	Temperature    float64      `yaml:"temperature" doc:"sampling temperature of training rollouts" range:"[0,100]"`
-	StepLimit      int          `yaml:"step_limit" doc:"episode step limit; 0 = the environment's per-task limit" range:"[0,1e6]"`
-	Prompt         PromptConfig `yaml:",inline"`
-	CorrectInvalid Correction   `yaml:"correct_invalid" doc:"map an invalid action to the most similar valid one (Jaccard): auto (the environment's default: on for scienceworld, as the EMPO² recipe; off for textlab and webshop) | on | off"`
-	TipMaxTokens   int          `yaml:"tip_max_tokens" doc:"max tokens of a written tip (generation also stops at the end of its first line; the reference: 512)" range:"[0,65536]"`
-	TipTemperature float64      `yaml:"tip_temperature" doc:"sampling temperature of tip writing; < 0 = rollout.temperature (the reference), 0 = greedy" range:"[,100]"`
-	SuccessScore   float64      `yaml:"success_score" doc:"an episode succeeds when its final score reaches this; 0 = the environment's (100, the full score, on textlab and webshop; 71 on scienceworld, the EMPO² recipe's score > 70 on its integer scores)"`
-	OracleTips     bool         `yaml:"oracle_tips" doc:"the oracle-memory control (docs/experiment.md, Study 3): every written tip is the episode's true tip written by code (trainer/demos.TrajectoryTip, which textlab's tip checker verifies) instead of the policy's; the entries' action and score as always"`
-}
-
-// DefaultConfig is temperature 1, the default prompt, the environment's
-// own action correction and success score, tips of at most 512 tokens (the
-// reference code's last version) sampled at the rollout temperature.
-func DefaultConfig() Config {
-	return Config{Temperature: 1, Prompt: DefaultPromptConfig(), CorrectInvalid: CorrectAuto, TipMaxTokens: 512, TipTemperature: -1}
-}
-
-// Correction is rollout.correct_invalid: whether an action outside the
-// environment's valid set is replaced by the most similar valid one
-// (environments.CorrectAction) before it is played.
-type Correction string
-
-// Corrections.
-const (
-	CorrectAuto Correction = "auto" // the environment's default (environments.Defaults.CorrectActions)
-	CorrectOn   Correction = "on"
-	CorrectOff  Correction = "off"
-)
-
-// Valid reports whether c is auto, on or off ("" counts as auto).
-func (c Correction) Valid() bool {
-	return c == "" || c == CorrectAuto || c == CorrectOn || c == CorrectOff
-}
-
-// Enabled resolves c for an environment with defaults d.
-func (c Correction) Enabled(d environments.Defaults) bool {
-	if c == CorrectOn {
-		return true
-	}
-	return c != CorrectOff && d.CorrectActions
-}
-
-// UnmarshalYAML reads auto, on or off, and also true and false (the key
-// was a boolean before it had an automatic setting).
-func (c *Correction) UnmarshalYAML(n *yaml.Node) error {
-	var b bool
-	if n.Decode(&b) == nil && n.Tag == "!!bool" {
-		*c = CorrectOff
-		if b {
-			*c = CorrectOn
-		}
-		return nil
-	}
-	var s string
-	if err := n.Decode(&s); err != nil {
-		return err
-	}
-	v := Correction(strings.ToLower(strings.TrimSpace(s)))
-	if v == "" || !v.Valid() {
-		return fmt.Errorf("line %d: correct_invalid %q: want auto, on or off", n.Line, s)
-	}
-	*c = v
-	return nil
-}
-
-// MaxAutoContext caps the automatic per-episode context (context: 0): the
-// EMPO² recipe's prompt limit (max_prompt_length 8192), which bounds the
-// KV cache of models trained on long contexts (32k for Qwen2.5-7B).
-const MaxAutoContext = 8192
-
-// EpisodeContext is the per-episode context of a `context` setting with a
-// model whose training context is nCtxTrain (0 = unknown): context when
-// set, else the training context up to MaxAutoContext (2048 when unknown).
-func EpisodeContext(context, nCtxTrain int) int {
-	switch {
-	case context != 0:
-		return context
-	case nCtxTrain <= 0:
-		return 2048
-	}
-	return min(nCtxTrain, MaxAutoContext)
-}
-
-// Succeeded is the one success rule of training, evaluation and the greedy
-// check of SFT: an episode succeeds when its final score reaches
-// successScore (Config.SuccessScore, 0 = the environment's,
-// environments.Defaults.Success). The EMPO² recipe counts success on
-// ScienceWorld as "done and score > 70", where its wrapper ends every
-// episode done (completed, failed or out of steps), so that rule is this
-// one with successScore 71 on ScienceWorld's integer scores; on textlab and
-// WebShop success is the full score, 100 (WebShop's reward 1).
-func Succeeded(score, successScore float64) bool { return score >= successScore }
-
-// MemoryConfig is the `memory` section of a run configuration: the tips
-// memory's retrieval, the intrinsic reward of memory rollouts, and tip
-// writing. Every value means what it says (no zero stands for a default);
-// Validate checks them.
-type MemoryConfig struct {
-	Embedder      string  `yaml:"embedder" doc:"hash (built-in) | policy (the policy's mean-pooled states) | path of a BERT-type embedding GGUF"`
-	Key           KeyKind `yaml:"key" doc:"retrieval key: conversation (the reference code: the chat so far without the system text; an episode's entries are all stored under its final conversation) | observation (task and latest observation; each step's entry under its own)"`
-	KeyPieces     int     `yaml:"key_pieces" doc:"the embedder reads the first N pieces of a key (hash: words and single punctuation marks, memstore.CutPieces; policy or GGUF: the model's tokens); 256 = all-MiniLM-L6-v2's limit"`
-	Threshold     float64 `yaml:"threshold" doc:"cosine similarity a tip must exceed to be retrieved, in [-1, 1); 0 retrieves every positive cosine (calibrated for the hash embedder with conversation keys, docs/memory.md; the reference's 0.5 was for MiniLM)"`
-	TopK          int     `yaml:"top_k" doc:"tips put in the prompt, ≥ 1 (highest stored score first, ties oldest first, as the reference code's stable sort)"`
-	TipsIn        TipsIn  `yaml:"tips_in" doc:"every-turn (the reference code: each turn's user message keeps the tips retrieved for it) | last-turn (only the latest user message has tips)"`
-	IntrinsicCoef float64 `yaml:"intrinsic_coef" doc:"per-step novelty bonus coef/(tips+1) of memory rollouts, in score points (1: the reference's scale, at most 1% of the 0–100 range); 0 = the extrinsic score alone (the reference code's last version)"`
-	Cap           int     `yaml:"cap" doc:"entries kept per task variation, oldest dropped first"`
-	WriteTips     bool    `yaml:"write_tips" doc:"write one tip per training episode (entries stamped with the step)"`
-}
-
-// KeyKind is the retrieval key of memory.key.
-type KeyKind string
-
-// Retrieval keys.
-const (
-	// KeyConversation: the conversation so far (ConversationKey), the
-	// reference code's key; an episode's entries are stored under its final
-	// conversation.
-	KeyConversation KeyKind = "conversation"
-	// KeyObservation: the task and the latest observation (MemoryKey); each
-	// step's entry is stored under that step's key.
-	KeyObservation KeyKind = "observation"
-)
-
-// Valid reports whether k is a known key.
-func (k KeyKind) Valid() bool { return k == KeyConversation || k == KeyObservation }
-
-// TipsIn is where retrieved tips stay in the chat (memory.tips_in).
-type TipsIn string
-
-// Tip placements.
-const (
-	TipsEveryTurn TipsIn = "every-turn" // each turn's user message keeps the tips retrieved for it (the reference code)
-	TipsLastTurn  TipsIn = "last-turn"  // only the latest user message carries tips
-)
-
-// Valid reports whether t is a known placement.
-func (t TipsIn) Valid() bool { return t == TipsEveryTurn || t == TipsLastTurn }
-
-// DefaultKeyPieces is all-MiniLM-L6-v2's input limit (256 word pieces),
-// the reference's sentence embedder.
-const DefaultKeyPieces = 256
-
-// DefaultThreshold is memory.threshold's default: the retrieval threshold
-// calibrated for the hash embedder with conversation keys cut at 256
-// pieces (docs/memory.md, TestConversationKeyThreshold): every entry of a
-// variation passes it, as the reference's MiniLM passes 0.5, and entries of
-// other variations do not.
-const DefaultThreshold = 0.5
-
-// DefaultMemoryConfig is the reference code's memory: conversation keys
-// cut at 256 pieces, the hash embedder at its calibrated threshold, the
-// top 10 tips by score (ties oldest first) in every turn, the novelty
-// bonus at the reference's scale, 1000 entries per task variation, tips
-// written.
-func DefaultMemoryConfig() MemoryConfig {
-	return MemoryConfig{Embedder: EmbedderHash, Key: KeyConversation, KeyPieces: DefaultKeyPieces, Threshold: DefaultThreshold,
-		TopK: memstore.DefaultK, TipsIn: TipsEveryTurn, IntrinsicCoef: 1, Cap: 1000, WriteTips: true}
-}
-
-// Validate reports ErrRollout for a value outside its range.
-func (mc MemoryConfig) Validate() error {
-	bad := func(f string, a ...any) error { return fmt.Errorf("%w: memory."+f, append([]any{ErrRollout}, a...)...) }
-	switch {
-	case mc.Embedder == "":
-		return bad("embedder is empty (want %s, %s or a GGUF path)", EmbedderHash, EmbedderPolicy)
-	case !mc.Key.Valid():
-		return bad("key %q (want %s or %s)", mc.Key, KeyConversation, KeyObservation)
-	case mc.KeyPieces < 1:
-		return bad("key_pieces %d (want ≥ 1)", mc.KeyPieces)
-	case !(mc.Threshold >= -1 && mc.Threshold < 1):
-		return bad("threshold %v (want a cosine in [-1, 1))", mc.Threshold)
-	case mc.TopK < 1:
-		return bad("top_k %d (want ≥ 1 tips per prompt)", mc.TopK)
-	case !mc.TipsIn.Valid():
-		return bad("tips_in %q (want %s or %s)", mc.TipsIn, TipsEveryTurn, TipsLastTurn)
-	case !(mc.IntrinsicCoef >= 0) || math.IsInf(mc.IntrinsicCoef, 0):
-		return bad("intrinsic_coef %v (want ≥ 0)", mc.IntrinsicCoef)
-	case mc.Cap < 0:
-		return bad("cap %d (want ≥ 0; 0 = no cap)", mc.Cap)
-	}
-	return nil
-}
-
-// Query is the memstore query of the configuration: top_k, threshold, by
-// stored score with ties oldest first.
-func (mc MemoryConfig) Query() memstore.Query {
-	return memstore.Query{K: mc.TopK, Threshold: float32(mc.Threshold), Order: memstore.OrderByScoreStable}
-}
-
-// Built-in embedders of MemoryConfig.Embedder (anything else is a GGUF path;
-// see OpenEmbedder).
-const (
-	EmbedderHash   = "hash"
-	EmbedderPolicy = "policy"
-)
-
-// Job is one episode to play.
-type Job struct {
-	Task      string
-	Variation int
-	Group     int       // GRPO group (the caller's numbering)
-	Seed      int64     // sampling seed of the episode (with Options.Seed); also the env reset seed
-	Mode      algo.Mode // EMPO² mode: memory modes (Mode.Memory) retrieve tips before every action
-}
-
-// Namespace is the memory namespace of a job: "task/variation".
-func (j Job) Namespace() string { return j.Task + "/" + strconv.Itoa(j.Variation) }
-
-// StepRecord is one action of an episode.
-type StepRecord struct {
-	Prompt []int32 // tokens the policy saw (its tip blocks included)
-	// NoTips is the same chat rendered with no tips at all, tokenized on its
-	// own (the off-policy training input); nil when Prompt has no tips.
-	NoTips      []int32
-	TipSpans    [][2]int  // token spans of Prompt's tip blocks (ChatTokens.Tips)
-	Tips        string    // the tip block retrieved for this action ("" none)
-	Response    []int32   // sampled tokens, incl. a final end-of-generation token unless cut by max_action_tokens
-	OldLogp     []float32 // raw log-probs of Response at temperature 1 (π_old)
-	Text        string    // the response's text (without the end-of-generation token)
-	Action      string    // the action sent to the environment (after parsing / correction)
-	Observation string
-	Reward      float64 // environment reward of this step (score change)
-	Retrieved   int     // tips put in the prompt for this action (≤ memory.top_k)
-	Intrinsic   float64 // novelty bonus of this step in score points: memory episodes algo.IntrinsicReward(Retrieved, coef), else 0
-	Key         string  // the retrieval key text of this step's context
-	Parsed      bool    // the response contained a well-formed action
-	Corrected   bool    // the action was mapped to a valid one
-}
-
-// PromptWithoutTips is the prompt with no tips: NoTips, or Prompt when it
-// had none.
-func (s StepRecord) PromptWithoutTips() []int32 {
-	if s.NoTips != nil {
-		return s.NoTips
-	}
-	return s.Prompt
-}
-
-// Episode is a finished episode.
-type Episode struct {
-	Job
-	Steps     []StepRecord
-	Score     float64 // final environment score
-	Success   bool    // Succeeded(Score, Config.SuccessScore)
-	Done      bool    // the environment ended the episode (not the step limit or the context)
-	Intrinsic float64 // memory episodes: mean over steps of StepRecord.Intrinsic (score points); else 0
-	Tip       string  // set by WriteTips
-	End       End     // why the episode ended
-	Err       string  // End == EndError: what failed
-
-	// TaskDesc and FirstObs are what the environment's reset gave: the
-	// first user message's text (Messages).
-	TaskDesc, FirstObs string
-
-	slot int
-}
-
-// End is why an episode ended.
-type End string
-
-// Episode ends.
-const (
-	EndDone      End = "done"       // the environment ended it
-	EndStepLimit End = "step-limit" // it reached its step limit
-	EndContext   End = "context"    // the next prompt and action would not fit the context
-	// EndError: the environment failed (its simulator died); the episode
-	// keeps the steps it played, carries no training signal (trainer
-	// leaves it out of its GRPO group) and its instance is replaced.
-	EndError End = "error"
-)
-
-// Ends lists the end reasons in their reporting order.
-var Ends = []End{EndDone, EndStepLimit, EndContext, EndError}
-
-// EndCounts counts episodes by end reason (the run files' end_reasons,
-// keyed by End's text).
-type EndCounts = runfiles.EndCounts
-
-// CountEnds counts eps by end reason; every reason is present (0 when
-// none ended so).
-func CountEnds(eps []Episode) EndCounts {
-	c := EndCounts{}
-	for _, e := range Ends {
-		c[string(e)] = 0
-	}
-	for i := range eps {
-		c[string(eps[i].End)]++
-	}
-	return c
-}
-
-// ContextWarning is a warning when most episodes (more than half) ended
-// because their context was full ("" otherwise): such episodes neither
-// finish nor fail, so with a weak policy every episode of a group keeps
-// the same score and the group carries no training signal. context is the
-// per-episode context in tokens.
-func ContextWarning(c EndCounts, context int) string {
-	n, all := c[string(EndContext)], c.Total()
-	if all == 0 || 2*n <= all {
-		return ""
-	}
-	return fmt.Sprintf("%d of %d episodes ended on a full context (%d tokens) before the environment or the step limit ended them: "+
-		"raise context (up to the model's training context) or keep fewer turns (rollout.history: last-k); with rollout.correct_invalid off, "+
-		"an invalid action does not advance the episode", n, all, context)
-}
-
-// Stats describes a Run (or, for TTips, a WriteTips).
-// PromptTokensSeen sums every prompt's length (what the policy read);
-// PromptTokensDecoded is what llama.cpp decoded (the rest came from the
-// episodes' KV); PromptTokensUnique counts each episode's distinct prompt
-// tokens: per turn, the prompt's tokens that the previous prompt and
-// response did not already hold at the same positions (after a tip block,
-// the rest of the history). Decoded/Unique ≈ 1 is perfect reuse (below 1
-// when a slot's next episode shares the system prompt); without reuse it
-// is ≈ T/2 for T turns.
-type Stats struct {
-	Episodes, EnvSteps, GenTokens, PromptTokensSeen, PromptTokensDecoded int
-	PromptTokensUnique                                                   int
-	TRollout, TEmbedRetrieve, TTips                                      time.Duration
-}
-
-// Add accumulates o into s.
-func (s *Stats) Add(o Stats) {
-	s.Episodes += o.Episodes
-	s.EnvSteps += o.EnvSteps
-	s.GenTokens += o.GenTokens
-	s.PromptTokensSeen += o.PromptTokensSeen
-	s.PromptTokensDecoded += o.PromptTokensDecoded
-	s.PromptTokensUnique += o.PromptTokensUnique
-	s.TRollout += o.TRollout
-	s.TEmbedRetrieve += o.TEmbedRetrieve
-	s.TTips += o.TTips
-}
-
 // Options are the Roller's resources and run-level settings.
 type Options struct {
 	// Env is the environment's registry name (tasks, step limits, and new
@@ -409,11 +68,11 @@ type Options struct {
 	MemoryConfig MemoryConfig
 	// ReadOnlyMemory makes WriteTips fail (eval without --write-tips).
 	ReadOnlyMemory bool
-	// Seed is the run seed; an episode samples with MixSeed(Seed, Job.Seed).
 	// OracleTip writes the oracle tip of a finished episode; required by
 	// Config.OracleTips (the caller supplies trainer/demos.TrajectoryTip:
 	// rollout does not import the demos).
 	OracleTip func(environments.Trajectory) string
+	// Seed is the run seed; an episode samples with MixSeed(Seed, Job.Seed).
 	Seed int64
 	// Progress, when set, is called after every finished episode.
 	Progress func(done, total int)
@@ -455,9 +114,9 @@ func NewRoller(lctx *llama.Context, cfg Config, o Options) (*Roller, error) {
 		return nil, fmt.Errorf("%w: success score %v is not a finite number", ErrRollout, cfg.SuccessScore)
 	case !cfg.CorrectInvalid.Valid():
 		return nil, fmt.Errorf("%w: correct_invalid %q (want auto, on or off)", ErrRollout, cfg.CorrectInvalid)
-	}
 	case cfg.OracleTips && o.OracleTip == nil:
 		return nil, fmt.Errorf("%w: oracle_tips needs the oracle tip writer (Options.OracleTip)", ErrRollout)
+	}
 	rend, err := NewRenderer(lctx.Model(), cfg.Prompt)
 	if err != nil {
 		return nil, err
