@@ -77,16 +77,6 @@ func envDemosCommand() *cli.Command {
 	}
 }
 
-// promptConfigFlags reads the prompt flags.
-func promptConfigFlags(c *cli.Context) (rollout.PromptConfig, error) {
-	pc := rollout.DefaultPromptConfig()
-	pc.History = rollout.History(c.String(promptHistoryFlag.Name))
-	pc.HistoryK = c.Int(promptKFlag.Name)
-	pc.ActionFormat = rollout.ActionFormat(c.String(promptFormatFlag.Name))
-	pc.System = c.String(promptSystemFlag.Name)
-	return pc.Normalize()
-}
-
 // demosConfig resolves env demos' configuration: defaults, --config,
 // --set, ENV and the shortcut flags, then --correct-actions and --env-opt.
 func demosConfig(c *cli.Context) (demos.RunConfig, error) {
@@ -154,28 +144,4 @@ func splitList(vals []string) []string {
 		}
 	}
 	return out
-}
-
-// envSplitPrompt resolves what `env demos` and `sft eval` share: the
-// environment, its options (--env-opt, --data, …), --split and the prompt
-// format flags.
-func envSplitPrompt(c *cli.Context, name string) (environments.Spec, environments.Options, environments.Split, rollout.PromptConfig, error) {
-	var (
-		spec  environments.Spec
-		opts  environments.Options
-		split environments.Split
-		pc    rollout.PromptConfig
-		err   error
-	)
-	if spec, err = environments.Lookup(name); err != nil {
-		return spec, opts, split, pc, err
-	}
-	if opts, err = envOptions(c); err != nil {
-		return spec, opts, split, pc, err
-	}
-	if split, err = environments.ParseSplit(c.String(demosSplitFlag.Name)); err != nil {
-		return spec, opts, split, pc, err
-	}
-	pc, err = promptConfigFlags(c)
-	return spec, opts, split, pc, err
 }

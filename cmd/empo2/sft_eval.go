@@ -8,8 +8,10 @@ import (
 	"github.com/rs/zerolog/log"
 	"github.com/urfave/cli/v2"
 
+	"github.com/empo2/empo2/environments"
 	"github.com/empo2/empo2/trainer/demos"
 	"github.com/empo2/empo2/trainer/evaluate"
+	"github.com/empo2/empo2/trainer/rollout"
 )
 
 // `empo2 sft eval`: greedy (temperature 0) episodes of a model (+ adapter)
@@ -109,4 +111,38 @@ func sftEvalAction(c *cli.Context) error {
 	}
 	tw.Render()
 	return nil
+}
+
+// promptConfigFlags reads the prompt flags.
+func promptConfigFlags(c *cli.Context) (rollout.PromptConfig, error) {
+	pc := rollout.DefaultPromptConfig()
+	pc.History = rollout.History(c.String(promptHistoryFlag.Name))
+	pc.HistoryK = c.Int(promptKFlag.Name)
+	pc.ActionFormat = rollout.ActionFormat(c.String(promptFormatFlag.Name))
+	pc.System = c.String(promptSystemFlag.Name)
+	return pc.Normalize()
+}
+
+// envSplitPrompt resolves what `sft eval` reads besides its model: the
+// environment, its options (--env-opt, --data, …), --split and the prompt
+// format flags.
+func envSplitPrompt(c *cli.Context, name string) (environments.Spec, environments.Options, environments.Split, rollout.PromptConfig, error) {
+	var (
+		spec  environments.Spec
+		opts  environments.Options
+		split environments.Split
+		pc    rollout.PromptConfig
+		err   error
+	)
+	if spec, err = environments.Lookup(name); err != nil {
+		return spec, opts, split, pc, err
+	}
+	if opts, err = envOptions(c); err != nil {
+		return spec, opts, split, pc, err
+	}
+	if split, err = environments.ParseSplit(c.String(demosSplitFlag.Name)); err != nil {
+		return spec, opts, split, pc, err
+	}
+	pc, err = promptConfigFlags(c)
+	return spec, opts, split, pc, err
 }
