@@ -15,6 +15,11 @@ import (
 // HTMLFile is the report page's name inside Options.Out.
 const HTMLFile = "report.html"
 
+// Generator is the mark of a page report writes (its generator meta tag):
+// `empo2 report` replaces an existing report.html that carries it (a page
+// it wrote before) without --force.
+const Generator = `<meta name="generator" content="empo2 report" />`
+
 type page struct {
 	Title         string
 	Window        int
@@ -128,6 +133,7 @@ var pageTmpl = template.Must(template.New("report").Parse(`<!DOCTYPE html>
 <head>
 <meta charset="utf-8" />
 <meta name="viewport" content="width=device-width, initial-scale=1" />
+<meta name="generator" content="empo2 report" />
 <title>{{.Title}}</title>
 {{template "style"}}
 </head>

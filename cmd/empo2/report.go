@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -48,6 +49,19 @@ func init() {
 	})
 }
 
+// writtenByReport reports whether the file at p is a page report wrote
+// (report.Generator in its head).
+func writtenByReport(p string) bool {
+	f, err := os.Open(p)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	head := make([]byte, 4096)
+	n, _ := io.ReadFull(f, head)
+	return strings.Contains(string(head[:n]), report.Generator)
+}
+
 func reportAction(c *cli.Context) error {
 	if c.NArg() == 0 {
 		return fmt.Errorf("report: give at least one run directory (usage: empo2 report RUN [RUN…] --out DIR)")
@@ -69,8 +83,12 @@ func reportAction(c *cli.Context) error {
 	if err := safefile.CheckOutputs([]safefile.Path{out}, runs); err != nil {
 		return err
 	}
-	if err := checkNew(c, out); err != nil {
-		return err
+	// a report.html that report wrote (its generator mark) is replaced;
+	// anything else only with --force
+	if !writtenByReport(filepath.Join(out.Path, report.HTMLFile)) {
+		if err := checkNew(c, out); err != nil {
+			return err
+		}
 	}
 	opt := report.Options{
 		Out:     c.String(reportOutFlag.Name),
