@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Administration of a database file, as `empo2 memory` does it: how a
@@ -126,6 +127,27 @@ func SearchQuery(k int, threshold float64, bySimilarity bool) (Query, error) {
 		q.Order = OrderBySimilarity
 	}
 	return q, nil
+}
+
+// CheckEntry checks, before a database is opened, what Add would refuse
+// of entry e in namespace ns: empty content or namespace, a score that is
+// not finite, text that is not UTF-8. Errors start with the field's name
+// (content, namespace, score, key, episode).
+func CheckEntry(ns string, e Entry) error {
+	switch {
+	case strings.TrimSpace(e.Content) == "":
+		return fmt.Errorf("content is empty: give the tip text to store")
+	case strings.TrimSpace(ns) == "":
+		return fmt.Errorf("namespace is empty: give a namespace such as boil/3")
+	case math.IsNaN(e.Score) || math.IsInf(e.Score, 0):
+		return fmt.Errorf("score %v: want a finite number", e.Score)
+	}
+	for _, f := range []struct{ name, text string }{{"content", e.Content}, {"key", e.Key}, {"episode", e.Episode}, {"namespace", ns}} {
+		if !utf8.ValidString(f.text) {
+			return fmt.Errorf("%s is not valid UTF-8: the memory stores text only", f.name)
+		}
+	}
+	return nil
 }
 
 // ParseBefore reads prune's age selector: a positive duration (entries

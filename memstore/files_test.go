@@ -151,3 +151,25 @@ func TestImportFiles(t *testing.T) {
 	assert.Contains(t, err.Error(), "bad.jsonl")
 	assert.False(t, errors.Is(err, ErrNoDatabase))
 }
+
+// CheckEntry names the field Add would refuse.
+func TestCheckEntry(t *testing.T) {
+	require.NoError(t, CheckEntry("boil/3", Entry{Content: "heat the pot", Score: 80}))
+	for _, tc := range []struct {
+		ns   string
+		e    Entry
+		want string
+	}{
+		{"a", Entry{Content: " "}, "content is empty"},
+		{" ", Entry{Content: "x"}, "namespace is empty"},
+		{"a", Entry{Content: "x", Score: math.NaN()}, "score NaN"},
+		{"a", Entry{Content: "x", Score: math.Inf(1)}, "score +Inf"},
+		{"a", Entry{Content: "x", Key: "\xff"}, "key is not valid UTF-8"},
+		{"a", Entry{Content: "x", Episode: "\xff"}, "episode is not valid UTF-8"},
+		{"\xff", Entry{Content: "x"}, "namespace is not valid UTF-8"},
+	} {
+		err := CheckEntry(tc.ns, tc.e)
+		require.Error(t, err, tc.want)
+		assert.True(t, strings.HasPrefix(err.Error(), tc.want), err.Error())
+	}
+}

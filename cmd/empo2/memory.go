@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/rs/zerolog/log"
 	"github.com/schollz/progressbar/v3"
@@ -348,19 +347,11 @@ func memSearch(c *cli.Context) error {
 }
 
 func memAdd(c *cli.Context) (err error) {
-	if strings.TrimSpace(c.String(memContentFlag.Name)) == "" {
-		return fmt.Errorf("--content is empty: give the tip text to store")
-	}
-	if strings.TrimSpace(c.String(memNSReqFlag.Name)) == "" {
-		return fmt.Errorf("--namespace is empty: give a namespace such as boil/3")
-	}
-	if score := c.Float64(memScoreFlag.Name); math.IsNaN(score) || math.IsInf(score, 0) {
-		return fmt.Errorf("--score %v: want a finite number", score)
-	}
-	for _, f := range []string{memContentFlag.Name, memKeyFlag.Name, memEpisodeFlag.Name, memNSReqFlag.Name} {
-		if !utf8.ValidString(c.String(f)) {
-			return fmt.Errorf("--%s is not valid UTF-8: the memory stores text only", f)
-		}
+	ns := c.String(memNSReqFlag.Name)
+	entry := memstore.Entry{Content: c.String(memContentFlag.Name), Key: c.String(memKeyFlag.Name), Score: c.Float64(memScoreFlag.Name),
+		Step: c.Int64(memStepFlag.Name), Episode: c.String(memEpisodeFlag.Name)}
+	if err := memstore.CheckEntry(ns, entry); err != nil {
+		return fmt.Errorf("--%w", err)
 	}
 	capOpt, err := memCap(c)
 	if err != nil {
@@ -378,11 +369,7 @@ func memAdd(c *cli.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	ns := c.String(memNSReqFlag.Name)
-	n, err := s.Add(c.Context, ns, []memstore.Entry{{
-		Content: c.String(memContentFlag.Name), Key: c.String(memKeyFlag.Name), Score: c.Float64(memScoreFlag.Name),
-		Step: c.Int64(memStepFlag.Name), Episode: c.String(memEpisodeFlag.Name),
-	}})
+	n, err := s.Add(c.Context, ns, []memstore.Entry{entry})
 	if err != nil {
 		return err
 	}
@@ -400,10 +387,13 @@ func memAdd(c *cli.Context) (err error) {
 func memExport(c *cli.Context) error {
 	out := c.String(memOutFlag.Name)
 	if out != "" && out != "-" {
-		if err := safefile.CheckOutputs([]safefile.Path{{Flag: "--out", Path: out}}, dbPaths("--db", c.String(memDBFlag.Name))); err != nil {
+		// inside a run directory only as the run's memory.jsonl, the export
+		// of its memory.db (the run's layout; scripts/exptable reads it)
+		o := safefile.Path{Flag: "--out", Path: out, RunLayout: []string{"memory.jsonl"}}
+		if err := safefile.CheckOutputs([]safefile.Path{o}, dbPaths("--db", c.String(memDBFlag.Name))); err != nil {
 			return err
 		}
-		if err := checkNew(c, safefile.Path{Flag: "--out", Path: out}); err != nil {
+		if err := checkNew(c, o); err != nil {
 			return err
 		}
 	}
