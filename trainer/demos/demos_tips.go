@@ -229,28 +229,16 @@ func TipRecords(ctx context.Context, env environments.Env, d Demo, mem *memstore
 			space = "fail"
 		}
 		// the tips of every step up to i, as the rollout retrieves them
-		blocks := make([]string, i+1)
-		var last memstore.Result
-		for j := range blocks {
-			if j < i && cfg.TipsIn != rollout.TipsEveryTurn {
-				continue
-			}
-			res, err := mem.RetrieveText(ctx, space+"|"+ns, keys[j], q)
-			if err != nil {
-				return nil, fmt.Errorf("%w: retrieval: %w", ErrDemo, err)
-			}
-			blocks[j], last = rollout.FormatTips(res.Entries), res
+		msgs, n, err := memoryPrompt(ctx, mem, space+"|"+ns, q, pc, cfg.TipsIn, d, keys, turns, i)
+		if err != nil {
+			return nil, err
 		}
-		if blocks[i] == "" {
+		if n == 0 {
 			continue
 		}
-		shown := append([]rollout.Turn(nil), turns[:i]...)
-		for j := range shown {
-			shown[j].Tips = blocks[j]
-		}
-		msgs := append(rollout.Messages(pc, d.Desc, d.FirstObs, shown, blocks[i]), llama.Message{Role: sft.RoleAssistant, Content: turns[i].Action})
+		msgs = append(msgs, llama.Message{Role: sft.RoleAssistant, Content: turns[i].Action})
 		out = append(out, sft.ChatRecord{Messages: msgs, Meta: meta(map[string]any{
-			"score": d.Score, "done": d.Done, "step": i + 1, "tips": len(last.Entries), "memory": space})})
+			"score": d.Score, "done": d.Done, "step": i + 1, "tips": n, "memory": space})})
 	}
 	return out, nil
 }
