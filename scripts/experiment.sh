@@ -193,17 +193,17 @@ demos() {
 	local failtips=()
 	((TIP_RECORDS == 0)) || failtips=(--failure-tips)
 	# the corpus covers all six families and the tip blocks (the vocabulary only; docs/experiment.md)
-	"$EMPO2" env demos textlab --split train --kind explore --held-out "${SIMP[@]}" --tip-records 1 \
+	"$EMPO2" env demos textlab --force --split train --kind explore --held-out "${SIMP[@]}" --tip-records 1 \
 		-o "$OUT/corpus-demos.jsonl" --text "$OUT/corpus.txt"
-	"$EMPO2" env demos textlab --tasks "$SFT_TASKS" --split train --variations "$SFT_VARS" \
+	"$EMPO2" env demos textlab --force --tasks "$SFT_TASKS" --split train --variations "$SFT_VARS" \
 		--kind explore "${SIMP[@]}" "${tips[@]}" --tip-records "$SFT_TIP_RECORDS" --read-records "$SFT_READ_RECORDS" -o "$OUT/sft-train.jsonl"
-	"$EMPO2" env demos textlab --tasks "$SFT_TASKS" --split dev --variations 2 \
+	"$EMPO2" env demos textlab --force --tasks "$SFT_TASKS" --split dev --variations 2 \
 		--kind explore "${SIMP[@]}" "${tips[@]}" --tip-records "$SFT_TIP_RECORDS" --read-records "$SFT_READ_RECORDS" -o "$OUT/sft-dev.jsonl"
 	if ((RL_SFT_VARS > 0)); then
 		# a few demonstrations of the RL family, from train variations outside the
 		# pool (RL_SFT_FROM…): without them the warm start never focuses on a
 		# creature and RL has nothing beyond the +10 to learn (docs/experiment.md)
-		"$EMPO2" env demos textlab --tasks "$RL_TASK" --split train --skip-variations "$RL_SFT_FROM" \
+		"$EMPO2" env demos textlab --force --tasks "$RL_TASK" --split train --skip-variations "$RL_SFT_FROM" \
 			--variations "$RL_SFT_VARS" --kind explore "${SIMP[@]}" "${failtips[@]}" "${tips[@]}" --tip-records "$TIP_RECORDS" \
 			--read-records "$READ_RECORDS" --attempt-tips "$ATTEMPT_TIPS" -o "$OUT/rl-sft.jsonl"
 		# every episode of the pool stays unseen
@@ -213,7 +213,7 @@ demos() {
 		(($(grep '"steps":' "$OUT/rl-sft.jsonl" | grep -v '"failed":true' | grep -v '"read":true' | grep -vc '"attempt":true') == RL_SFT_VARS)) ||
 			die "expected $RL_SFT_VARS $RL_TASK demonstrations in rl-sft.jsonl"
 		cat "$OUT/rl-sft.jsonl" >>"$OUT/sft-train.jsonl"
-		"$EMPO2" env demos textlab --tasks "$RL_TASK" --split dev --variations 2 \
+		"$EMPO2" env demos textlab --force --tasks "$RL_TASK" --split dev --variations 2 \
 			--kind explore "${SIMP[@]}" "${failtips[@]}" "${tips[@]}" --tip-records "$TIP_RECORDS" --read-records "$READ_RECORDS" -o "$OUT/rl-dev.jsonl"
 		cat "$OUT/rl-dev.jsonl" >>"$OUT/sft-dev.jsonl"
 	fi
@@ -221,7 +221,7 @@ demos() {
 
 # ---- 2. the random model ----------------------------------------------------
 model() {
-	"$EMPO2" model init --out "$OUT/model.gguf" --corpus "$OUT/corpus.txt" --vocab 1024 \
+	"$EMPO2" model init --force --out "$OUT/model.gguf" --corpus "$OUT/corpus.txt" --vocab 1024 \
 		--layers 2 --hidden "$HIDDEN" --heads 2 --kv-heads 1 --ffn $((2 * HIDDEN)) --ctx "$CTX" --seed 1
 }
 
@@ -229,7 +229,7 @@ model() {
 # Full SFT: every weight of the random model is trained and OUT/sft.gguf is a
 # new base model (no adapter). Every arm trains a fresh LoRA on top of it.
 sft() {
-	"$EMPO2" sft --full -m "$OUT/model.gguf" --data "$OUT/sft-train.jsonl" --val "$OUT/sft-dev.jsonl" \
+	"$EMPO2" sft --force --full -m "$OUT/model.gguf" --data "$OUT/sft-train.jsonl" --val "$OUT/sft-dev.jsonl" \
 		-o "$OUT/sft.gguf" --epochs "$SFT_EPOCHS" --lr "$SFT_LR" --min-lr "$SFT_MIN_LR" --warmup 10 \
 		--batch-tokens 2048 --no-pack --max-len "$SFT_MAXLEN" --micro-tokens $((2 * SFT_MAXLEN)) \
 		--threads "$THREADS" --seed 1 --resume --json 2>&1 >"$OUT/sft-epochs.jsonl" | tee "$OUT/sft.log" >&2
@@ -245,14 +245,14 @@ sft() {
 # OUT/sft-stage1.gguf and the result OUT/sft.gguf.
 readsft() {
 	((READ_SFT_EPOCHS > 0)) || return 0
-	"$EMPO2" env demos textlab --tasks "$RL_TASK" --split train --skip-variations "$RL_SFT_FROM" --variations "$READ_SFT_VARS" \
+	"$EMPO2" env demos textlab --force --tasks "$RL_TASK" --split train --skip-variations "$RL_SFT_FROM" --variations "$READ_SFT_VARS" \
 		--kind explore "${SIMP[@]}" --key "$KEY" --threshold "$THRESHOLD" --top-k "$TOP_K" --tips-in "$SFT_TIPS_IN" \
 		--read-records "$READ_SFT_RECORDS" --tip-failures 4 -o "$OUT/read-train.jsonl"
 	local low
 	low=$(grep -o '"variation":[0-9]*' "$OUT/read-train.jsonl" | cut -d: -f2 | sort -n | head -1)
 	((low >= POOL)) || die "read-train.jsonl holds pool variation $low (< POOL=$POOL)"
 	[[ -f "$OUT/sft-stage1.gguf" ]] || mv "$OUT/sft.gguf" "$OUT/sft-stage1.gguf"
-	"$EMPO2" sft --full -m "$OUT/sft-stage1.gguf" --data "$OUT/read-train.jsonl" --val "$OUT/rl-dev.jsonl" \
+	"$EMPO2" sft --force --full -m "$OUT/sft-stage1.gguf" --data "$OUT/read-train.jsonl" --val "$OUT/rl-dev.jsonl" \
 		-o "$OUT/sft.gguf" --epochs "$READ_SFT_EPOCHS" --lr 1e-3 --min-lr 1e-4 --warmup 5 \
 		--batch-tokens 2048 --no-pack --max-len "$SFT_MAXLEN" --micro-tokens $((2 * SFT_MAXLEN)) \
 		--threads "$THREADS" --seed 2 --resume --json 2>&1 >"$OUT/readsft-epochs.jsonl" | tee "$OUT/readsft.log" >&2
@@ -267,7 +267,7 @@ readsft() {
 evaluate() {
 	local dir=$1 threads=$2
 	shift 2
-	local common=(--env textlab "${SIMP[@]}" --temperature "$EVAL_TEMP" --seed 1 --threads "$threads"
+	local common=(--force --env textlab "${SIMP[@]}" --temperature "$EVAL_TEMP" --seed 1 --threads "$threads"
 		--ctx "$CTX" --threshold "$THRESHOLD" --top-k "$TOP_K" --set "memory.tips_in=$TIPS_IN" --set "memory.key=$KEY" --tip-temperature "$TIP_TEMP" "$@")
 	local memboth=(--memory off)
 	[[ "$*" == *--run* ]] && memboth=(--memory both)
@@ -294,7 +294,7 @@ evaluate() {
 warmstart() {
 	evaluate "$OUT/warmstart" "$THREADS" --model "$OUT/sft.gguf"
 	# sanity check: the warm start on its own SFT families (held-out variations)
-	"$EMPO2" eval --env textlab "${SIMP[@]}" --temperature "$EVAL_TEMP" --seed 1 --threads "$THREADS" \
+	"$EMPO2" eval --force --env textlab "${SIMP[@]}" --temperature "$EVAL_TEMP" --seed 1 --threads "$THREADS" \
 		--ctx "$CTX" --model "$OUT/sft.gguf" --tasks "$SFT_TASKS" \
 		--split test --variations "$SKILL_VARS" --memory off -o "$OUT/warmstart/eval/sft-families-test-off.json"
 }
@@ -309,7 +309,7 @@ gate() {
 	mkdir -p "$OUT/gate"
 	local s
 	for s in $GATE_SEEDS; do
-		local common=(--env textlab "${SIMP[@]}" --temperature "$EVAL_TEMP" --seed "$s" --threads "$THREADS"
+		local common=(--force --env textlab "${SIMP[@]}" --temperature "$EVAL_TEMP" --seed "$s" --threads "$THREADS"
 			--ctx "$CTX" --threshold "$THRESHOLD" --top-k "$TOP_K" --set "memory.tips_in=$TIPS_IN" --set "memory.key=$KEY"
 			--tip-temperature "$TIP_TEMP" --model "$OUT/sft.gguf" --tasks "$RL_TASK" --ood --trials "$GATE_TRIALS")
 		[[ -f "$OUT/gate/pool-s$s.json" ]] ||
@@ -383,7 +383,7 @@ run_one() {
 		# (empo2 eval --run does so)
 		evaluate "$dir" 1 --run "$dir" >>"$dir/eval.log" 2>&1 || return 1
 		if [[ -f "$dir/memory.db" ]]; then
-			"$EMPO2" memory export --db "$dir/memory.db" --out "$dir/memory.jsonl" >>"$dir/eval.log" 2>&1 || return 1
+			"$EMPO2" memory export --force --db "$dir/memory.db" --out "$dir/memory.jsonl" >>"$dir/eval.log" 2>&1 || return 1
 		fi
 		touch "$dir/.evaluated"
 	fi
@@ -410,7 +410,7 @@ runs() {
 # ---- 7. report and table ---------------------------------------------------
 report() {
 	local dirs=("$OUT"/runs/*/ "$OUT/warmstart")
-	"$EMPO2" report "${dirs[@]%/}" --out "$OUT/report" --title "EMPO² vs GRPO on textlab ($MODE)"
+	"$EMPO2" report --force "${dirs[@]%/}" --out "$OUT/report" --title "EMPO² vs GRPO on textlab ($MODE)"
 }
 
 table() {

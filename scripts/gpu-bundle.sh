@@ -65,8 +65,8 @@ else
 	echo "gpu-bundle: no Qwen tokenizer at $tok: the benchmark model will have a trained BPE vocabulary" >&2
 fi
 
-"$bin" model init --out "$out/models/tiny-f32.gguf" --dtype f32 --log-level warn
-"$bin" model init --out "$out/models/tiny-f16.gguf" --dtype f16 --log-level warn
+"$bin" model init --force --out "$out/models/tiny-f32.gguf" --dtype f32 --log-level warn
+"$bin" model init --force --out "$out/models/tiny-f16.gguf" --dtype f16 --log-level warn
 
 commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 dirty=false

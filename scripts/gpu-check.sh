@@ -268,10 +268,10 @@ phase_hf_export() {
 	local m=$GC_WORK/models/small-f32.gguf h=$GC_WORK/hf
 	[[ -f $h/adapter.gguf ]] || { echo "no $h/adapter.gguf: the train phase did not dump it"; return 1; }
 	rm -rf "$h/peft" "$h/base" "$h/merged" "$h/zero.gguf"
-	step E lora init --model "$m" --rank 8 --alpha 16 --out "$h/zero.gguf" || return 1
-	step E export --model "$m" --lora "$h/zero.gguf" --format hf --merged --out "$h/base" || return 1
-	step E export --model "$m" --lora "$h/adapter.gguf" --format peft --out "$h/peft" || return 1
-	step E export --model "$m" --lora "$h/adapter.gguf" --format hf --merged --out "$h/merged" || return 1
+	step E lora init --force --model "$m" --rank 8 --alpha 16 --out "$h/zero.gguf" || return 1
+	step E export --force --model "$m" --lora "$h/zero.gguf" --format hf --merged --out "$h/base" || return 1
+	step E export --force --model "$m" --lora "$h/adapter.gguf" --format peft --out "$h/peft" || return 1
+	step E export --force --model "$m" --lora "$h/adapter.gguf" --format hf --merged --out "$h/merged" || return 1
 	ls -la "$h" "$h/peft" "$h/base"
 	return $fails
 }
@@ -559,7 +559,7 @@ setup_rec=$GC_WORK/phases/01-setup.json
 		if [[ -f $GC_SRC/models/$m.gguf ]]; then
 			cp "$GC_SRC/models/$m.gguf" "$GC_WORK/models/"
 		else
-			"$GC_BIN" --log-level warn model init --out "$GC_WORK/models/$m.gguf" --dtype "${m#tiny-}"
+			"$GC_BIN" --log-level warn model init --force --out "$GC_WORK/models/$m.gguf" --dtype "${m#tiny-}"
 		fi
 	done
 	# Qwen's real vocabulary for the 7B-shaped model, when the bundle (or,
@@ -574,9 +574,9 @@ setup_rec=$GC_WORK/phases/01-setup.json
 		unxz_to "$GC_SRC/qwen-tokenizer/tokenizer.json.xz" "$GC_WORK/models/qwen-tokenizer/tokenizer.json"
 	fi
 	# shellcheck disable=SC2086
-	"$GC_BIN" --log-level warn model init --out "$GC_WORK/models/small-f32.gguf" $GC_SMALL --dtype f32 --seed 2
+	"$GC_BIN" --log-level warn model init --force --out "$GC_WORK/models/small-f32.gguf" $GC_SMALL --dtype f32 --seed 2
 	# shellcheck disable=SC2086
-	"$GC_BIN" --log-level warn model init --out "$GC_WORK/models/small-f16.gguf" $GC_SMALL --dtype f16 --seed 2
+	"$GC_BIN" --log-level warn model init --force --out "$GC_WORK/models/small-f16.gguf" $GC_SMALL --dtype f16 --seed 2
 ) >"$GC_WORK/logs/setup.log" 2>&1
 setup_rc=$?
 if ((setup_rc != 0)); then
@@ -597,7 +597,7 @@ if wanted bench || wanted train-e2e; then
 		tok=()
 		[[ -f $GC_WORK/models/qwen-tokenizer/tokenizer.json ]] && tok=(--tokenizer "$GC_WORK/models/qwen-tokenizer")
 		# shellcheck disable=SC2086
-		GOMAXPROCS=${GPU_CHECK_GEN_PROCS:-4} "$GC_BIN" --log-level info model init --out "$GC_WORK/models/big.gguf" $GC_BIG "${tok[@]}" --seed 3 --max-size 20GiB \
+		GOMAXPROCS=${GPU_CHECK_GEN_PROCS:-4} "$GC_BIN" --log-level info model init --force --out "$GC_WORK/models/big.gguf" $GC_BIG "${tok[@]}" --seed 3 --max-size 20GiB \
 			>"$GC_WORK/logs/model-big.log" 2>&1
 		rc=$?
 		since "$t0" >"$GC_WORK/models/big.seconds"

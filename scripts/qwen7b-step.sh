@@ -53,7 +53,7 @@ if [[ -z "$MODEL" ]]; then
     MODEL=$dir/model-$DTYPE.gguf
     f16=$dir/model-f16.gguf
     t0=$(date +%s)
-    nice -n "$NICE" "$EMPO2" model init --out "$f16" --preset "$PRESET" --tokenizer "$TOKENIZER" --dtype f16
+    nice -n "$NICE" "$EMPO2" model init --force --out "$f16" --preset "$PRESET" --tokenizer "$TOKENIZER" --dtype f16
     log "model init: $(du -h "$f16" | cut -f1) in $(( $(date +%s) - t0 )) s"
     if [[ "$DTYPE" != f16 ]]; then
         t0=$(date +%s)

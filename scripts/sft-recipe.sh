@@ -29,13 +29,13 @@ SIMP=(--simplifications easy)   # explore demos need "teleport to"; eval uses th
 mkdir -p "$OUT"
 # 1. demonstrations (train) + a small validation set (dev), and the corpus
 #    for the tokenizer
-"$EMPO2" env demos textlab --split train --kind explore "${SIMP[@]}" -o "$OUT/train.jsonl" --text "$OUT/corpus.txt"
-"$EMPO2" env demos textlab --split dev --kind explore "${SIMP[@]}" --variations 5 -o "$OUT/dev.jsonl"
+"$EMPO2" env demos textlab --force --split train --kind explore "${SIMP[@]}" -o "$OUT/train.jsonl" --text "$OUT/corpus.txt"
+"$EMPO2" env demos textlab --force --split dev --kind explore "${SIMP[@]}" --variations 5 -o "$OUT/dev.jsonl"
 
 # 2. a random model: 2 layers, hidden $HIDDEN, 2 heads (1 KV), FFN 2·hidden, BPE
 #    vocab trained on the demos (1024 slots), context 2048 (a full-history
 #    episode is ~1,300 tokens)
-"$EMPO2" model init --out "$OUT/model.gguf" --corpus "$OUT/corpus.txt" --vocab 1024 \
+"$EMPO2" model init --force --out "$OUT/model.gguf" --corpus "$OUT/corpus.txt" --vocab 1024 \
     --layers 2 --hidden "$HIDDEN" --heads 2 --kv-heads 1 --ffn $((2 * HIDDEN)) --ctx 2048 --seed 1
 
 # 3. SFT, one episode per sequence, ~2 episodes per step; the output is
@@ -44,11 +44,11 @@ mkdir -p "$OUT"
 COMMON=(--data "$OUT/train.jsonl" --val "$OUT/dev.jsonl" --epochs "$EPOCHS" --lr "$LR" --min-lr "$MIN_LR"
     --warmup 10 --batch-tokens 2048 --no-pack --micro-tokens 4096 --threads "$THREADS" --seed 1 --resume --json)
 if [[ "$LORA" == 1 ]]; then
-    time "$EMPO2" sft -m "$OUT/model.gguf" -o "$OUT/adapter.gguf" --rank "$RANK" --alpha $((2 * RANK)) "${COMMON[@]}" \
+    time "$EMPO2" sft --force -m "$OUT/model.gguf" -o "$OUT/adapter.gguf" --rank "$RANK" --alpha $((2 * RANK)) "${COMMON[@]}" \
         2> >(tee "$OUT/sft.log" >&2)
     POLICY=(-m "$OUT/model.gguf" --lora "$OUT/adapter.gguf")
 else
-    time "$EMPO2" sft -m "$OUT/model.gguf" --full -o "$OUT/sft.gguf" "${COMMON[@]}" 2> >(tee "$OUT/sft.log" >&2)
+    time "$EMPO2" sft --force -m "$OUT/model.gguf" --full -o "$OUT/sft.gguf" "${COMMON[@]}" 2> >(tee "$OUT/sft.log" >&2)
     POLICY=(-m "$OUT/sft.gguf")
 fi
 

@@ -72,7 +72,7 @@ func envDemosCommand() *cli.Command {
 			"from --config FILE and --set KEY=VALUE; the flags are shortcuts. See docs/sft.md.",
 		Flags: append(append(configFlags("demos"), demosTasksFlag, demosSplitFlag, demosVarsFlag, demosSkipFlag, demosOutFlag, demosPerStepFlag, demosKindFlag,
 			demosNoTipsFlag, demosHeldFlag, demosSeedFlag, demosTextFlag, demosTipRecFlag, demosTipFailFlag, demosFailTipFlag, demosThreshFlag, demosTopKFlag, demosTipsInFlag, demosAttemptFlag,
-			demosReadFlag, demosKeyFlag, promptHistoryFlag, promptKFlag, promptFormatFlag, promptSystemFlag), envOptionFlags()...),
+			demosReadFlag, demosKeyFlag, promptHistoryFlag, promptKFlag, promptFormatFlag, promptSystemFlag, forceFlag), envOptionFlags()...),
 		Action: envDemos,
 	}
 }
@@ -106,6 +106,7 @@ func envDemos(c *cli.Context) error {
 		return demos.PrintRunConfig(c.App.Writer, cfg)
 	}
 	cfg.Warn = func(msg string) { log.Warn().Msg(msg) }
+	cfg.ConfigFile, cfg.Force = configFile(c), c.Bool(forceFlag.Name)
 	ctx, sig := interruptible(c)
 	defer sig.stop()
 	pl := newProgressLine("") // the bar's line: variations played, ETA (internal/watch)

@@ -56,6 +56,10 @@ type RunConfig struct {
 	// Warn, when set, receives warnings (a task left without variations,
 	// a demo that does not complete its task and is skipped).
 	Warn func(string) `yaml:"-"`
+	// ConfigFile is the configuration file the command read (an input of
+	// the output guard); Force lets out and text replace existing files.
+	ConfigFile string `yaml:"-"`
+	Force      bool   `yaml:"-"`
 }
 
 // DefaultRunConfig is `empo2 env demos` without a file or flags: gold
@@ -226,8 +230,13 @@ func Run(ctx context.Context, cfg RunConfig) (RunResult, error) {
 		return RunResult{}, err
 	}
 	res := RunResult{Kind: cfg.Kind, Split: r.split, History: r.pc.History}
-	if err := safefile.CheckOutputs([]safefile.Path{{Flag: "out", Path: cfg.Out}, {Flag: "text", Path: cfg.Text}},
-		[]safefile.Path{{Flag: "env_options.data_dir", Path: cfg.EnvOptions.DataDir, Dir: true}, {Flag: "env_options.jar", Path: cfg.EnvOptions.Jar}}); err != nil {
+	outs := []safefile.Path{{Flag: "out", Path: cfg.Out}, {Flag: "text", Path: cfg.Text}}
+	if err := safefile.CheckOutputs(outs,
+		[]safefile.Path{{Flag: "--config", Path: cfg.ConfigFile}, {Flag: "env_options.data_dir", Path: cfg.EnvOptions.DataDir, Dir: true},
+			{Flag: "env_options.jar", Path: cfg.EnvOptions.Jar}}); err != nil {
+		return res, err
+	}
+	if err := safefile.CheckNew(outs, cfg.Force); err != nil {
 		return res, err
 	}
 	opts := cfg.EnvOptions
