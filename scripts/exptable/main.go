@@ -721,6 +721,7 @@ func writeDecision(w io.Writer, runs []*run) {
 type trainStats struct {
 	memFrac, offFrac, maskRate, clip, updates, tipsTrue, tipsWell, ctxEnd, tipLen float64
 	maskOK, updOK, tipsOK, ctxOK, lenOK                                           bool
+	offUpdates                                                                    int // optimizer updates of the off-policy steps (Study 3: ≥ 15 per EMPO² seed)
 }
 
 func stats(r *run) (t trainStats, ok bool) {
@@ -749,6 +750,9 @@ func stats(r *run) (t trainStats, ok bool) {
 			upd++
 			clip += s.ClipFrac
 			updates += float64(s.Updates)
+			if s.Mode == "off-policy" {
+				t.offUpdates += s.Updates
+			}
 		}
 		if s.TipsTrueFrac != nil {
 			nTrue++
@@ -837,16 +841,23 @@ func writeTraining(w io.Writer, runs []*run) {
 		}
 	}
 	tableHead(w, "**Training: mode mix, updates, masking, clipping, tips** (per run over its steps, mean ± std over seeds; memory = steps with tips in the rollouts, off-policy and on-policy-with-tips; masked = masked responses / responses with a signal; clip and updates: mean over the steps that updated; true and well-formed tips: tips_true_frac, tips_wellformed_frac; tip length: characters per written tip, one per episode; context ends: episodes ended on a full context)",
-		"arm", "memory steps %", "off-policy steps %", "updates per step", "masked %", "clip frac %", "true tips %", "well-formed tips %", "tip length", "context ends %")
+		"arm", "memory steps %", "off-policy steps %", "updates per step", "off-policy updates per run", "masked %", "clip frac %", "true tips %", "well-formed tips %", "tip length", "context ends %")
 	for _, a := range arms {
 		rs := by[a]
 		if len(rs[0].steps) == 0 {
 			continue
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", a,
+		var offUpd []string // per seed, in the runs' order
+		for _, r := range rs {
+			if t, ok := stats(r); ok {
+				offUpd = append(offUpd, strconv.Itoa(t.offUpdates))
+			}
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", a,
 			cell(rs, get(func(t trainStats) (float64, bool) { return t.memFrac, true }), 100),
 			cell(rs, get(func(t trainStats) (float64, bool) { return t.offFrac, true }), 100),
 			cell(rs, get(func(t trainStats) (float64, bool) { return t.updates, t.updOK }), 1),
+			strings.Join(offUpd, ", "),
 			cell(rs, get(func(t trainStats) (float64, bool) { return t.maskRate, t.maskOK }), 100),
 			cell(rs, get(func(t trainStats) (float64, bool) { return t.clip, t.updOK }), 100),
 			cell(rs, get(func(t trainStats) (float64, bool) { return t.tipsTrue, t.tipsOK }), 100),
