@@ -93,7 +93,7 @@ func TestRun(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotEmpty(t, text)
 
-	c.Out, c.SkipVariations = filepath.Join(dir, "e.jsonl"), 1000
+	c.Out, c.Text, c.SkipVariations = filepath.Join(dir, "e.jsonl"), filepath.Join(dir, "e.txt"), 1000
 	_, err = Run(context.Background(), c)
 	require.ErrorContains(t, err, "leaves no variation to play")
 	_, err = os.Stat(c.Out)
