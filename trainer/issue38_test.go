@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/empo2/empo2/internal/safefile"
+	"github.com/empo2/empo2/trainer/rollout"
 	"github.com/empo2/empo2/trainer/internal/testutil"
 )
 
@@ -62,5 +64,52 @@ func TestNoUpdateReason(t *testing.T) {
 func TestRunMarkerIsSafefiles(t *testing.T) {
 	if RunFile != safefile.RunMarker {
 		t.Fatalf("trainer.RunFile %q, safefile.RunMarker %q", RunFile, safefile.RunMarker)
+	}
+}
+
+// Masking is decided from the rollout's own log-probs before π_old is
+// recomputed (issue 38 §6): a step whose every response is below δ by more
+// than the rollout/engine difference recomputes nothing and masks all;
+// a response just below δ (within that difference) is still recomputed and
+// judged on the recompute.
+func TestMaskingDecidedBeforeRecompute(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	var eps []rollout.Episode
+	for k := 0; k < 3; k++ {
+		eps = append(eps, synthEpisode(r, 0, float64(10*k), 3, true, 100))
+	}
+	for i := range eps {
+		for s := range eps[i].Steps {
+			eps[i].Steps[s].OldLogp[0] = -12 // an untrained 152k-vocabulary model
+		}
+	}
+	dc := DefaultConfig()
+	cfg := dc.SampleConfig()
+	cfg.RecomputeOldLogp = true
+	rec := &recordProber{}
+	ss, st, err := BuildSamples(inMode(eps, ModeOffPolicy), cfg, rec, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.seen) != 0 || len(ss) != 0 || st.MaskedSteps != st.Steps || st.Steps != 9 {
+		t.Fatalf("all below δ: %d sequences recomputed, %d samples, masked %d of %d", len(rec.seen), len(ss), st.MaskedSteps, st.Steps)
+	}
+	var m StepMetrics
+	m.addSamples(st)
+	if got := NoUpdateReason(m, dc); !strings.Contains(got, "all 9 responses masked") {
+		t.Errorf("reason: %q", got)
+	}
+	for i := range eps {
+		for s := range eps[i].Steps {
+			eps[i].Steps[s].OldLogp[0] = cfg.LowProbThreshold - 0.01 // within the tolerance: the recompute (-1) decides
+		}
+	}
+	rec = &recordProber{}
+	ss, st, err = BuildSamples(inMode(eps, ModeOffPolicy), cfg, rec, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.seen) == 0 || st.MaskedSteps != 0 || len(ss) == 0 {
+		t.Fatalf("just below δ: %d recomputed, masked %d, %d samples", len(rec.seen), st.MaskedSteps, len(ss))
 	}
 }

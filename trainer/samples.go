@@ -169,6 +169,26 @@ func BuildSamples(eps []rollout.Episode, cfg SampleConfig, lp LogProber, microBa
 		}
 		samples = append(samples, ss...)
 	}
+	if cfg.RecomputeOldLogp {
+		// Masking decided from the rollout's own log-probs first: a sample
+		// whose every response is below δ by more than the rollout can
+		// differ from the training graph is masked whatever the recompute
+		// says, so it is not recomputed (a step whose responses all mask,
+		// e.g. an untrained 152k-vocabulary model off-policy, skips π_old).
+		kept := samples[:0]
+		for _, s := range samples {
+			if cfg.LowProbMask.Applies(s.Mode) && allMasked(s, cfg.LowProbThreshold-rolloutLogpTolerance) {
+				st.Steps += len(s.Spans)
+				st.MaskedSteps += len(s.Spans)
+				for _, sp := range s.Spans {
+					st.UnpackedTokens += sp[1]
+				}
+				continue
+			}
+			kept = append(kept, s)
+		}
+		samples = kept
+	}
 	if cfg.RecomputeOldLogp && len(samples) > 0 {
 		if lp == nil {
 			return nil, st, fmt.Errorf("%w: recomputing π_old needs the training model", ErrSamples)
@@ -212,6 +232,22 @@ func BuildSamples(eps []rollout.Episode, cfg SampleConfig, lp LogProber, microBa
 	}
 	st.Sequences = len(out)
 	return out, st, nil
+}
+
+// rolloutLogpTolerance bounds how far a rollout's log-prob may lie from the
+// training graph's recompute of it: ≈1e-5 on the CPU, up to 1e-2 with
+// CUDA rollouts (docs/gpu.md); five times the larger.
+const rolloutLogpTolerance = 0.05
+
+// allMasked reports whether every response span of s has a rollout
+// log-prob below threshold (the sample's OldLogp before any recompute).
+func allMasked(s Sample, threshold float32) bool {
+	for _, sp := range s.Spans {
+		if !algo.Masked(s.Seq.OldLogp[sp[0]:sp[1]], threshold) {
+			return false
+		}
+	}
+	return len(s.Spans) > 0
 }
 
 func anyTrue(b []bool) bool {
