@@ -231,12 +231,9 @@ func Run(ctx context.Context, cfg RunConfig) (RunResult, error) {
 	}
 	res := RunResult{Kind: cfg.Kind, Split: r.split, History: r.pc.History}
 	outs := []safefile.Path{{Flag: "out", Path: cfg.Out}, {Flag: "text", Path: cfg.Text}}
-	if err := safefile.CheckOutputs(outs,
+	if err := safefile.CheckWrite(outs,
 		[]safefile.Path{{Flag: "--config", Path: cfg.ConfigFile}, {Flag: "env_options.data_dir", Path: cfg.EnvOptions.DataDir, Dir: true},
-			{Flag: "env_options.jar", Path: cfg.EnvOptions.Jar}}); err != nil {
-		return res, err
-	}
-	if err := safefile.CheckNew(outs, cfg.Force); err != nil {
+			{Flag: "env_options.jar", Path: cfg.EnvOptions.Jar}}, cfg.Force); err != nil {
 		return res, err
 	}
 	opts := cfg.EnvOptions
