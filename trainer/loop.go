@@ -267,7 +267,16 @@ func (p Progress) at(j, n int) float64 {
 	if p.Steps <= 0 {
 		return -1
 	}
-	return (float64(p.Step-1) + float64(j)/float64(max(n, 1))) / float64(p.Steps)
+	n = max(n, 1)
+	if p.Step >= p.Steps {
+		switch {
+		case n > 1:
+			return (float64(p.Steps-1) + float64(j)/float64(n-1)) / float64(p.Steps)
+		case p.Steps > 1:
+			return 1
+		}
+	}
+	return (float64(p.Step-1) + float64(j)/float64(n)) / float64(p.Steps)
 }
 
 // MiniBatching says how an epoch's samples are cut into mini-batches:

@@ -15,7 +15,8 @@ import (
 // half as many updates as it has responses with a signal). The lr column of
 // metrics.jsonl (the last update of each step) follows the cosine at the
 // run's progress counted over the updates that happened, recomputed from
-// the run's own updates column: (k − 1 + (n_k − 1)/n_k)/steps. The former
+// the run's own updates column: (k − 1 + (n_k − 1)/n_k)/steps, and 1 at the
+// last step's last update, which is at min_lr (issue 36 (d)). The former
 // estimate (B·G/mini_batch updates per step) reached min_lr by the middle
 // of the run.
 func TestCosineFollowsUpdates(t *testing.T) {
@@ -42,6 +43,9 @@ func TestCosineFollowsUpdates(t *testing.T) {
 		}
 		p := (float64(k) + float64(n-1)/float64(n)) / steps
 		want := minLR + (base-minLR)*0.5*(1+math.Cos(math.Pi*p))
+		if k == steps-1 {
+			p = 1
+		}
 		if got := m["lr"].(float64); math.Abs(got-want) > 1e-12*base {
 			t.Fatalf("step %d (%d updates): lr %v, want %v (progress %.4f)", k+1, n, got, want, p)
 		}
@@ -52,8 +56,53 @@ func TestCosineFollowsUpdates(t *testing.T) {
 	if done <= oldTotal {
 		t.Fatalf("%d updates: the run does not show the former estimate's error (%d)", done, oldTotal)
 	}
-	if last := ms[steps-1]["lr"].(float64); !(last > minLR) || oldLast != minLR {
-		t.Fatalf("last lr %v (the former estimate %v): the schedule must end at its last update, not before", last, oldLast)
+	if last := ms[steps-1]["lr"].(float64); math.Abs(last-minLR) > 1e-12*base || oldLast != minLR {
+		t.Fatalf("last lr %v (the former estimate %v): the schedule must end at min_lr with its last update, not before", last, oldLast)
+	}
+}
+
+// TestProgressEnds (issue 36 (d)): the run's first update is at progress
+// 0 and its last at 1 — the cosine's last update at min_lr, as
+// update.schedule's doc says — whatever the updates per step; progress
+// never decreases from one update to the next, across steps too.
+func TestProgressEnds(t *testing.T) {
+	for _, c := range []struct{ steps, n, nLast int }{{3, 4, 4}, {3, 4, 7}, {5, 1, 1}, {2, 3, 1}, {1, 5, 5}, {4, 2, 2}} {
+		prev := -1.0
+		for s := 1; s <= c.steps; s++ {
+			n := c.n
+			if s == c.steps {
+				n = c.nLast
+			}
+			for j := 0; j < n; j++ {
+				p := Progress{Step: s, Steps: c.steps}.at(j, n)
+				if p < prev || p < 0 || p > 1 {
+					t.Fatalf("%+v: step %d update %d at %v after %v", c, s, j, p, prev)
+				}
+				if s == 1 && j == 0 && p != 0 {
+					t.Fatalf("%+v: first update at %v, want 0", c, p)
+				}
+				if s == c.steps && j == n-1 && p != 1 {
+					t.Fatalf("%+v: last update at %v, want 1", c, p)
+				}
+				prev = p
+			}
+		}
+	}
+	if p := (Progress{Step: 1, Steps: 1}).at(0, 1); p != 0 {
+		t.Fatalf("a run of one update at %v, want 0 (its first)", p)
+	}
+	if p := (Progress{}).at(0, 1); p != -1 {
+		t.Fatalf("no run length: %v, want −1 (the schedule's update index)", p)
+	}
+	// the cosine at the last update is min_lr
+	cfg := DefaultConfig()
+	cfg.Update.Schedule, cfg.Update.LR, cfg.Update.MinLR = "cosine", 1e-3, 1e-5
+	s, err := cfg.Schedule()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lr := s.LRAt(40, Progress{Step: cfg.Steps, Steps: cfg.Steps}.at(3, 4)); math.Abs(lr-1e-5) > 1e-18 {
+		t.Fatalf("the last update's lr %v, want min_lr 1e-5", lr)
 	}
 }
 

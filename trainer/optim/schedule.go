@@ -24,17 +24,19 @@ func (k ScheduleKind) Valid() bool { return k == ScheduleConstant || k == Schedu
 // is never taken with lr 0 and the ramp reaches BaseLR at s = Warmup.
 //
 //   - constant: BaseLR after warmup.
-//   - cosine: after warmup, with progress p = (s−Warmup)/(Total−Warmup)
+//   - cosine: after warmup, with progress p = (s−Warmup)/(Total−1−Warmup)
 //     clamped to [0,1], lr = MinLR + (BaseLR−MinLR)·(1+cos(π·p))/2
 //     (SGDR without restarts: Loshchilov & Hutter, "SGDR: Stochastic Gradient
-//     Descent with Warm Restarts", ICLR 2017, eq. 5). Steps past Total stay
-//     at MinLR.
+//     Descent with Warm Restarts", ICLR 2017, eq. 5): the first update after
+//     warmup is at BaseLR and the last of Total updates, s = Total−1, at
+//     MinLR (a single update after warmup stays at BaseLR). Steps past
+//     Total stay at MinLR.
 type Schedule struct {
 	Kind   ScheduleKind // ScheduleConstant or ScheduleCosine
 	BaseLR float64      // peak learning rate, > 0
 	MinLR  float64      // cosine floor, 0 ≤ MinLR ≤ BaseLR
 	Warmup int          // linear warmup steps, ≥ 0
-	Total  int          // total steps (cosine only), > Warmup
+	Total  int          // total updates, warmup included (cosine only), > Warmup
 }
 
 // Validate reports ErrConfig for an unusable schedule.
@@ -60,14 +62,15 @@ func (s Schedule) Validate() error {
 }
 
 // LR returns the learning rate for update index step (0-based): LRAt with
-// the progress p = (step−Warmup)/(Total−Warmup).
+// the progress p = (step−Warmup)/(Total−1−Warmup), so that the last update,
+// step = Total−1, is at MinLR (0 when Total−1 = Warmup).
 func (s Schedule) LR(step int64) float64 {
 	if step < 0 {
 		step = 0
 	}
 	p := 0.0
-	if s.Total > s.Warmup {
-		p = float64(step-int64(s.Warmup)) / float64(s.Total-s.Warmup)
+	if n := s.Total - 1 - s.Warmup; n > 0 {
+		p = float64(step-int64(s.Warmup)) / float64(n)
 	}
 	return s.LRAt(step, p)
 }

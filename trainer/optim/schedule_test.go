@@ -14,13 +14,15 @@ func TestScheduleValues(t *testing.T) {
 		}
 	}
 	cos := Schedule{Kind: ScheduleCosine, BaseLR: 1, MinLR: 0.1, Warmup: 1, Total: 5}
-	// s=0: warmup 1/2; s=1: progress 0 → 1; s=3: progress 1/2 → 0.55;
-	// s=5: progress 1 → 0.1; beyond Total: stays 0.1.
+	// s=0: warmup 1/2; s=1: progress 0 → 1; s=2, 3: progress 1/3, 2/3;
+	// s=4, the last of Total = 5 updates: progress 1 → min 0.1 (issue 36
+	// (d): it was 3/4); beyond Total: stays 0.1.
 	cases := map[int64]float64{
 		0: 0.5,
 		1: 1,
-		2: 0.1 + 0.9*0.5*(1+math.Cos(math.Pi/4)),
-		3: 0.55,
+		2: 0.1 + 0.9*0.5*(1+math.Cos(math.Pi/3)),
+		3: 0.1 + 0.9*0.5*(1+math.Cos(2*math.Pi/3)),
+		4: 0.1,
 		5: 0.1,
 		9: 0.1,
 	}
@@ -32,6 +34,13 @@ func TestScheduleValues(t *testing.T) {
 	noWarm := Schedule{Kind: ScheduleCosine, BaseLR: 2, Total: 4}
 	if got := noWarm.LR(0); got != 2 {
 		t.Errorf("cosine without warmup LR(0) = %v, want 2", got)
+	}
+	if got := noWarm.LR(3); got != 0 {
+		t.Errorf("cosine without warmup, last update LR(3) = %v, want min_lr 0", got)
+	}
+	one := Schedule{Kind: ScheduleCosine, BaseLR: 2, MinLR: 1, Warmup: 2, Total: 3}
+	if got := one.LR(2); got != 2 {
+		t.Errorf("a single update after warmup: LR(2) = %v, want base 2", got)
 	}
 }
 
@@ -69,7 +78,7 @@ func TestLRAt(t *testing.T) {
 		}
 	}
 	for step := int64(0); step < 20; step++ {
-		p := float64(step-3) / 10
+		p := float64(step-3) / 9
 		if a, b := s.LR(step), s.LRAt(step, p); a != b {
 			t.Errorf("LR(%d) = %v, LRAt = %v", step, a, b)
 		}
