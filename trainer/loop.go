@@ -259,10 +259,14 @@ type UpdateSummary struct {
 // schedule to the update index (optim.Schedule.LR).
 type Progress struct{ Step, Steps int }
 
-// at is the run's progress at the j-th of n optimizer steps planned in this
-// training step: (Step − 1 + j/n)/Steps, so that the schedule counts the
-// optimizer steps that really happen, however many a step takes, and the
-// last one of the last step is at progress (Steps − 1/n)/Steps.
+// at is the run's progress at the j-th (0-based) of n optimizer steps
+// planned in this training step: (Step − 1 + j/n)/Steps, so that the
+// schedule counts the optimizer steps that really happen, however many a
+// step takes — except in the last step, whose updates span its interval
+// whole, (Steps − 1 + j/(n − 1))/Steps, so that the run's last update is at
+// progress 1 and the cosine schedule ends at min_lr as its doc says (a last
+// step of one update is at 1; a run of a single update at 0, its first).
+// The run's first update is at 0 (base_lr).
 func (p Progress) at(j, n int) float64 {
 	if p.Steps <= 0 {
 		return -1
