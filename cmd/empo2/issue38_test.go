@@ -130,3 +130,21 @@ func TestTrainInterruptedInFirstStep(t *testing.T) {
 	assert.Contains(t, log.String(), "interrupted during step 1: nothing was checkpointed yet")
 	assert.NotContains(t, log.String(), "interrupted: checkpointed")
 }
+
+// §4.11: eval --run R --lora FOREIGN does not file its result inside R as
+// if it were the run's step 0; a warning says so, and -o keeps the result.
+func TestEvalRunForeignLoraNotFiled(t *testing.T) {
+	model := llmTestModel(t)
+	dir := t.TempDir()
+	fakeRun(t, filepath.Join(dir, "r"))
+	_, stderr, err := runCLIIn(t, dir, "lora", "init", "--model", model, "--rank", "2", "--out", "foreign.gguf")
+	require.NoError(t, err, stderr)
+	args := append([]string{"eval", "--run", "r", "-m", model, "--lora", "foreign.gguf", "--tasks", "melt", "-o", "res.json"}, evalFast...)
+	_, stderr, err = runCLIIn(t, dir, args...)
+	require.NoError(t, err, stderr)
+	assert.Contains(t, stderr, "is not a checkpoint of the run r: the result is not filed in r/eval")
+	_, err = os.Stat(filepath.Join(dir, "r", "eval"))
+	assert.True(t, os.IsNotExist(err), "eval filed a foreign adapter's result in the run: %v", err)
+	_, err = os.Stat(filepath.Join(dir, "res.json"))
+	assert.NoError(t, err)
+}
