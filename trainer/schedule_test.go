@@ -42,10 +42,10 @@ func TestCosineFollowsUpdates(t *testing.T) {
 			t.Fatalf("step %d: %v updates for %v sequences (mini_batch 2)", k+1, n, seqs)
 		}
 		p := (float64(k) + float64(n-1)/float64(n)) / steps
-		want := minLR + (base-minLR)*0.5*(1+math.Cos(math.Pi*p))
 		if k == steps-1 {
 			p = 1
 		}
+		want := minLR + (base-minLR)*0.5*(1+math.Cos(math.Pi*p))
 		if got := m["lr"].(float64); math.Abs(got-want) > 1e-12*base {
 			t.Fatalf("step %d (%d updates): lr %v, want %v (progress %.4f)", k+1, n, got, want, p)
 		}
