@@ -45,7 +45,7 @@ type Config struct {
 	Device     string               `yaml:"device" doc:"cpu | gpu | auto (training graph and rollouts)"`
 	Context    int                  `yaml:"context" doc:"rollout context per episode in tokens (KV cache of one sequence), at most the model's training context; 0 = the model's training context, at most 8192 (the reference's prompt limit)" range:"[0,1048576]"`
 	LoRA       LoRAConfig           `yaml:"lora" doc:"the trained LoRA adapter"`
-	Batch      BatchConfig          `yaml:"batch" doc:"rollouts per step: batch.tasks × batch.rollouts episodes (reference full scale: 8 × 8)"`
+	Batch      BatchConfig          `yaml:"batch" doc:"rollouts per step: batch.tasks × batch.rollouts episodes (reference full scale: 16 × 8, the authors' ScienceWorld config)"`
 	Mode       ModeConfig           `yaml:"mode" doc:"EMPO² modes: u ~ U(0,1); u < p·q off-policy, u < p on-policy with tips, else on-policy"`
 	Rollout    rollout.Config       `yaml:"rollout" doc:"rollouts (the prompt format is shared with eval and SFT)"`
 	Memory     rollout.MemoryConfig `yaml:"memory" doc:"tips memory (memory.db in the run directory)"`
@@ -197,7 +197,7 @@ func (t Transpose) Valid() bool {
 }
 
 // DefaultConfig is the configuration before any preset: small sizes for the
-// tiny generated models (the reference's full scale is batch.tasks 8,
+// tiny generated models (the reference's full scale is batch.tasks 16,
 // batch.rollouts 8, see docs/train.md), EMPO² mode probabilities; the
 // rollout, memory and eval sections are their packages' defaults, AdamW's
 // and the objective's hyper-parameters optim.DefaultAdamW's, algo.DefaultPPO's
