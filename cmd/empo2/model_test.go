@@ -282,7 +282,8 @@ func TestModelQwenTokenizerCLI(t *testing.T) {
 	hf := filepath.Join(dir, "hf")
 	os.MkdirAll(hf, 0o755)
 	os.WriteFile(filepath.Join(hf, "vocab.json"), []byte("{}"), 0o644) // left by an earlier export
-	loraMustCLI(t, "export", "--model", model, "--lora", adapter, "--format", "hf", "--merged", "--out", hf)
+	// replacing an existing export's files takes --force (issue 38 §2)
+	loraMustCLI(t, "export", "--model", model, "--lora", adapter, "--format", "hf", "--merged", "--out", hf, "--force")
 	sameFiles(t, tokDir, hf, "tokenizer.json", "tokenizer_config.json")
 	for _, name := range []string{"vocab.json", "merges.txt", "special_tokens_map.json"} {
 		if _, err := os.Stat(filepath.Join(hf, name)); err == nil {
