@@ -118,8 +118,8 @@ type UpdateConfig struct {
 	LowProbMask      LowProbMask        `yaml:"low_prob_mask" doc:"episodes whose responses low-probability masking may drop: off-policy (the paper's text: updates without the tips the rollout saw) | memory-steps (episodes that retrieved tips: off-policy and on-policy-tips) | every-step (an earlier version of the reference code: every episode of an EMPO² run) | never (the reference code's last 7B config)"`
 	Aggregation      cgo.Aggregation    `yaml:"aggregation" doc:"token-mean | seq-mean-token-mean (packing needs token-mean)"`
 	PPOEpochs        int                `yaml:"ppo_epochs" doc:"passes over the step's samples" range:"[1,1000]"`
-	MiniBatch        int                `yaml:"mini_batch" doc:"sequences per optimizer step; 0 = all of the step's in one" range:"[0,1e6]"`
-	MiniBatches      int                `yaml:"mini_batches" doc:"optimizer steps per PPO epoch: the step's samples split into this many near-equal mini-batches (fewer when there are fewer samples), so that every step makes the same number of updates whatever its mode; 0 = by mini_batch" range:"[0,1e6]"`
+	MiniBatch        int                `yaml:"mini_batch" doc:"sequences per optimizer step, when mini_batches is 0 (set it to 0 to cut by size); 0 = all of the step's in one" range:"[0,1e6]"`
+	MiniBatches      int                `yaml:"mini_batches" doc:"optimizer steps per PPO epoch: the step's samples split into this many near-equal mini-batches (fewer when there are fewer samples), so that every step makes the same number of updates whatever its mode; 8 = the authors' several updates per step (mini-batches of 16 over their 16 tasks × 8 rollouts); 0 = by mini_batch" range:"[0,1e6]"`
 	MicroBatch       int                `yaml:"micro_batch" doc:"sequences per forward/backward call (gradient accumulation); 0 = the whole mini-batch" range:"[0,1e6]"`
 	Pack             bool               `yaml:"pack" doc:"train an episode as one sequence where later prompts extend earlier ones"`
 	OldLogp          OldLogp            `yaml:"old_logp" doc:"π_old: recompute (training graph, behaviour prompt; the reference) | rollout (llama.cpp's sampled log-probs)"`
@@ -196,6 +196,13 @@ func (t Transpose) Valid() bool {
 	return t == TransposeAuto || t == TransposeStored || t == TransposeInGraph
 }
 
+// DefaultMiniBatches is update.mini_batches' default: several optimizer
+// updates per training step, as the authors take them — verl cuts their
+// step's batch (16 tasks × 8 rollouts) into mini-batches of 16, each one
+// update, so 8 at their scale; at the tiny default scale (2 × 4) a step
+// makes up to 8 updates, one per sample when it has fewer.
+const DefaultMiniBatches = 8
+
 // DefaultConfig is the configuration before any preset: small sizes for the
 // tiny generated models (the reference's full scale is batch.tasks 16,
 // batch.rollouts 8, see docs/train.md), EMPO² mode probabilities; the
@@ -219,7 +226,7 @@ func DefaultConfig() Config {
 		Update: UpdateConfig{LR: 1e-4, MinLR: 0, Schedule: optim.ScheduleConstant, Warmup: 0, WeightDecay: adam.WeightDecay,
 			Beta1: adam.Beta1, Beta2: adam.Beta2, AdamEps: adam.Eps, MaxGradNorm: 1.0, ClipLow: ppo.ClipLow, ClipHigh: ppo.ClipHigh,
 			DualClip: ppo.DualClip, LowProbThreshold: algo.DefaultLowProbThreshold, LowProbMask: MaskOffPolicy, Aggregation: cgo.AggTokenMean,
-			PPOEpochs: 1, MiniBatch: 0, MicroBatch: 8, Pack: true, OldLogp: OldLogpRecompute,
+			PPOEpochs: 1, MiniBatch: 0, MiniBatches: DefaultMiniBatches, MicroBatch: 8, Pack: true, OldLogp: OldLogpRecompute,
 			Transpose: TransposeAuto},
 		Checkpoint: CheckpointConfig{Every: 1, Keep: 3},
 		Eval:       evaluate.DefaultConfig(),
@@ -313,7 +320,7 @@ func (c *Config) Validate() error {
 	case c.Env == "":
 		return bad("env is empty")
 	case c.Update.MiniBatch > 0 && c.Update.MiniBatches > 0:
-		return bad("update.mini_batch %d and update.mini_batches %d: set one (size or count of the mini-batches)", c.Update.MiniBatch, c.Update.MiniBatches)
+		return bad("update.mini_batch %d and update.mini_batches %d: set one (size or count of the mini-batches; mini_batches defaults to %d: set update.mini_batches=0 to cut by size)", c.Update.MiniBatch, c.Update.MiniBatches, DefaultMiniBatches)
 	case !c.Advantage.ZeroVar.Valid():
 		return bad("advantage.zero_var %q (want skip or train)", c.Advantage.ZeroVar)
 	case !c.Mode.Per.Valid():

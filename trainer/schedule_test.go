@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/empo2/empo2/trainer/internal/testutil"
@@ -22,7 +23,7 @@ import (
 func TestCosineFollowsUpdates(t *testing.T) {
 	model := testutil.ModelFile(t)
 	const steps, base, minLR = 3, 0.01, 0.001
-	cfg := tinyRunConfig(t, model, "grpo", steps, "update.schedule=cosine", "update.min_lr=0.001", "update.mini_batch=2", "update.pack=false")
+	cfg := tinyRunConfig(t, model, "grpo", steps, "update.schedule=cosine", "update.min_lr=0.001", "update.mini_batch=2", "update.mini_batches=0", "update.pack=false")
 	dir := filepath.Join(t.TempDir(), "run")
 	if _, err := Train(context.Background(), RunOptions{Dir: dir, Config: cfg}); err != nil {
 		t.Fatal(err)
@@ -169,5 +170,48 @@ func TestMiniBatchesCount(t *testing.T) {
 	}
 	if !errors.Is(err, ErrRunConfig) {
 		t.Fatal("mini_batch and mini_batches both set: accepted")
+	}
+}
+
+// TestDefaultSeveralUpdates (issue 36 (a)): by default a training step
+// makes several optimizer updates, as the authors' do — update.mini_batches
+// 8 in every preset: at their scale (16 tasks × 8 rollouts, one packed
+// sequence per episode) 8 mini-batches of 16 sequences, at the tiny default
+// scale (2 × 4) one update per sample.
+func TestDefaultSeveralUpdates(t *testing.T) {
+	for _, p := range []string{"empo2", "grpo", "memory-only", "scienceworld"} {
+		c, err := LoadConfig("", p, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Update.MiniBatches != DefaultMiniBatches || c.Update.MiniBatch != 0 || c.Update.PPOEpochs != 1 {
+			t.Errorf("preset %s: mini_batches %d, mini_batch %d, ppo_epochs %d", p, c.Update.MiniBatches, c.Update.MiniBatch, c.Update.PPOEpochs)
+		}
+	}
+	c := DefaultConfig()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	mb := MiniBatching{Size: c.Update.MiniBatch, Count: c.Update.MiniBatches}
+	ref := mb.cuts(16 * 8)
+	if len(ref) != 8 {
+		t.Fatalf("16 × 8 sequences: %d updates, want 8", len(ref))
+	}
+	for k, hi := range ref {
+		if hi != 16*(k+1) {
+			t.Fatalf("16 × 8 sequences: cuts %v, want mini-batches of 16", ref)
+		}
+	}
+	if n := len(mb.cuts(c.Batch.Tasks * c.Batch.Rollouts)); n != c.Batch.Tasks*c.Batch.Rollouts {
+		t.Fatalf("default scale: %d updates for %d sequences", n, c.Batch.Tasks*c.Batch.Rollouts)
+	}
+	// cutting by size needs the count off, and says so
+	c.Update.MiniBatch = 16
+	if err := c.Validate(); !errors.Is(err, ErrRunConfig) || !strings.Contains(err.Error(), "update.mini_batches=0") {
+		t.Fatalf("mini_batch with the default count: %v", err)
+	}
+	c.Update.MiniBatches = 0
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
 	}
 }
