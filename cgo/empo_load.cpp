@@ -144,17 +144,6 @@ static std::vector<float> to_f32(const std::vector<uint8_t> & src, ggml_type typ
     return out;
 }
 
-// transpose a [n0, n1] matrix of `esize`-byte elements into [n1, n0]
-static std::vector<uint8_t> transpose_bytes(const std::vector<uint8_t> & src, int64_t n0, int64_t n1, size_t esize) {
-    std::vector<uint8_t> dst(src.size());
-    for (int64_t i1 = 0; i1 < n1; ++i1) {
-        for (int64_t i0 = 0; i0 < n0; ++i0) {
-            memcpy(&dst[(i0 * n1 + i1) * esize], &src[(i1 * n0 + i0) * esize], esize);
-        }
-    }
-    return dst;
-}
-
 struct pending_upload {
     ggml_tensor *        t;
     std::vector<uint8_t> data;
@@ -182,19 +171,74 @@ static ggml_tensor * new_transposed(empo_model & m, ggml_tensor * t) {
     return tt;
 }
 
-// the bytes of tt = Wᵀ from W's bytes raw (type st, [n0, n1])
-static std::vector<uint8_t> transposed_data(const std::vector<uint8_t> & raw, ggml_type st, int64_t n0, int64_t n1, const ggml_tensor * tt) {
-    if (!ggml_is_quantized(st)) return transpose_bytes(raw, n0, n1, ggml_type_size(st));
-    std::vector<float> f  = to_f32(raw, st, n0 * n1);
-    std::vector<uint8_t> ft = transpose_bytes(
-        std::vector<uint8_t>((const uint8_t *) f.data(), (const uint8_t *) (f.data() + f.size())), n0, n1, sizeof(float));
-    std::vector<uint8_t> h(ggml_nbytes(tt));
-    ggml_fp32_to_fp16_row((const float *) ft.data(), (ggml_fp16_t *) h.data(), n0 * n1);
-    return h;
+// One tile band of Wᵀ: source rows [r0, r0 + nr) of W (type st, rows of n0
+// elements) written as columns r0.. of every row of tt = Wᵀ [n1, n0]. The
+// band is read once (dequantized to F32 for a quantized W, by the type's
+// to_float as to_f32 does) and written a tile of columns at a time, so that
+// reads and writes stay in cache; quantized values become F16 with
+// ggml_fp32_to_fp16_row's rounding. f: scratch for nr·n0 floats.
+template <typename E>
+static void transpose_band(const uint8_t * raw, ggml_type st, int64_t n0, int64_t n1, int64_t r0, int64_t nr,
+                           uint8_t * dst, std::vector<float> & f) {
+    constexpr int64_t TILE = 64;
+    const size_t row = ggml_row_size(st, n0);
+    if (ggml_is_quantized(st)) {
+        const auto * tr = ggml_get_type_traits(st);
+        for (int64_t r = 0; r < nr; ++r) tr->to_float(raw + (r0 + r) * row, f.data() + r * n0, n0);
+        float col[TILE];
+        for (int64_t c = 0; c < n0; ++c) {
+            for (int64_t r = 0; r < nr; ++r) col[r] = f[r * n0 + c];
+            ggml_fp32_to_fp16_row(col, (ggml_fp16_t *) dst + c * n1 + r0, nr);
+        }
+        return;
+    }
+    const E * src = (const E *) (raw + r0 * row);
+    E * out = (E *) dst;
+    for (int64_t c0 = 0; c0 < n0; c0 += TILE) {
+        const int64_t c1 = std::min(n0, c0 + TILE);
+        for (int64_t c = c0; c < c1; ++c) {
+            E * o = out + c * n1 + r0;
+            for (int64_t r = 0; r < nr; ++r) o[r] = src[r * n0 + c];
+        }
+    }
+}
+
+// The bytes of tt = Wᵀ [n1, n0] from W's bytes raw (type st, [n0, n1]):
+// W's own elements for F32/F16/BF16, F16 of the dequantized values for a
+// quantized W. Bands of 64 source rows (transpose_band), split over
+// n_threads threads (each writes its own columns of every row of Wᵀ). The
+// values are those of an element-by-element transpose.
+static std::vector<uint8_t> transposed_data(const uint8_t * raw, ggml_type st, int64_t n0, int64_t n1, const ggml_tensor * tt, int n_threads) {
+    constexpr int64_t BAND = 64;
+    std::vector<uint8_t> dst(ggml_nbytes(tt));
+    const bool quant = ggml_is_quantized(st);
+    if (quant) {
+        const auto * tr = ggml_get_type_traits(st);
+        if (!tr || !tr->to_float) throw empo_error(EMPO_ERR_ARCH, std::string("cannot convert tensor type ") + ggml_type_name(st));
+    }
+    const size_t es = quant ? 0 : ggml_type_size(st);
+    if (!quant && es != 2 && es != 4) throw empo_error(EMPO_ERR_TYPE, std::string("cannot transpose tensor type ") + ggml_type_name(st));
+    const int64_t n_bands = (n1 + BAND - 1) / BAND;
+    const int n_workers = (int) std::max<int64_t>(1, std::min<int64_t>(n_threads, n_bands));
+    auto work = [&](int w) {
+        std::vector<float> f(quant ? (size_t) (BAND * n0) : 0);
+        for (int64_t b = w; b < n_bands; b += n_workers) {
+            const int64_t r0 = b * BAND, nr = std::min(BAND, n1 - r0);
+            if (es == 2) transpose_band<uint16_t>(raw, st, n0, n1, r0, nr, dst.data(), f);
+            else         transpose_band<uint32_t>(raw, st, n0, n1, r0, nr, dst.data(), f);
+        }
+    };
+    std::vector<std::thread> pool;
+    for (int w = 1; w < n_workers; ++w) pool.emplace_back(work, w);
+    work(0);
+    for (auto & th : pool) th.join();
+    return dst;
 }
 
 static void add_transposed(empo_model & m, std::vector<pending_upload> & uploads, ggml_tensor * t, const std::vector<uint8_t> & raw) {
-    if (ggml_tensor * tt = new_transposed(m, t)) uploads.push_back({tt, transposed_data(raw, t->type, t->ne[0], t->ne[1], tt)});
+    if (ggml_tensor * tt = new_transposed(m, t)) {
+        uploads.push_back({tt, transposed_data(raw.data(), t->type, t->ne[0], t->ne[1], tt, m.cfg.n_threads)});
+    }
 }
 
 // the error for a tensor whose type the graph cannot train on
@@ -712,7 +756,7 @@ void load_shared(empo_model & m, const empo_llama_weights & lw, int64_t file_typ
     for (auto & d : deferred) { // W's bytes, read from wherever llama.cpp keeps them
         raw.resize(ggml_nbytes(d.first));
         ggml_backend_tensor_get(d.first, raw.data(), 0, raw.size());
-        std::vector<uint8_t> tdata = transposed_data(raw, d.first->type, d.first->ne[0], d.first->ne[1], d.second);
+        std::vector<uint8_t> tdata = transposed_data(raw.data(), d.first->type, d.first->ne[0], d.first->ne[1], d.second, m.cfg.n_threads);
         ggml_backend_tensor_set(d.second, tdata.data(), 0, tdata.size());
     }
 }
