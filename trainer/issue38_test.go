@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/empo2/empo2/internal/safefile"
+	"github.com/empo2/empo2/modelgen"
+	"github.com/empo2/empo2/trainer/evaluate"
 	"github.com/empo2/empo2/trainer/rollout"
 	"github.com/empo2/empo2/trainer/internal/testutil"
 )
@@ -111,5 +113,33 @@ func TestMaskingDecidedBeforeRecompute(t *testing.T) {
 	}
 	if len(rec.seen) == 0 || st.MaskedSteps != 0 || len(ss) == 0 {
 		t.Fatalf("just below δ: %d recomputed, masked %d, %d samples", len(rec.seen), st.MaskedSteps, len(ss))
+	}
+}
+
+// eval on ScienceWorld (the fake gateway standing in for the JVM) starts
+// one JVM per episode in play and reuses them (issue 38 §6: `eval` started a
+// JVM per episode, 1,819 for one run's evaluation).
+func TestScienceWorldEvalReusesJVMs(t *testing.T) {
+	mcfg := modelgen.DefaultConfig()
+	mcfg.Ctx = 4096
+	model := filepath.Join(t.TempDir(), "tiny4k.gguf")
+	if err := modelgen.Write(model, mcfg); err != nil {
+		t.Fatal(err)
+	}
+	launches := filepath.Join(t.TempDir(), "launches")
+	sets := append(fakeScienceWorld(t), "model="+model, "env=scienceworld", "tasks=[power-component]", "eval.episodes=3",
+		"eval.max_variations=2", "parallel=2", "threads=1", "rollout.max_action_tokens=6", "rollout.step_limit=2")
+	t.Setenv("FAKE_SCIENCEWORLD_LAUNCHES", launches)
+	cfg, err := evaluate.LoadRunConfig("", sets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := evaluate.Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(launches)
+	if n := strings.Count(string(b), "launch"); res.Report.MemoryOff.Episodes != 6 || n != 2 {
+		t.Fatalf("%d episodes, %d JVM launches (want 6 episodes on 2 JVMs)", res.Report.MemoryOff.Episodes, n)
 	}
 }

@@ -28,6 +28,12 @@ func TestMain(m *testing.M) {
 	case "":
 		os.Exit(m.Run())
 	case "gateway":
+		if p := os.Getenv("FAKE_SCIENCEWORLD_LAUNCHES"); p != "" { // a line per JVM launch, for tests that count them
+			if f, err := os.OpenFile(p, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+				fmt.Fprintln(f, "launch")
+				f.Close()
+			}
+		}
 		args := strings.Join(os.Args[1:], " ")
 		if !strings.Contains(args, "-cp ") || !strings.HasSuffix(args, "py4j.GatewayServer --die-on-broken-pipe 0") || !strings.HasPrefix(args, "-Xmx") {
 			fmt.Fprintln(os.Stderr, "fake java: unexpected arguments:", args)
