@@ -30,7 +30,7 @@ func TestModelInitAndInfo(t *testing.T) {
 	if err != nil {
 		t.Fatalf("model info: %v\n%s", err, stderr)
 	}
-	for _, want := range []string{"architecture:   qwen2", "ALL_F32", "139,840", "layers:         2", "kv 2, head dim 16", "context:        512",
+	for _, want := range []string{"architecture:   qwen2", "ALL_F32", "139,840", "layers:         2", "kv 2, head dim 16", "context:        2048",
 		"gpt2, pre qwen2, 512 tokens", "<|im_start|>", "ChatML"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("info output lacks %q:\n%s", want, stdout)

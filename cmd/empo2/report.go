@@ -28,7 +28,7 @@ var (
 	reportTitleFlag  = &cli.StringFlag{Name: "title", Usage: "page title", Value: "EMPO² training report"}
 	reportServeFlag  = &cli.StringFlag{Name: "serve", Usage: "serve a live page of the runs at `ADDR` (HOST:PORT or a port on 127.0.0.1) that follows them as they run, instead of writing --out"}
 	reportPollFlag   = &cli.DurationFlag{Name: "poll", Usage: "with --serve: how often the runs' files are looked at", Value: time.Second}
-	reportRemoteFlag = &cli.BoolFlag{Name: "allow-remote", Usage: "let --serve listen on an address other machines can reach (default: loopback only)"}
+	reportRemoteFlag = &cli.BoolFlag{Name: "allow-remote", Usage: "let --serve listen on an address other machines can reach (without it: loopback only)"}
 )
 
 func init() {
