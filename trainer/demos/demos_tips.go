@@ -141,6 +141,13 @@ func FailedAttempt(ctx context.Context, env environments.Env, d Demo, prefix, st
 	if prefix < 0 || prefix > len(d.Steps) {
 		panic(fmt.Sprintf("demos: FailedAttempt prefix %d of %d steps", prefix, len(d.Steps)))
 	}
+	return attempt(ctx, env, d, prefix, steps, seed, rng, "")
+}
+
+// attempt replays d's first prefix actions, then takes up to steps random
+// valid actions (rng) until the episode ends; the first of them is not
+// avoid when another valid action exists (avoid "": any).
+func attempt(ctx context.Context, env environments.Env, d Demo, prefix, steps int, seed int64, rng *rand.Rand, avoid string) (Demo, error) {
 	f, err := reset(ctx, env, d.Env, d.Task, d.Variation, seed, d.Kind)
 	if err != nil {
 		return f, err
@@ -148,10 +155,21 @@ func FailedAttempt(ctx context.Context, env environments.Env, d Demo, prefix, st
 	if done, err := f.play(ctx, env, d.Actions()[:prefix]); err != nil || done {
 		return f, err
 	}
-	for range steps {
+	for k := range steps {
 		acts, err := env.ValidActions(ctx)
 		if err != nil {
 			return f, fmt.Errorf("%w: valid actions of %s/%d: %w", ErrDemo, d.Task, d.Variation, err)
+		}
+		if k == 0 && avoid != "" {
+			other := make([]string, 0, len(acts))
+			for _, a := range acts {
+				if a != avoid {
+					other = append(other, a)
+				}
+			}
+			if len(other) > 0 {
+				acts = other
+			}
 		}
 		if len(acts) == 0 {
 			break

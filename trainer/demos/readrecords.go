@@ -56,41 +56,7 @@ func DeviatingAttempt(ctx context.Context, env environments.Env, d Demo, prefix,
 	if prefix < 0 || prefix >= len(d.Steps) || steps < 1 {
 		panic(fmt.Sprintf("demos: DeviatingAttempt prefix %d of %d steps, %d steps", prefix, len(d.Steps), steps))
 	}
-	f, err := reset(ctx, env, d.Env, d.Task, d.Variation, seed, d.Kind)
-	if err != nil {
-		return f, err
-	}
-	if done, err := f.play(ctx, env, d.Actions()[:prefix]); err != nil || done {
-		return f, err
-	}
-	for k := range steps {
-		acts, err := env.ValidActions(ctx)
-		if err != nil {
-			return f, fmt.Errorf("%w: valid actions of %s/%d: %w", ErrDemo, d.Task, d.Variation, err)
-		}
-		if k == 0 {
-			other := make([]string, 0, len(acts))
-			for _, a := range acts {
-				if a != d.Steps[prefix].Action {
-					other = append(other, a)
-				}
-			}
-			if len(other) > 0 {
-				acts = other
-			}
-		}
-		if len(acts) == 0 {
-			break
-		}
-		sr, err := f.step(ctx, env, acts[rng.IntN(len(acts))])
-		if err != nil {
-			return f, err
-		}
-		if sr.Done {
-			break
-		}
-	}
-	return f, nil
+	return attempt(ctx, env, d, prefix, steps, seed, rng, d.Steps[prefix].Action)
 }
 
 // ReadRecords plays d's deviating attempts on env, stores them and d in
