@@ -57,6 +57,9 @@ if [[ "$MODE" == quick ]]; then
 	GATE_ENFORCE=${GATE_ENFORCE:-0}
 	GATE_TRIALS=${GATE_TRIALS:-2}
 	GATE_HELDOUT=${GATE_HELDOUT:-2}
+	READ_SFT_EPOCHS=${READ_SFT_EPOCHS:-1} # the reading stage, exercised at smoke-test size
+	READ_SFT_VARS=${READ_SFT_VARS:-2}
+	READ_SFT_RECORDS=${READ_SFT_RECORDS:-4}
 elif [[ "$MODE" == gate ]]; then
 	# the gate run of docs/experiment.md (Study 3, issue 36): the warm start
 	# at reduced SFT sizes, then the gate; sized for ≤ 40 min on the shared
@@ -124,7 +127,7 @@ GATE_TRIALS=${GATE_TRIALS:-3}         # adaptation trials per variation in the g
 GATE_POOL=${GATE_POOL:-$POOL}         # training-pool variations of the gate
 GATE_HELDOUT=${GATE_HELDOUT:-4}       # held-out variations of the gate's adaptation test
 GATE_ENFORCE=${GATE_ENFORCE:-1}       # a failed gate stops the study (1) or is only reported (0)
-READ_SFT_EPOCHS=${READ_SFT_EPOCHS:-0} # > 0: a second SFT stage on memory-reading records only (docs/experiment.md, Study 3, gate run 2)
+READ_SFT_EPOCHS=${READ_SFT_EPOCHS:-2} # > 0: a second SFT stage on memory-reading records only (docs/experiment.md, Study 3, gate runs 2 and 3; 0: none)
 READ_SFT_VARS=${READ_SFT_VARS:-16}    # its RL-family demos (variations RL_SFT_FROM…, outside the pool)
 READ_SFT_RECORDS=${READ_SFT_RECORDS:-24} # its read records per demo (at most the demo's steps)
 TIP_TEMP=${TIP_TEMP:-0}               # tip-writing temperature (rollout.tip_temperature; <0: the rollout's 1.0)
@@ -239,7 +242,7 @@ sft() {
 	fi
 }
 
-# ---- 3a. the reading stage (READ_SFT_EPOCHS > 0; gate run 2) ---------------
+# ---- 3a. the reading stage (READ_SFT_EPOCHS > 0; gate runs 2 and 3) ---------
 # A second full SFT of the warm start on the RL family's demos and their
 # memory-reading records only: the first stage's model becomes
 # OUT/sft-stage1.gguf and the result OUT/sft.gguf.
