@@ -210,9 +210,9 @@ rollout_pair() {
 	local ref=rollout-$name-cpu.json dev=rollout-$name-device.json
 	local extra=()
 	[[ -n $noise ]] && extra=(--noise-model "$GC_WORK/models/$noise.gguf")
-	step E check rollout -m "$GC_WORK/models/$name.gguf" --threads "$GC_THREADS" --out "$GC_WORK/$ref" "${extra[@]}" && result "$ref" || return
+	step E check rollout --force -m "$GC_WORK/models/$name.gguf" --threads "$GC_THREADS" --out "$GC_WORK/$ref" "${extra[@]}" && result "$ref" || return
 	mapfile -t be < <(backend)
-	step E "${be[@]}" check rollout -m "$GC_WORK/models/$name.gguf" --gpu-layers -1 --threads "$GC_THREADS" \
+	step E "${be[@]}" check rollout --force -m "$GC_WORK/models/$name.gguf" --gpu-layers -1 --threads "$GC_THREADS" \
 		--reference "$GC_WORK/$ref" --out "$GC_WORK/$dev"
 	[[ -f $GC_WORK/$dev ]] && result "$dev"
 }
@@ -239,7 +239,7 @@ phase_rollouts_attn() {
 		kv=${v%:*} fa=${v#*:}
 		out=rollout-tiny-f32-device-kv$kv-fa$fa.json
 		echo "+ check rollout --kv-type $kv --flash-attn $fa"
-		E "${be[@]}" check rollout -m "$GC_WORK/models/tiny-f32.gguf" --gpu-layers -1 --threads "$GC_THREADS" \
+		E "${be[@]}" check rollout --force -m "$GC_WORK/models/tiny-f32.gguf" --gpu-layers -1 --threads "$GC_THREADS" \
 			--kv-type "$kv" --flash-attn "$fa" --reference "$GC_WORK/$ref" --out "$GC_WORK/$out" ||
 			echo "variant kv $kv, flash attention $fa: differs from the CPU (exit $?; a figure, not a failure)"
 		[[ -f $GC_WORK/$out ]] && result "$out" || { echo "no $out"; fails=$((fails + 1)); }
@@ -251,14 +251,14 @@ phase_train() {
 	local dev
 	dev=$(device)
 	mapfile -t be < <(backend)
-	step E "${be[@]}" check train -m "$GC_WORK/models/tiny-f32.gguf" --device $dev --shared --threads "$GC_THREADS" \
+	step E "${be[@]}" check train --force -m "$GC_WORK/models/tiny-f32.gguf" --device $dev --shared --threads "$GC_THREADS" \
 		--out "$GC_WORK/train-tiny-f32.json"
 	[[ -f $GC_WORK/train-tiny-f32.json ]] && result train-tiny-f32.json
-	step E "${be[@]}" check train -m "$GC_WORK/models/small-f32.gguf" --device $dev --shared --threads "$GC_THREADS" \
+	step E "${be[@]}" check train --force -m "$GC_WORK/models/small-f32.gguf" --device $dev --shared --threads "$GC_THREADS" \
 		--dump "$GC_WORK/hf" --out "$GC_WORK/train-small-f32.json"
 	[[ -f $GC_WORK/train-small-f32.json ]] && result train-small-f32.json
 	# F16 weights: the engine keeps them in F16; held to looser bounds
-	step E "${be[@]}" check train -m "$GC_WORK/models/small-f16.gguf" --device $dev --shared --threads "$GC_THREADS" \
+	step E "${be[@]}" check train --force -m "$GC_WORK/models/small-f16.gguf" --device $dev --shared --threads "$GC_THREADS" \
 		--logprob-tol 1e-2 --grad-tol 1e-2 --out "$GC_WORK/train-small-f16.json"
 	[[ -f $GC_WORK/train-small-f16.json ]] && result train-small-f16.json
 	return $fails
@@ -322,7 +322,7 @@ phase_bench() {
 	[[ -n $GC_GPU ]] && mem_start bench
 	result bench.json # written after each part: a run cut short reports what it measured
 	# shellcheck disable=SC2086
-	step E "${be[@]}" check bench -m "$GC_WORK/models/big.gguf" --gpu-layers $layers --threads "$GC_THREADS" $GC_BENCH \
+	step E "${be[@]}" check bench --force -m "$GC_WORK/models/big.gguf" --gpu-layers $layers --threads "$GC_THREADS" $GC_BENCH \
 		--out "$GC_WORK/bench.json"
 	[[ -n $GC_GPU ]] && mem_stop bench "empo2 check bench (rollouts + training in one process)"
 	return $fails
@@ -416,7 +416,7 @@ EOF
 # report: the Go renderer, or (if the binary cannot run) the records as they are
 report() {
 	write_meta
-	if ! "$GC_BIN" --log-level error check report "$GC_WORK" "$GC_OUT" 2>"$GC_WORK/logs/report.err"; then
+	if ! "$GC_BIN" --log-level error check report --force "$GC_WORK" "$GC_OUT" 2>"$GC_WORK/logs/report.err"; then
 		{
 			echo '{"phases": ['
 			local first=1 f

@@ -41,6 +41,7 @@ func init() {
 					&cli.Float64Flag{Name: "tol", Usage: "max |Δ log-prob| against the reference (replaced by the reference's noise floor when it has one)", Value: 1e-3},
 					&cli.StringFlag{Name: "kv-type", Usage: "KV cache element type: f32 or f16", Value: "f32"},
 					&cli.StringFlag{Name: "flash-attn", Usage: "llama.cpp's flash attention: off, on or auto", Value: "off"},
+					forceFlag,
 				},
 				Action: checkRolloutAction,
 			},
@@ -56,6 +57,7 @@ func init() {
 					&cli.StringFlag{Name: "dump", Usage: "`DIR` for adapter.gguf and hf-check.json (scripts/gpu_hf_check.py)"},
 					&cli.BoolFlag{Name: "compare-nodes", Usage: "also compare every node of the forward and training graphs with the CPU's, computed node by node and in one go (docs/gpu.md)"},
 					&cli.Float64Flag{Name: "node-tol", Usage: "with --compare-nodes: max ‖Δ‖/‖ref‖ per node", Value: 1e-2},
+					forceFlag,
 				},
 				Action: checkTrainAction,
 			},
@@ -72,6 +74,7 @@ func init() {
 					&cli.IntFlag{Name: "micro-tokens", Usage: "padded tokens per training graph (0: the engine's default)"},
 					&cli.BoolFlag{Name: "transpose-in-graph", Usage: "no stored transposed weight copies (less memory)"},
 					&cli.IntFlag{Name: "steps", Usage: "timed training steps", Value: 2},
+					forceFlag,
 				},
 				Action: checkBenchAction,
 			},
@@ -79,6 +82,7 @@ func init() {
 				Name:      "report",
 				Usage:     "gather a gpu-check work folder into gpu-report.json and gpu-report.md",
 				ArgsUsage: "WORKDIR OUTDIR",
+				Flags:     []cli.Flag{forceFlag},
 				Action:    checkReportAction,
 			},
 		},
@@ -98,14 +102,16 @@ func finishCheck[T any](c *cli.Context, res *T, err error) error {
 	return err
 }
 
-// checkOutputs refuses an --out (or --dump) that would replace an input.
+// checkOutputs refuses an --out (or --dump's files) that would replace an
+// input, and, unless --force, one that exists (safefile.CheckWrite, as every
+// writing command).
 func checkOutputs(c *cli.Context, outputs []safefile.Path, inputFlags ...string) error {
 	outputs = append(outputs, safefile.Path{Flag: "--out", Path: c.String(checkOutFlag.Name)})
 	var in []safefile.Path
 	for _, f := range inputFlags {
 		in = append(in, safefile.Path{Flag: "--" + f, Path: c.String(f)})
 	}
-	return safefile.CheckOutputs(outputs, in)
+	return safefile.CheckWrite(outputs, in, c.Bool(forceFlag.Name))
 }
 
 func checkRolloutAction(c *cli.Context) error {
@@ -164,11 +170,11 @@ func checkBenchAction(c *cli.Context) error {
 
 func checkReportAction(c *cli.Context) error {
 	if c.NArg() != 2 {
-		return fmt.Errorf("usage: empo2 check report WORKDIR OUTDIR")
+		return fmt.Errorf("usage: empo2 check report [--force] WORKDIR OUTDIR")
 	}
 	work, out := c.Args().Get(0), c.Args().Get(1)
-	if err := safefile.CheckOutputs([]safefile.Path{{Flag: "OUTDIR", Path: out, Dir: true, Files: []string{gpucheck.ReportJSON, gpucheck.ReportMD}}},
-		[]safefile.Path{{Flag: "WORKDIR", Path: work, Dir: true, Files: []string{"meta.json"}}}); err != nil {
+	if err := safefile.CheckWrite([]safefile.Path{{Flag: "OUTDIR", Path: out, Dir: true, Files: []string{gpucheck.ReportJSON, gpucheck.ReportMD}}},
+		[]safefile.Path{{Flag: "WORKDIR", Path: work, Dir: true, Files: []string{"meta.json"}}}, c.Bool(forceFlag.Name)); err != nil {
 		return err
 	}
 	doc, err := gpucheck.WriteReport(work, out)

@@ -84,6 +84,42 @@ func TestExistingOutputsNeedForce(t *testing.T) {
 	assert.NotEqual(t, "mine", string(b))
 }
 
+// §2 for the developer checks (empo2 check …): an existing --out, a file
+// --dump writes and a report file in OUTDIR are refused unless --force,
+// named, like every other writing command's outputs; with --force the
+// report replaces them.
+func TestCheckOutputsNeedForce(t *testing.T) {
+	model := llmTestModel(t)
+	dir := t.TempDir()
+	for _, d := range []string{"dump", "work/phases", "out"} {
+		require.NoError(t, os.MkdirAll(filepath.Join(dir, d), 0o755))
+	}
+	for name, body := range map[string]string{"mine.json": "mine", "dump/adapter.gguf": "mine", "dump2/hf-check.json": "mine",
+		"out/gpu-report.md": "mine", "work/meta.json": `{"mode": "test"}`} {
+		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644))
+	}
+	force := "give --force to replace it"
+	wantRefused(t, dir, []string{"--out mine.json exists", force}, "check", "rollout", "-m", model, "--out", "mine.json")
+	wantRefused(t, dir, []string{"--out mine.json exists", force}, "check", "bench", "-m", model, "--out", "mine.json")
+	wantRefused(t, dir, []string{"--out mine.json exists", force}, "check", "train", "-m", model, "--device", "cpu", "--out", "mine.json")
+	wantRefused(t, dir, []string{"--dump " + filepath.Join("dump", "adapter.gguf") + " exists", force},
+		"check", "train", "-m", model, "--device", "cpu", "--dump", "dump", "--out", "new.json")
+	wantRefused(t, dir, []string{"--dump " + filepath.Join("dump2", "hf-check.json") + " exists", force},
+		"check", "train", "-m", model, "--device", "cpu", "--dump", "dump2", "--out", "new.json")
+	wantRefused(t, dir, []string{"OUTDIR " + filepath.Join("out", "gpu-report.md") + " exists", force}, "check", "report", "work", "out")
+	// the guard's first half still holds with --force: an output over an input
+	wantRefused(t, dir, []string{"--out " + model + " would overwrite the input --model " + model}, "check", "rollout", "--force", "-m", model, "--out", model)
+	_, stderr, err := runCLIIn(t, dir, "check", "report", "--force", "work", "out")
+	require.NoError(t, err, stderr)
+	b, err := os.ReadFile(filepath.Join(dir, "out", "gpu-report.md"))
+	require.NoError(t, err)
+	assert.NotEqual(t, "mine", string(b))
+	// a new OUTDIR needs no --force
+	_, stderr, err = runCLIIn(t, dir, "check", "report", "work", "fresh")
+	require.NoError(t, err, stderr)
+}
+
 // §4.6: an adapter given as the model says what it is and where it goes
 // (it was "llama.cpp rejected the file (see log)").
 func TestAdapterAsModel(t *testing.T) {
