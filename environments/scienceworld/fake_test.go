@@ -31,6 +31,13 @@ type fakeGateway struct {
 	exitOnDie bool     // "die" exits the process (subprocess mode)
 	goldRuns  int      // gold-path generations (load with gold, or reset after one)
 	conns     []net.Conn
+	// Odd worlds (off by default; subprocess mode reads them from
+	// FAKE_SCIENCEWORLD_* variables, see TestMain):
+	outside map[int]bool // variations that start outside ("This outside location is called the outside.")
+	noRoom  map[int]bool // variations whose first look names no room
+	dieStep int          // with dieOnce: the step call (1-based, this process's) on which the JVM dies
+	dieOnce string       // a file created when one dies: only the first process to create it dies
+	steps   int          // step calls received
 }
 
 type fakeExc struct{ trace string }
@@ -40,8 +47,9 @@ type fakeWorld struct {
 	variation  int
 	simp       string
 	gold       bool
-	goldSticky bool // a gold path was asked for once: reset() regenerates it
-	k          int  // gold actions done
+	goldSticky bool   // a gold path was asked for once: reset() regenerates it
+	k          int    // gold actions done
+	room       string // "" (the start) or the room teleported to
 	moves      int
 	raw        float64
 	completed  bool
@@ -53,7 +61,39 @@ var (
 	fakeScores = []float64{0.125, 0.375, 0.5, 1.0} // -> 12 (half to even), 38, 50, 100
 	fakeLook   = "This room is called the hallway. In it, you see: \n\tthe agent\n\ta sign that reads C:\\temp\\new\r\nYou also see:\n\tA door to the workshop (that is closed)"
 	fakeDesc   = "Your task is to turn on the red light bulb. First, focus on the red light bulb. Then, create an electrical circuit that powers it on."
+	// the odd worlds' first looks and the workshop (teleport)
+	fakeOutsideLook  = "This outside location is called the outside. Here you see: \n\tthe agent\n\ta substance called air\n\tan axe\nYou also see:\n\tA door to the workshop (that is open)"
+	fakeNoRoomLook   = "You are floating somewhere. In it, you see: \n\tthe agent\nYou also see:\n\tA door to the workshop (that is open)"
+	fakeWorkshopLook = "This room is called the workshop. In it, you see: \n\tthe agent\n\ta red light bulb\n\ta battery\nYou also see:\n\tA door to the hallway (that is open)"
 )
+
+// look is what "look around" shows in w: the room teleported to, else
+// the variation's start.
+func (g *fakeGateway) look(w *fakeWorld) string {
+	switch {
+	case w.room == "workshop":
+		return fakeWorkshopLook
+	case g.outside[w.variation]:
+		return fakeOutsideLook
+	case g.noRoom[w.variation]:
+		return fakeNoRoomLook
+	}
+	return fakeLook
+}
+
+// dies reports whether this step call is the one the JVM dies on: the
+// dieStep-th, in the first process to claim dieOnce.
+func (g *fakeGateway) dies() bool {
+	if g.dieOnce == "" || g.steps != g.dieStep {
+		return false
+	}
+	f, err := os.OpenFile(g.dieOnce, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return false // another JVM died already
+	}
+	f.Close()
+	return true
+}
 
 func newFakeGateway() (*fakeGateway, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -290,6 +330,10 @@ func (g *fakeGateway) world(w *fakeWorld, method string, args []any) (string, st
 			return noMethod("step"), ""
 		}
 		a := args[0].(string)
+		g.steps++
+		if g.dies() {
+			return "", "die"
+		}
 		if g.spam > 0 {
 			fmt.Fprintln(os.Stdout, strings.Repeat("Possible referents: agent, air, battery, wire\n", g.spam/46+1))
 		}
@@ -301,7 +345,17 @@ func (g *fakeGateway) world(w *fakeWorld, method string, args []any) (string, st
 			return "!xr" + id, ""
 		case a == "look around":
 			w.moves++
-			return str(fakeLook), ""
+			return str(g.look(w)), ""
+		case a == "teleport to workshop" && (strings.Contains(w.simp, "easy") || strings.Contains(w.simp, "teleportAction")):
+			// the gold path's door and move are what reaching the
+			// workshop is worth
+			w.moves++
+			w.room = "workshop"
+			for w.k < 2 {
+				w.raw = fakeScores[w.k]
+				w.k++
+			}
+			return str("You teleport to the workshop."), ""
 		case a == "inventory":
 			w.moves++
 			return str("In your inventory, you see:\n\tan orange"), ""
@@ -336,7 +390,7 @@ func (g *fakeGateway) world(w *fakeWorld, method string, args []any) (string, st
 	case "getTaskDescription":
 		return str(fakeDesc), ""
 	case "freeActionLook":
-		return str(fakeLook), ""
+		return str(g.look(w)), ""
 	case "freeActionTaskDesc":
 		if len(args) != 0 {
 			return noMethod(method), ""

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -52,6 +53,14 @@ func TestMain(m *testing.M) {
 			os.Exit(2)
 		}
 		g.spam, g.exitOnDie = 100_000, true
+		// odd worlds for the trainer's tests: variations (comma-separated)
+		// that start outside or in no named room, and a JVM that dies on
+		// its Nth step call ("N:FILE": only the first JVM to create FILE)
+		g.outside, g.noRoom = fakeVariations("FAKE_SCIENCEWORLD_OUTSIDE"), fakeVariations("FAKE_SCIENCEWORLD_NOROOM")
+		if n, file, ok := strings.Cut(os.Getenv("FAKE_SCIENCEWORLD_DIE"), ":"); ok {
+			g.dieStep, _ = strconv.Atoi(n)
+			g.dieOnce = file
+		}
 		fmt.Println(g.ln.Addr().(*net.TCPAddr).Port)
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		os.Exit(0)
@@ -67,6 +76,18 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	os.Exit(2)
+}
+
+// fakeVariations is the set of variations listed (comma-separated) in the
+// environment variable name.
+func fakeVariations(name string) map[int]bool {
+	m := map[int]bool{}
+	for _, f := range strings.Split(os.Getenv(name), ",") {
+		if v, err := strconv.Atoi(strings.TrimSpace(f)); err == nil {
+			m[v] = true
+		}
+	}
+	return m
 }
 
 var bg = context.Background()
