@@ -36,6 +36,9 @@ func (s *Store) beginWrite(ctx context.Context) (tx *sql.Tx, stale bool, version
 	}
 	if err = tx.QueryRowContext(ctx, "PRAGMA data_version").Scan(&version); err != nil {
 		tx.Rollback()
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, false, 0, cerr // cancelled during the query: SQLite's "interrupted" means ctx
+		}
 		return nil, false, 0, classify(err)
 	}
 	return tx, version != s.dataVersion, version, nil

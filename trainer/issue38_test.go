@@ -13,8 +13,8 @@ import (
 	"github.com/empo2/empo2/internal/safefile"
 	"github.com/empo2/empo2/modelgen"
 	"github.com/empo2/empo2/trainer/evaluate"
-	"github.com/empo2/empo2/trainer/rollout"
 	"github.com/empo2/empo2/trainer/internal/testutil"
+	"github.com/empo2/empo2/trainer/rollout"
 )
 
 // device gpu where ggml has no GPU device is refused before the run starts,

@@ -71,7 +71,7 @@ type chatMessage struct {
 }
 
 type chatRecordJSON struct {
-	Messages []chatMessage `json:"messages"`
+	Messages []chatMessage  `json:"messages"`
 	Meta     map[string]any `json:"meta,omitempty"`
 }
 
