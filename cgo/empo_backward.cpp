@@ -217,6 +217,7 @@ void build_graph(empo_model & m, const empo_batch & b, bool with_backward,
     ggml_context * ctx = m.ctx_c;
 
     graph_inputs in{};
+    in.flat = !with_backward; // nothing differentiates z[target]: a gather, not the one-hot
     ggml_tensor *lp = nullptr, *en = nullptr;
     std::vector<attn_chunk> chunks;
     m.attn_recomputed = 0;

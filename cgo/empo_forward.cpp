@@ -39,7 +39,9 @@ void build_forward(empo_model & m, ggml_context * ctx, int B, int T, int M, int 
     in.mask   = nullptr;
     if (Tq >= T) { in.mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, T, T); ggml_set_input(in.mask); } // chunked: DIAG_MASK_INF
     in.rows   = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, M);  ggml_set_input(in.rows);
-    in.tidx   = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, 1, M); ggml_set_input(in.tidx);
+    in.tidx   = in.flat ? ggml_new_tensor_1d(ctx, GGML_TYPE_I32, M)           // [M] target_j + j·V
+                        : ggml_new_tensor_2d(ctx, GGML_TYPE_I32, 1, M);        // [1, M] target_j
+    ggml_set_input(in.tidx);
 
     ggml_tensor * x = ggml_get_rows(ctx, m.tok_embd, in.tokens);                 // [C, N]
     for (int il = 0; il < hp.n_layer; ++il) {
@@ -97,11 +99,21 @@ void build_forward(empo_model & m, ggml_context * ctx, int B, int T, int M, int 
     // sum adds one z·1 to exact zeros, the value GET_ROWS gave, and its
     // backward is one dense MUL. Costs one more [V, M] tensor, alive until the
     // head's backward.
-    ggml_tensor * zero = ggml_fill_inplace(ctx, ggml_step(ctx, z), 0.0f);       // [V, M] zeros, no gradient
-    ggml_tensor * one  = ggml_fill_inplace(ctx, ggml_step(ctx, mu), 1.0f);      // [1, M] ones, no gradient
-    ggml_tensor * hot  = ggml_set_rows(ctx, ggml_reshape_3d(ctx, zero, 1, V, M),
-                                       ggml_reshape_3d(ctx, one, 1, 1, M), in.tidx); // [1, V, M]: 1 at (target_j, j)
-    ggml_tensor * zt   = ggml_sum_rows(ctx, ggml_mul(ctx, z, ggml_reshape_2d(ctx, hot, V, M))); // [1, M] z[target]
+    //
+    // A forward-only graph (in.flat: π_old, LogProbsAt) has no backward, so
+    // z[target] is gathered directly from z viewed as [1, V·M] at target_j +
+    // j·V: the same value bit for bit (the one-hot sum adds exact zeros to
+    // it), without the one-hot's two [V, M] tensors and their three passes.
+    ggml_tensor * zt;
+    if (in.flat) {
+        zt = ggml_reshape_2d(ctx, ggml_get_rows(ctx, ggml_reshape_2d(ctx, z, 1, V * M), in.tidx), 1, M); // [1, M] z[target]
+    } else {
+        ggml_tensor * zero = ggml_fill_inplace(ctx, ggml_step(ctx, z), 0.0f);       // [V, M] zeros, no gradient
+        ggml_tensor * one  = ggml_fill_inplace(ctx, ggml_step(ctx, mu), 1.0f);      // [1, M] ones, no gradient
+        ggml_tensor * hot  = ggml_set_rows(ctx, ggml_reshape_3d(ctx, zero, 1, V, M),
+                                           ggml_reshape_3d(ctx, one, 1, 1, M), in.tidx); // [1, V, M]: 1 at (target_j, j)
+        zt = ggml_sum_rows(ctx, ggml_mul(ctx, z, ggml_reshape_2d(ctx, hot, V, M))); // [1, M] z[target]
+    }
     ggml_tensor * logp = ggml_sub(ctx, zt, lse);                                 // [1, M]
     ggml_set_name(logp, "logp");
     ggml_set_name(logS, "entropy");
@@ -130,7 +142,14 @@ void set_inputs(empo_model & m, const empo_batch & b) {
         ggml_backend_tensor_set(mask, mk.data(), 0, mk.size() * sizeof(float));
     }
     ggml_backend_tensor_set(rows, b.rows, 0, M * sizeof(int32_t));
-    ggml_backend_tensor_set(tidx, b.targets, 0, M * sizeof(int32_t));
+    if (m.in.flat) { // z's flat index target_j + j·V (V·M < 2^31: checked by check_batch)
+        const int64_t V = m.info.n_vocab;
+        std::vector<int32_t> flat((size_t) M);
+        for (int j = 0; j < M; ++j) flat[(size_t) j] = (int32_t) (b.targets[j] + (int64_t) j * V);
+        ggml_backend_tensor_set(tidx, flat.data(), 0, M * sizeof(int32_t));
+    } else {
+        ggml_backend_tensor_set(tidx, b.targets, 0, M * sizeof(int32_t));
+    }
 }
 
 } // namespace empo

@@ -121,7 +121,9 @@ struct graph_inputs {
     ggml_tensor * pos;     // [N] I32
     ggml_tensor * mask;    // [T, T] F32 causal (0 / -inf); null when the attention is chunked (DIAG_MASK_INF)
     ggml_tensor * rows;    // [M] I32
-    ggml_tensor * tidx;    // [1, M] I32, target_j: the row of onehot's column j that is 1 (head)
+    ggml_tensor * tidx;    // [1, M] I32, target_j: the row of onehot's column j that is 1 (head);
+                           // in a forward-only graph (flat) target_j + j·V, z's flat index
+    bool          flat;    // forward only: z[target] gathered by GET_ROWS, no one-hot
 };
 
 struct empo_layer {
