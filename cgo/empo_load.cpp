@@ -4,6 +4,10 @@
 
 #include "empo_train_internal.h"
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 namespace empo {
 
 // ---------------------------------------------------------------- GGUF loading
@@ -208,9 +212,10 @@ static void transpose_band(const uint8_t * raw, ggml_type st, int64_t n0, int64_
 // quantized W. Bands of 64 source rows (transpose_band), split over
 // n_threads threads (each writes its own columns of every row of Wᵀ). The
 // values are those of an element-by-element transpose.
-static std::vector<uint8_t> transposed_data(const uint8_t * raw, ggml_type st, int64_t n0, int64_t n1, const ggml_tensor * tt, int n_threads) {
+// They are written to dst (ggml_nbytes(Wᵀ) bytes, e.g. Wᵀ's own host
+// memory).
+static void transpose_into(const uint8_t * raw, ggml_type st, int64_t n0, int64_t n1, int n_threads, uint8_t * dst) {
     constexpr int64_t BAND = 64;
-    std::vector<uint8_t> dst(ggml_nbytes(tt));
     const bool quant = ggml_is_quantized(st);
     if (quant) {
         const auto * tr = ggml_get_type_traits(st);
@@ -224,20 +229,61 @@ static std::vector<uint8_t> transposed_data(const uint8_t * raw, ggml_type st, i
         std::vector<float> f(quant ? (size_t) (BAND * n0) : 0);
         for (int64_t b = w; b < n_bands; b += n_workers) {
             const int64_t r0 = b * BAND, nr = std::min(BAND, n1 - r0);
-            if (es == 2) transpose_band<uint16_t>(raw, st, n0, n1, r0, nr, dst.data(), f);
-            else         transpose_band<uint32_t>(raw, st, n0, n1, r0, nr, dst.data(), f);
+            if (es == 2) transpose_band<uint16_t>(raw, st, n0, n1, r0, nr, dst, f);
+            else         transpose_band<uint32_t>(raw, st, n0, n1, r0, nr, dst, f);
         }
     };
     std::vector<std::thread> pool;
     for (int w = 1; w < n_workers; ++w) pool.emplace_back(work, w);
     work(0);
     for (auto & th : pool) th.join();
-    return dst;
 }
 
-static void add_transposed(empo_model & m, std::vector<pending_upload> & uploads, ggml_tensor * t, const std::vector<uint8_t> & raw) {
-    if (ggml_tensor * tt = new_transposed(m, t)) {
-        uploads.push_back({tt, transposed_data(raw.data(), t->type, t->ne[0], t->ne[1], tt, m.cfg.n_threads)});
+// advise_huge asks Linux for transparent huge pages over a host buffer about
+// to be written for the first time (a hint: nothing changes where THP is
+// off or the kernel declines). Filling gigabytes of fresh 4 KiB pages costs
+// one page fault each, and in a virtual machine a fault is slow: at the
+// 1.5B shape the faults were the largest share of the start's CPU time
+// (docs/training.md); with 2 MiB pages there are 512× fewer.
+static void advise_huge(ggml_backend_buffer_t buf) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (!buf || !ggml_backend_buffer_is_host(buf)) return;
+    const uintptr_t huge = (uintptr_t) 2 << 20;
+    const uintptr_t base = (uintptr_t) ggml_backend_buffer_get_base(buf);
+    const uintptr_t end  = base + ggml_backend_buffer_get_size(buf);
+    const uintptr_t lo = (base + huge - 1) & ~(huge - 1), hi = end & ~(huge - 1);
+    if (base && hi > lo) (void) madvise((void *) lo, hi - lo, MADV_HUGEPAGE);
+#else
+    (void) buf;
+#endif
+}
+
+// make_transposed fills each Wᵀ of pairs (W, Wᵀ) from W's bytes wherever W
+// lives: read and written in place in host memory (the CPU), else W copied
+// out and Wᵀ uploaded. In place, each byte of W and Wᵀ is touched once: no
+// staging vectors to zero and copy again (at the 1.5B shape the staging
+// and its page faults were most of the start's CPU time, the transposition
+// itself 2 %; docs/training.md).
+static void make_transposed(empo_model & m, const std::vector<std::pair<ggml_tensor *, ggml_tensor *>> & pairs) {
+    std::vector<uint8_t> raw, tdata;
+    for (const auto & d : pairs) {
+        const ggml_tensor * w = d.first;
+        ggml_tensor * tt = d.second;
+        const uint8_t * src;
+        if (w->buffer && ggml_backend_buffer_is_host(w->buffer) && w->data) {
+            src = (const uint8_t *) w->data;
+        } else {
+            raw.resize(ggml_nbytes(w));
+            ggml_backend_tensor_get(w, raw.data(), 0, raw.size());
+            src = raw.data();
+        }
+        if (tt->buffer && ggml_backend_buffer_is_host(tt->buffer) && tt->data) {
+            transpose_into(src, w->type, w->ne[0], w->ne[1], m.cfg.n_threads, (uint8_t *) tt->data);
+        } else {
+            tdata.resize(ggml_nbytes(tt));
+            transpose_into(src, w->type, w->ne[0], w->ne[1], m.cfg.n_threads, tdata.data());
+            ggml_backend_tensor_set(tt, tdata.data(), 0, tdata.size());
+        }
     }
 }
 
@@ -381,6 +427,7 @@ struct weight_loader {
     empo_model &  m;
     gguf_source & src;
     std::vector<pending_upload> uploads;
+    std::vector<std::pair<ggml_tensor *, ggml_tensor *>> transposes; // (W, Wᵀ) to make once W is uploaded
     std::map<ggml_type, int> counts; // the matrices read, by their file type (set_base_type)
 
     // full training: tensor `id` becomes a trainable F32 parameter [n0, n1]
@@ -455,7 +502,9 @@ struct weight_loader {
             std::vector<float> f = to_f32(raw, type, n0 * n1);
             raw.assign((const uint8_t *) f.data(), (const uint8_t *) (f.data() + f.size()));
         }
-        if (want_t) add_transposed(m, uploads, t, raw);
+        if (want_t) {
+            if (ggml_tensor * tt = new_transposed(m, t)) transposes.push_back({t, tt}); // made after the upload (make_transposed)
+        }
         uploads.push_back({t, std::move(raw)});
         if (m.info.wtype < 0 || st != GGML_TYPE_F32) m.info.wtype = st;
         return t;
@@ -643,6 +692,7 @@ void load_model(empo_model & m, const char * path) {
     if (ggml_get_first_tensor(m.ctx_w)) { // empty in full training: every tensor is a parameter
         m.buf_w = ggml_backend_alloc_ctx_tensors_from_buft(m.ctx_w, buft);
         if (!m.buf_w) throw empo_error(EMPO_ERR_BACKEND, "cannot allocate weight buffers");
+        advise_huge(m.buf_w);
         // WEIGHTS usage: the scheduler runs ops that read these tensors on their
         // backend (ggml_backend_sched_backend_id_from_cur); without it nothing
         // would pull the graph onto the device and it would run on the CPU fallback
@@ -656,6 +706,7 @@ void load_model(empo_model & m, const char * path) {
         ggml_backend_tensor_set(u.t, u.data.data(), 0, u.data.size());
         std::vector<uint8_t>().swap(u.data);
     }
+    make_transposed(m, wl.transposes);
 }
 
 
@@ -749,16 +800,11 @@ void load_shared(empo_model & m, const empo_llama_weights & lw, int64_t file_typ
     if (ggml_get_first_tensor(m.ctx_w)) { // stored Wᵀ copies (none with transpose_in_graph on F32/F16)
         m.buf_w = ggml_backend_alloc_ctx_tensors_from_buft(m.ctx_w, ggml_backend_get_default_buffer_type(m.backend));
         if (!m.buf_w) throw empo_error(EMPO_ERR_BACKEND, "cannot allocate the transposed weights");
+        advise_huge(m.buf_w);
         ggml_backend_buffer_set_usage(m.buf_w, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
     }
     m.opt.init(m.backend, m.params, m.grads);
-    std::vector<uint8_t> raw;
-    for (auto & d : deferred) { // W's bytes, read from wherever llama.cpp keeps them
-        raw.resize(ggml_nbytes(d.first));
-        ggml_backend_tensor_get(d.first, raw.data(), 0, raw.size());
-        std::vector<uint8_t> tdata = transposed_data(raw.data(), d.first->type, d.first->ne[0], d.first->ne[1], d.second, m.cfg.n_threads);
-        ggml_backend_tensor_set(d.second, tdata.data(), 0, tdata.size());
-    }
+    make_transposed(m, deferred); // W's bytes read from wherever llama.cpp keeps them
 }
 
 // the device whose buffers hold the shared weights (nullptr: host memory)
