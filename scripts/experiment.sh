@@ -255,6 +255,14 @@ readsft() {
 	low=$(grep -o '"variation":[0-9]*' "$OUT/read-train.jsonl" | cut -d: -f2 | sort -n | head -1)
 	((low >= POOL)) || die "read-train.jsonl holds pool variation $low (< POOL=$POOL)"
 	[[ -f "$OUT/sft-stage1.gguf" ]] || mv "$OUT/sft.gguf" "$OUT/sft-stage1.gguf"
+	# the first stage's training state goes with its model: the reading
+	# stage's sft --resume would take it for its own (written with the first
+	# stage's seed). No sft.gguf yet means no reading-stage checkpoint yet
+	# (sft writes both at every checkpoint), so a state left is the first
+	# stage's.
+	if [[ ! -f "$OUT/sft.gguf" && -f "$OUT/sft.state.gguf" && ! -f "$OUT/sft-stage1.state.gguf" ]]; then
+		mv "$OUT/sft.state.gguf" "$OUT/sft-stage1.state.gguf"
+	fi
 	"$EMPO2" sft --force --full -m "$OUT/sft-stage1.gguf" --data "$OUT/read-train.jsonl" --val "$OUT/rl-dev.jsonl" \
 		-o "$OUT/sft.gguf" --epochs "$READ_SFT_EPOCHS" --lr 1e-3 --min-lr 1e-4 --warmup 5 \
 		--batch-tokens 2048 --no-pack --max-len "$SFT_MAXLEN" --micro-tokens $((2 * SFT_MAXLEN)) \
