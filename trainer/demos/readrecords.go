@@ -132,6 +132,52 @@ func ReadRecords(ctx context.Context, env environments.Env, d Demo, mem *memstor
 	return out, nil
 }
 
+// OwnReadRecords returns up to cfg.Records memory-reading records of d whose
+// blocks come from an existing memory own — the policy's own earlier
+// attempts at d's variation and the tips it wrote (a memory-only run's
+// memory.db on the demos' variations) — instead of a memory built from the
+// demo and attempts deviating from it (ReadRecords): the memory the policy
+// meets when it adapts, answered with the demo's action (docs/experiment.md,
+// Study 3, gate run 4). Steps are drawn as ReadRecords draws them; a step
+// whose retrieval from d's namespace finds nothing gives no record.
+func OwnReadRecords(ctx context.Context, d Demo, own *memstore.Store, cfg TipRecordConfig) ([]sft.ChatRecord, error) {
+	cfg.FailureTips = false
+	if err := cfg.Check(); err != nil {
+		return nil, err
+	}
+	pc, err := cfg.Prompt.Normalize()
+	if err != nil {
+		return nil, err
+	}
+	if pc.History != rollout.HistoryFull {
+		return nil, fmt.Errorf("%w: read records need history %q", rollout.ErrPrompt, rollout.HistoryFull)
+	}
+	if len(d.Steps) == 0 || cfg.Records == 0 {
+		return nil, nil
+	}
+	ns := rollout.Job{Task: d.Task, Variation: d.Variation}.Namespace()
+	rng := rand.New(rand.NewPCG(rollout.MixSeed(cfg.Seed, int64(d.Variation)), rollout.MixSeed(int64(len(d.Task)), int64(len(d.Steps))+2<<32)))
+	steps := rng.Perm(len(d.Steps))[:min(cfg.Records, len(d.Steps))]
+	keys := stepKeys(pc, cfg.Key, d)
+	turns := actionTurns(pc, d)
+	q := memstore.Query{K: cfg.TopK, Threshold: float32(cfg.Threshold), Order: memstore.OrderByScoreStable}
+	var out []sft.ChatRecord
+	for _, i := range steps {
+		msgs, n, err := memoryPrompt(ctx, own, ns, q, pc, cfg.TipsIn, d, keys, turns, i)
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			continue
+		}
+		msgs = append(msgs, llama.Message{Role: sft.RoleAssistant, Content: turns[i].Action})
+		out = append(out, sft.LastOnly(msgs, map[string]any{
+			"env": d.Env, "task": d.Task, "variation": d.Variation, "kind": d.Kind,
+			"score": d.Score, "done": d.Done, "step": i + 1, "tips": n, "memory": "own", "read": true}))
+	}
+	return out, nil
+}
+
 // memoryPrompt is the prompt of the demo's step i as a rollout with memory
 // renders it: the tips retrieved from namespace space for the key of every
 // step up to i (only step i's under tips_in last-turn) at the end of the

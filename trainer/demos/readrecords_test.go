@@ -3,6 +3,9 @@ package demos
 import (
 	"context"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -208,4 +211,81 @@ func quoteAction(a string) string {
 	c := rollout.TipContent("", a, 0)
 	c = c[strings.Index(c, "was ")+len("was "):]
 	return c[:strings.Index(c, "; the episode")]
+}
+
+// OwnReadRecords (gate run 4): blocks retrieved from an existing memory of
+// the policy's own attempts at the demo's variation — the records' prompts
+// are memoryPrompt's on that namespace, the answer the demo's action, a
+// namespace with nothing gives no record — and demos.Run reads such a
+// memory with read_memory (read-only: the file is unchanged), refusing it
+// without read_records.
+func TestOwnReadRecords(t *testing.T) {
+	ctx := context.Background()
+	env, err := textlab.New(environments.Options{Simplifications: "easy"})
+	require.NoError(t, err)
+	pc := rollout.DefaultPromptConfig()
+	cfg := DefaultTipRecordConfig()
+	cfg.Prompt, cfg.Records, cfg.TopK, cfg.Threshold, cfg.Key, cfg.TipsIn = pc, 8, 3, 0.95, rollout.KeyObservation, rollout.TipsLastTurn
+	d, err := Explore(ctx, env, "textlab", "find-living-thing", 2, 0)
+	require.NoError(t, err)
+	ns := rollout.Job{Task: d.Task, Variation: d.Variation}.Namespace()
+	path := filepath.Join(t.TempDir(), "own.db")
+	own, err := memstore.Open(path, tipEmbedder())
+	require.NoError(t, err)
+	// "the policy's own attempts": two attempts that leave the demo's path
+	// at steps 1 and 3, stored as a rollout stores its episodes
+	rng := rand.New(rand.NewPCG(3, 4))
+	for k, p := range []int{1, 3} {
+		f, err := DeviatingAttempt(ctx, env, d, p, 6, 0, rng)
+		require.NoError(t, err)
+		_, err = own.Add(ctx, ns, demoEntries(pc, cfg.Key, f, "own"+strconv.Itoa(k)))
+		require.NoError(t, err)
+	}
+	recs, err := OwnReadRecords(ctx, d, own, cfg)
+	require.NoError(t, err)
+	require.NotEmpty(t, recs)
+	keys, turns := stepKeys(pc, cfg.Key, d), actionTurns(pc, d)
+	q := memstore.Query{K: cfg.TopK, Threshold: float32(cfg.Threshold), Order: memstore.OrderByScoreStable}
+	steps := map[int]bool{}
+	for _, r := range recs {
+		require.NoError(t, r.Check())
+		i := r.Meta["step"].(int) - 1
+		steps[i] = true
+		assert.Equal(t, "own", r.Meta["memory"])
+		want, n, err := memoryPrompt(ctx, own, ns, q, pc, cfg.TipsIn, d, keys, turns, i)
+		require.NoError(t, err)
+		require.Positive(t, n)
+		require.Equal(t, want, r.Messages[:len(r.Messages)-1], "step %d", i)
+		last := r.Messages[len(r.Messages)-1]
+		require.Equal(t, sft.RoleAssistant, last.Role)
+		require.Equal(t, d.Steps[i].Action, last.Content)
+		assert.Contains(t, r.Messages[len(r.Messages)-2].Content, rollout.TipsHeader)
+	}
+	assert.LessOrEqual(t, len(steps), cfg.Records)
+	// an empty namespace: nothing
+	other := d
+	other.Variation = 99
+	none, err := OwnReadRecords(ctx, other, own, cfg)
+	require.NoError(t, err)
+	assert.Empty(t, none)
+	require.NoError(t, own.Close())
+	before, err := os.ReadFile(path)
+	require.NoError(t, err)
+
+	// through demos.Run
+	dir := t.TempDir()
+	c := DefaultRunConfig()
+	c.Env, c.Tasks, c.Variations, c.SkipVariations, c.Kind = "textlab", []string{"find-living-thing"}, 1, 2, KindExplore
+	c.EnvOptions.Simplifications = "easy"
+	c.Key, c.Threshold, c.TopK, c.TipsIn = rollout.KeyObservation, 0.95, 3, rollout.TipsLastTurn
+	c.ReadRecords, c.ReadMemory, c.Out = 8, path, filepath.Join(dir, "d.jsonl")
+	res, err := Run(ctx, c)
+	require.NoError(t, err)
+	assert.Equal(t, len(recs), res.ReadRecords)
+	after, err := os.ReadFile(path)
+	require.NoError(t, err)
+	assert.Equal(t, before, after, "read_memory was written")
+	c.ReadRecords, c.Out = 0, filepath.Join(dir, "e.jsonl")
+	_, err = Run(ctx, c)
+	require.ErrorContains(t, err, "read_memory "+path+" is used only by read_records")
 }

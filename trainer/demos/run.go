@@ -48,6 +48,7 @@ type RunConfig struct {
 	TipsIn         rollout.TipsIn       `yaml:"tips_in" doc:"where tip_records prompts keep their tips (memory.tips_in): every-turn | last-turn"`
 	AttemptTips    int                  `yaml:"attempt_tips" doc:"per episode, also write this many tip-writing records after attempts that go astray (the demo's first actions, then random ones to the step limit), each answered with its true tip"`
 	ReadRecords    int                  `yaml:"read_records" doc:"per episode, also write this many memory-reading records: a step's prompt with the memory block the rollout would show, retrieved from a memory of the demo and of attempts deviating from it (ReadRecords), answered with the demo's action"`
+	ReadMemory     string               `yaml:"read_memory" doc:"with read_records: retrieve the blocks from this tips memory (e.g. a memory-only run's memory.db on the demos' variations: the policy's own attempts and tips, read-only) instead of a memory of the demo and attempts deviating from it; the records answer with the demo's action (OwnReadRecords); empty = none"`
 	Key            rollout.KeyKind      `yaml:"key" doc:"retrieval key of tip_records and read_records (memory.key): conversation | observation"`
 
 	// Plan, when set, is told the tasks and variations to play before the
@@ -160,6 +161,9 @@ func (c *RunConfig) validate() (resolved, error) {
 	if c.ReadRecords < 0 {
 		return r, bad("read_records %d is negative", c.ReadRecords)
 	}
+	if c.ReadMemory != "" && c.ReadRecords == 0 {
+		return r, bad("read_memory %s is used only by read_records: give read_records (--read-records N) too", c.ReadMemory)
+	}
 	if c.ReadRecords > 0 {
 		rt := r.tips
 		rt.Records, rt.FailureTips = c.ReadRecords, false
@@ -233,7 +237,7 @@ func Run(ctx context.Context, cfg RunConfig) (RunResult, error) {
 	outs := []safefile.Path{{Flag: "out", Path: cfg.Out}, {Flag: "text", Path: cfg.Text}}
 	if err := safefile.CheckWrite(outs,
 		[]safefile.Path{{Flag: "--config", Path: cfg.ConfigFile}, {Flag: "env_options.data_dir", Path: cfg.EnvOptions.DataDir, Dir: true},
-			{Flag: "env_options.jar", Path: cfg.EnvOptions.Jar}}, cfg.Force); err != nil {
+			{Flag: "env_options.jar", Path: cfg.EnvOptions.Jar}, {Flag: "--read-memory", Path: cfg.ReadMemory}}, cfg.Force); err != nil {
 		return res, err
 	}
 	opts := cfg.EnvOptions
@@ -296,6 +300,19 @@ func Run(ctx context.Context, cfg RunConfig) (RunResult, error) {
 		}
 		defer mem.Close()
 	}
+	var own *memstore.Store // read_memory: the policy's own attempts (read-only)
+	if cfg.ReadMemory != "" {
+		own, err = memstore.OpenFile(cfg.ReadMemory, memstore.AccessRead)
+		if err != nil {
+			return res, fmt.Errorf("%w: read_memory: %w", ErrDemo, err)
+		}
+		defer own.Close()
+		// the hash embedder the records' own memory uses (above): a database
+		// written with another embedder is refused by SetEmbedder
+		if err := own.SetEmbedder(memstore.NewHashEmbedder(memstore.DefaultDim).WithMaxPieces(rollout.DefaultKeyPieces)); err != nil {
+			return res, fmt.Errorf("%w: read_memory %s: %w", ErrDemo, cfg.ReadMemory, err)
+		}
+	}
 	if cfg.Plan != nil {
 		cfg.Plan(len(tasks), left)
 	}
@@ -330,7 +347,12 @@ func Run(ctx context.Context, cfg RunConfig) (RunResult, error) {
 			if cfg.ReadRecords > 0 {
 				rt := r.tips
 				rt.Records = cfg.ReadRecords
-				rrecs, err := ReadRecords(ctx, env, d, mem, rt)
+				var rrecs []sft.ChatRecord
+				if own != nil {
+					rrecs, err = OwnReadRecords(ctx, d, own, rt)
+				} else {
+					rrecs, err = ReadRecords(ctx, env, d, mem, rt)
+				}
 				if err != nil {
 					return res, err
 				}
