@@ -57,6 +57,8 @@ if [[ "$MODE" == quick ]]; then
 	GATE_ENFORCE=${GATE_ENFORCE:-0}
 	GATE_TRIALS=${GATE_TRIALS:-2}
 	GATE_HELDOUT=${GATE_HELDOUT:-2}
+	READ_RECORDS=${READ_RECORDS:-2}       # read records exercised at smoke-test size (the full study's 8 and 2
+	SFT_READ_RECORDS=${SFT_READ_RECORDS:-0} # doubled the quick SFT's tokens: 239k per epoch, past its 10 minutes)
 	READ_SFT_EPOCHS=${READ_SFT_EPOCHS:-1} # the reading stage, exercised at smoke-test size
 	READ_SFT_VARS=${READ_SFT_VARS:-2}
 	READ_SFT_RECORDS=${READ_SFT_RECORDS:-4}
