@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -181,7 +183,17 @@ func TestTrainSecondProcessRefused(t *testing.T) {
 	}
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
-	out, errOut, err := runCLI(t, "train", "--run-dir", dir, "--resume", "--steps", "3", "--threads", "1")
+	// one step past the last checkpoint, however far the killed run got
+	// (on an idle machine it passes step 3 while the refusals above run)
+	b, err := os.ReadFile(filepath.Join(dir, "checkpoints", "latest"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last int
+	if _, err := fmt.Sscanf(strings.TrimSpace(filepath.Base(string(b))), "step-%d", &last); err != nil {
+		t.Fatalf("checkpoints/latest %q: %v", b, err)
+	}
+	out, errOut, err := runCLI(t, "train", "--run-dir", dir, "--resume", "--steps", strconv.Itoa(last+1), "--threads", "1")
 	if err != nil {
 		t.Fatalf("resume after kill -9: %v %s %s", err, out, errOut)
 	}
