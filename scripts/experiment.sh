@@ -42,7 +42,7 @@ if [[ "$MODE" == quick ]]; then
 	OUT=${OUT:-build/experiment-quick}
 	SFT_VARS=${SFT_VARS:-12}      # demonstrations per SFT family (train split; melt has 18)
 	RL_SFT_VARS=${RL_SFT_VARS:-8} # demonstrations of the RL family (variations RL_SFT_FROM…)
-	SFT_EPOCHS=${SFT_EPOCHS:-10}  # full SFT (every weight); docs/experiment.md
+	SFT_EPOCHS=${SFT_EPOCHS:-9}   # full SFT (every weight); docs/experiment.md (10 epochs: 607 s in all, idle, 2026-12-02)
 	SEEDS=${SEEDS:-1}
 	STEPS=${STEPS:-3}
 	BATCH_TASKS=${BATCH_TASKS:-2}
