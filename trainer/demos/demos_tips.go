@@ -105,6 +105,23 @@ func (c TipRecordConfig) Check() error {
 	return nil
 }
 
+// prompt checks c and returns its normalized prompt format, which must
+// keep the full history (what, e.g. "tip records", names the records in
+// the error).
+func (c TipRecordConfig) prompt(what string) (rollout.PromptConfig, error) {
+	if err := c.Check(); err != nil {
+		return rollout.PromptConfig{}, err
+	}
+	pc, err := c.Prompt.Normalize()
+	if err != nil {
+		return rollout.PromptConfig{}, err
+	}
+	if pc.History != rollout.HistoryFull {
+		return rollout.PromptConfig{}, fmt.Errorf("%w: %s need history %q", rollout.ErrPrompt, what, rollout.HistoryFull)
+	}
+	return pc, nil
+}
+
 // stepKeys are the retrieval keys before each of a demo's actions and,
 // last, after its final observation (rollout.StepKey, as in rollouts: the
 // conversation so far with the actions as the policy writes them, or the
@@ -192,15 +209,9 @@ func attempt(ctx context.Context, env environments.Env, d Demo, prefix, steps in
 // use the embedder the RL run will use for the records to show the tips it
 // would retrieve.
 func TipRecords(ctx context.Context, env environments.Env, d Demo, mem *memstore.Store, cfg TipRecordConfig) ([]sft.ChatRecord, error) {
-	if err := cfg.Check(); err != nil {
-		return nil, err
-	}
-	pc, err := cfg.Prompt.Normalize()
+	pc, err := cfg.prompt("tip records")
 	if err != nil {
 		return nil, err
-	}
-	if pc.History != rollout.HistoryFull {
-		return nil, fmt.Errorf("%w: tip records need history %q", rollout.ErrPrompt, rollout.HistoryFull)
 	}
 	if len(d.Steps) == 0 || cfg.Records == 0 {
 		return nil, nil

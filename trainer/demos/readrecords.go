@@ -66,23 +66,15 @@ func DeviatingAttempt(ctx context.Context, env environments.Env, d Demo, prefix,
 // (rollout.OpenEmbedder of the same memory section).
 func ReadRecords(ctx context.Context, env environments.Env, d Demo, mem *memstore.Store, cfg TipRecordConfig) ([]sft.ChatRecord, error) {
 	cfg.FailureTips = false
-	if err := cfg.Check(); err != nil {
-		return nil, err
-	}
-	pc, err := cfg.Prompt.Normalize()
+	pc, err := cfg.prompt("read records")
 	if err != nil {
 		return nil, err
-	}
-	if pc.History != rollout.HistoryFull {
-		return nil, fmt.Errorf("%w: read records need history %q", rollout.ErrPrompt, rollout.HistoryFull)
 	}
 	if len(d.Steps) == 0 || cfg.Records == 0 {
 		return nil, nil
 	}
 	ns := rollout.Job{Task: d.Task, Variation: d.Variation}.Namespace()
-	// a stream of its own (TipRecords' and AttemptTipRecords' draws stay as they were)
-	rng := rand.New(rand.NewPCG(rollout.MixSeed(cfg.Seed, int64(d.Variation)), rollout.MixSeed(int64(len(d.Task)), int64(len(d.Steps))+2<<32)))
-	steps := rng.Perm(len(d.Steps))[:min(cfg.Records, len(d.Steps))]
+	rng, steps := readDraws(d, cfg)
 	prefixes := append([]int(nil), steps...)
 	for range cfg.Failures {
 		prefixes = append(prefixes, rng.IntN(len(d.Steps)))
@@ -124,10 +116,7 @@ func ReadRecords(ctx context.Context, env environments.Env, d Demo, mem *memstor
 		if n == 0 {
 			continue
 		}
-		msgs = append(msgs, llama.Message{Role: sft.RoleAssistant, Content: turns[i].Action})
-		out = append(out, sft.LastOnly(msgs, map[string]any{
-			"env": d.Env, "task": d.Task, "variation": d.Variation, "kind": d.Kind,
-			"score": d.Score, "done": d.Done, "step": i + 1, "tips": n, "memory": name, "read": true}))
+		out = append(out, readRecord(d, msgs, turns, i, n, name))
 	}
 	return out, nil
 }
@@ -142,22 +131,15 @@ func ReadRecords(ctx context.Context, env environments.Env, d Demo, mem *memstor
 // whose retrieval from d's namespace finds nothing gives no record.
 func OwnReadRecords(ctx context.Context, d Demo, own *memstore.Store, cfg TipRecordConfig) ([]sft.ChatRecord, error) {
 	cfg.FailureTips = false
-	if err := cfg.Check(); err != nil {
-		return nil, err
-	}
-	pc, err := cfg.Prompt.Normalize()
+	pc, err := cfg.prompt("read records")
 	if err != nil {
 		return nil, err
-	}
-	if pc.History != rollout.HistoryFull {
-		return nil, fmt.Errorf("%w: read records need history %q", rollout.ErrPrompt, rollout.HistoryFull)
 	}
 	if len(d.Steps) == 0 || cfg.Records == 0 {
 		return nil, nil
 	}
 	ns := rollout.Job{Task: d.Task, Variation: d.Variation}.Namespace()
-	rng := rand.New(rand.NewPCG(rollout.MixSeed(cfg.Seed, int64(d.Variation)), rollout.MixSeed(int64(len(d.Task)), int64(len(d.Steps))+2<<32)))
-	steps := rng.Perm(len(d.Steps))[:min(cfg.Records, len(d.Steps))]
+	_, steps := readDraws(d, cfg)
 	keys := stepKeys(pc, cfg.Key, d)
 	turns := actionTurns(pc, d)
 	q := memstore.Query{K: cfg.TopK, Threshold: float32(cfg.Threshold), Order: memstore.OrderByScoreStable}
@@ -170,12 +152,27 @@ func OwnReadRecords(ctx context.Context, d Demo, own *memstore.Store, cfg TipRec
 		if n == 0 {
 			continue
 		}
-		msgs = append(msgs, llama.Message{Role: sft.RoleAssistant, Content: turns[i].Action})
-		out = append(out, sft.LastOnly(msgs, map[string]any{
-			"env": d.Env, "task": d.Task, "variation": d.Variation, "kind": d.Kind,
-			"score": d.Score, "done": d.Done, "step": i + 1, "tips": n, "memory": "own", "read": true}))
+		out = append(out, readRecord(d, msgs, turns, i, n, "own"))
 	}
 	return out, nil
+}
+
+// readDraws is the random stream of d's read records — one of its own
+// (TipRecords' and AttemptTipRecords' draws stay as they were) — and the
+// record steps drawn first from it, without replacement.
+func readDraws(d Demo, cfg TipRecordConfig) (*rand.Rand, []int) {
+	rng := rand.New(rand.NewPCG(rollout.MixSeed(cfg.Seed, int64(d.Variation)), rollout.MixSeed(int64(len(d.Task)), int64(len(d.Steps))+2<<32)))
+	return rng, rng.Perm(len(d.Steps))[:min(cfg.Records, len(d.Steps))]
+}
+
+// readRecord is the read record of d's step i: the prompt msgs (with a
+// block of n tips from memory), answered with the demo's action, the
+// only trained message.
+func readRecord(d Demo, msgs []llama.Message, turns []rollout.Turn, i, n int, memory string) sft.ChatRecord {
+	msgs = append(msgs, llama.Message{Role: sft.RoleAssistant, Content: turns[i].Action})
+	return sft.LastOnly(msgs, map[string]any{
+		"env": d.Env, "task": d.Task, "variation": d.Variation, "kind": d.Kind,
+		"score": d.Score, "done": d.Done, "step": i + 1, "tips": n, "memory": memory, "read": true})
 }
 
 // memoryPrompt is the prompt of the demo's step i as a rollout with memory
