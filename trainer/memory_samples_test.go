@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/empo2/empo2/llama"
 	"github.com/empo2/empo2/trainer/internal/testutil"
 	"github.com/empo2/empo2/trainer/rollout"
 )
@@ -16,26 +17,7 @@ import (
 // from the episode's turns and responses), the behaviour sequences keep the
 // tips, and with packing an episode's tip-free prompts extend each other.
 func TestOffPolicyInputsFromRollouts(t *testing.T) {
-	ctx := context.Background()
-	m := testutil.Model(t)
-	mem := testutil.Store(t)
-	r := testutil.Roller(t, m, 4, mem)
-	jobs := testutil.Jobs(4, false)
-	first, _, err := r.Run(ctx, jobs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.WriteTips(ctx, first, 1); err != nil {
-		t.Fatal(err)
-	}
-	for i := range jobs {
-		jobs[i].Mode, jobs[i].Group = ModeOffPolicy, 0
-		jobs[i].Seed += 50
-	}
-	eps, _, err := r.Run(ctx, jobs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, r, eps := offPolicyTipRollouts(t)
 	for i := range eps {
 		eps[i].Score = float64(10 * i) // a signal in the group
 	}
@@ -102,4 +84,32 @@ func TestOffPolicyInputsFromRollouts(t *testing.T) {
 			t.Fatal("the tip-free prompts extend each other, but nothing was packed")
 		}
 	}
+}
+
+// offPolicyTipRollouts: the default memory's real rollouts on testutil's
+// model — 4 jobs played once, their tips written, then played again
+// off-policy (one group, other seeds) with those tips retrieved every turn.
+func offPolicyTipRollouts(t *testing.T) (*llama.Model, *rollout.Roller, []rollout.Episode) {
+	t.Helper()
+	ctx := context.Background()
+	m := testutil.Model(t)
+	mem := testutil.Store(t)
+	r := testutil.Roller(t, m, 4, mem)
+	jobs := testutil.Jobs(4, false)
+	first, _, err := r.Run(ctx, jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.WriteTips(ctx, first, 1); err != nil {
+		t.Fatal(err)
+	}
+	for i := range jobs {
+		jobs[i].Mode, jobs[i].Group = ModeOffPolicy, 0
+		jobs[i].Seed += 50
+	}
+	eps, _, err := r.Run(ctx, jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, r, eps
 }

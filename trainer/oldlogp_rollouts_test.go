@@ -1,11 +1,8 @@
 package trainer
 
 import (
-	"context"
 	"slices"
 	"testing"
-
-	"github.com/empo2/empo2/trainer/internal/testutil"
 )
 
 // TestBehaviourChainsFromRollouts: in real off-policy rollouts with tips in
@@ -13,26 +10,7 @@ import (
 // previous step's prompt with tips and response, so recomputeOld scores one
 // behaviour sequence per episode.
 func TestBehaviourChainsFromRollouts(t *testing.T) {
-	ctx := context.Background()
-	m := testutil.Model(t)
-	mem := testutil.Store(t)
-	r := testutil.Roller(t, m, 4, mem)
-	jobs := testutil.Jobs(4, false)
-	first, _, err := r.Run(ctx, jobs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.WriteTips(ctx, first, 1); err != nil {
-		t.Fatal(err)
-	}
-	for i := range jobs {
-		jobs[i].Mode, jobs[i].Group = ModeOffPolicy, 0
-		jobs[i].Seed += 50
-	}
-	eps, _, err := r.Run(ctx, jobs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, _, eps := offPolicyTipRollouts(t)
 	chained, broken := 0, 0
 	for _, ep := range eps {
 		for k := 1; k < len(ep.Steps); k++ {

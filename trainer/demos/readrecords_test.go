@@ -136,9 +136,7 @@ func TestReadRecords(t *testing.T) {
 	ctx := context.Background()
 	env, err := textlab.New(environments.Options{Simplifications: "easy"})
 	require.NoError(t, err)
-	pc := rollout.DefaultPromptConfig()
-	cfg := DefaultTipRecordConfig()
-	cfg.Prompt, cfg.Records, cfg.TopK, cfg.Threshold, cfg.Key, cfg.TipsIn = pc, 8, 3, 0.95, rollout.KeyObservation, rollout.TipsLastTurn
+	pc, cfg := study3ReadConfig()
 	cfg.FailureSteps = 6
 	var seen = map[string]int{}
 	var avoid, mixed int
@@ -223,9 +221,7 @@ func TestOwnReadRecords(t *testing.T) {
 	ctx := context.Background()
 	env, err := textlab.New(environments.Options{Simplifications: "easy"})
 	require.NoError(t, err)
-	pc := rollout.DefaultPromptConfig()
-	cfg := DefaultTipRecordConfig()
-	cfg.Prompt, cfg.Records, cfg.TopK, cfg.Threshold, cfg.Key, cfg.TipsIn = pc, 8, 3, 0.95, rollout.KeyObservation, rollout.TipsLastTurn
+	pc, cfg := study3ReadConfig()
 	d, err := Explore(ctx, env, "textlab", "find-living-thing", 2, 0)
 	require.NoError(t, err)
 	ns := rollout.Job{Task: d.Task, Variation: d.Variation}.Namespace()
@@ -288,4 +284,14 @@ func TestOwnReadRecords(t *testing.T) {
 	c.ReadRecords, c.Out = 0, filepath.Join(dir, "e.jsonl")
 	_, err = Run(ctx, c)
 	require.ErrorContains(t, err, "read_memory "+path+" is used only by read_records")
+}
+
+// study3ReadConfig: 8 read records per demo with Study 3's memory settings
+// (observation key, threshold 0.95, top-k 3, last-turn blocks) in the
+// default prompt format.
+func study3ReadConfig() (rollout.PromptConfig, TipRecordConfig) {
+	pc := rollout.DefaultPromptConfig()
+	cfg := DefaultTipRecordConfig()
+	cfg.Prompt, cfg.Records, cfg.TopK, cfg.Threshold, cfg.Key, cfg.TipsIn = pc, 8, 3, 0.95, rollout.KeyObservation, rollout.TipsLastTurn
+	return pc, cfg
 }
