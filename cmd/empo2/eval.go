@@ -39,6 +39,7 @@ var (
 	evalSeedFlag      = &cli.Int64Flag{Name: "seed", Usage: "seed of the episodes' sampling (seed)", DefaultText: strconv.FormatInt(evalDef.Seed, 10)}
 	evalJSONFlag      = &cli.BoolFlag{Name: "json", Usage: "print the result as one JSON object instead of a table"}
 	evalOutFlag       = &cli.StringFlag{Name: "out", Aliases: []string{"o"}, Usage: "also write the JSON result to `FILE` (out)"}
+	evalEpisodesOut   = &cli.StringFlag{Name: "episodes-out", Usage: "also write every episode played to `FILE`, one JSON object per line: setting, trial, score, end, and per step the tip block shown, the response, the action and the observation (episodes_out)"}
 	evalOODFlag       = &cli.BoolFlag{Name: "ood", Usage: "out-of-distribution adaptation (ood): --trials consecutive trials per held-out variation with a fresh memory, and the same without memory"}
 	evalTrialsFlag    = &cli.IntFlag{Name: "trials", Usage: "trials per variation with --ood (trials)", DefaultText: strconv.Itoa(evalDef.Trials)}
 	evalParallelFlag  = &cli.IntFlag{Name: "parallel", Usage: "episodes decoded together, KV sequences (parallel)", DefaultText: strconv.Itoa(evalDef.Parallel)}
@@ -60,7 +61,7 @@ var evalShortcuts = []shortcut{
 	{evalModelFlag, "model"}, {evalLoraFlag, "lora"}, {evalRunFlag, "run"}, {evalCkptFlag, "checkpoint"}, {evalEnvFlag, "env"},
 	{evalTasksFlag, "tasks"}, {evalSplitFlag, "eval.split"}, {evalMemoryFlag, "eval.memory"}, {evalMemoryDBFlag, "memory_db"},
 	{evalWriteTipsFlag, "write_tips"}, {evalEpisodesFlag, "eval.episodes"}, {evalVarsFlag, "eval.max_variations"},
-	{evalTempFlag, "eval.temperature"}, {evalSeedFlag, "seed"}, {evalOutFlag, "out"}, {evalOODFlag, "ood"}, {evalTrialsFlag, "trials"},
+	{evalTempFlag, "eval.temperature"}, {evalSeedFlag, "seed"}, {evalOutFlag, "out"}, {evalEpisodesOut, "episodes_out"}, {evalOODFlag, "ood"}, {evalTrialsFlag, "trials"},
 	{evalParallelFlag, "parallel"}, {llmThreadsFlag, "threads"}, {evalCtxFlag, "context"}, {evalGPULayersFlag, "gpu_layers"},
 	{evalActionTokFlag, "rollout.max_action_tokens"}, {evalHistoryFlag, "rollout.history"}, {evalHistoryKFlag, "rollout.history_k"},
 	{evalFormatFlag, "rollout.action_format"}, {evalEmbedderFlag, "memory.embedder"}, {evalThresholdFlag, "memory.threshold"},
@@ -89,7 +90,7 @@ func init() {
 			"  empo2 eval --run runs/a --print-config",
 		Flags: append(append(configFlags("eval"), evalModelFlag, evalLoraFlag, evalRunFlag, evalCkptFlag, evalEnvFlag,
 			evalTasksFlag, evalSplitFlag, evalMemoryFlag, evalMemoryDBFlag, evalWriteTipsFlag, evalEpisodesFlag, evalVarsFlag, evalTempFlag,
-			evalSeedFlag, evalJSONFlag, evalOutFlag, evalOODFlag, evalTrialsFlag, evalParallelFlag, llmThreadsFlag, evalCtxFlag,
+			evalSeedFlag, evalJSONFlag, evalOutFlag, evalEpisodesOut, evalOODFlag, evalTrialsFlag, evalParallelFlag, llmThreadsFlag, evalCtxFlag,
 			evalGPULayersFlag, evalActionTokFlag, evalHistoryFlag, evalHistoryKFlag, evalFormatFlag, evalEmbedderFlag, evalThresholdFlag,
 			evalTopKFlag, evalTipTempFlag, evalSuccessFlag, forceFlag), envOptionFlags()...),
 		Action: evalAction,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -169,4 +170,53 @@ func TestEvalCLIRun(t *testing.T) {
 	require.Error(t, err)
 	_, _, err = runCLI(t, append([]string{"eval", "--run", run, "--memory", "on"}, evalFast...)...)
 	require.Error(t, err, "the run has no memory.db yet")
+}
+
+// TestEvalCLIEpisodesOut: --episodes-out writes one line per episode
+// played, and the per-trial means recomputed from the lines are the
+// summary's; memory-on trials after the first show the tip blocks their
+// prompts carried (the fresh memory holds trial 1's tips), the control
+// never does. The file follows the output guard.
+func TestEvalCLIEpisodesOut(t *testing.T) {
+	model := llmTestModel(t)
+	dir := t.TempDir()
+	eps, res := filepath.Join(dir, "eps.jsonl"), filepath.Join(dir, "res.json")
+	args := append([]string{"eval", "--model", model, "--ood", "--trials", "2", "--threshold", "0.01", "-o", res, "--episodes-out", eps}, evalFast...)
+	_, stderr, err := runCLI(t, args...)
+	require.NoError(t, err, stderr)
+	var rep evaluate.OODReport
+	b, err := os.ReadFile(res)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, &rep))
+	b, err = os.ReadFile(eps)
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	require.Len(t, lines, 2*2*rep.Variations, "settings × trials × variations")
+	sum := map[string][]float64{"on": make([]float64, 2), "off": make([]float64, 2)}
+	blocks := map[string]int{}
+	for _, l := range lines {
+		var tr evaluate.Transcript
+		require.NoError(t, json.Unmarshal([]byte(l), &tr))
+		require.NotEmpty(t, tr.Steps, l)
+		require.Contains(t, []int{1, 2}, tr.Trial)
+		sum[string(tr.Setting)][tr.Trial-1] += tr.Score / float64(rep.Variations)
+		for _, s := range tr.Steps {
+			assert.NotEmpty(t, s.Action)
+			if s.Tips != "" {
+				blocks[fmt.Sprintf("%s/%d", tr.Setting, tr.Trial)]++
+				assert.Contains(t, s.Tips, "<memory>")
+			}
+		}
+	}
+	for i := range 2 {
+		assert.InDelta(t, rep.MemoryOn.ScorePerTrial[i], sum["on"][i], 1e-9)
+		assert.InDelta(t, rep.MemoryOff.ScorePerTrial[i], sum["off"][i], 1e-9)
+	}
+	assert.Positive(t, blocks["on/2"], "trial 2 with memory reads trial 1's tips")
+	assert.Zero(t, blocks["on/1"]+blocks["off/1"]+blocks["off/2"], "no block without a memory to read")
+
+	require.NoError(t, os.Remove(res))
+	_, stderr, err = runCLI(t, args...)
+	require.Error(t, err)
+	assert.Contains(t, err.Error()+stderr, "episodes_out", "an existing transcript file needs --force")
 }

@@ -311,6 +311,9 @@ type OODConfig struct {
 	Dir      string
 	Plan     func(Plan) // told what will be played before the first trial
 	Progress func(done, total int)
+	// Episodes, when set, receives each trial's episodes (after their tips
+	// are written) per setting; k is the 1-based trial.
+	Episodes func(setting MemorySetting, k int, eps []rollout.Episode) error
 }
 
 // OODSeries is one setting's trial curve (the run-files record).
@@ -401,6 +404,14 @@ func EvaluateOOD(ctx context.Context, r *rollout.Roller, cfg OODConfig) (*OODRep
 		onEps, offEps := eps[:len(vars)], eps[len(vars):]
 		if _, err := rr.WriteTips(ctx, onEps, int64(k+1)); err != nil {
 			return nil, err
+		}
+		if cfg.Episodes != nil {
+			if err := cfg.Episodes(MemoryOn, k+1, onEps); err != nil {
+				return nil, err
+			}
+			if err := cfg.Episodes(MemoryOff, k+1, offEps); err != nil {
+				return nil, err
+			}
 		}
 		tips := 0
 		for _, ep := range onEps {

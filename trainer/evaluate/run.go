@@ -1,6 +1,7 @@
 package evaluate
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -59,26 +60,27 @@ const maxTrials = 1000
 
 // RunConfig configures Run: `empo2 eval`'s configuration.
 type RunConfig struct {
-	Model      string               `yaml:"model" doc:"policy model GGUF; with run: the run's model"`
-	LoRA       string               `yaml:"lora" doc:"LoRA adapter GGUF evaluated; empty = none, or with run the checkpoint's"`
-	Run        string               `yaml:"run" doc:"training run directory: its model, environment, tasks, context, rollout and memory sections are the defaults, its checkpoint is the adapter, and the result is also written to its eval/ folder"`
-	Checkpoint string               `yaml:"checkpoint" doc:"checkpoint of run evaluated: latest | base (the base model, no adapter) | a step number"`
-	Env        string               `yaml:"env" doc:"environment: textlab | webshop | scienceworld"`
-	EnvOptions environments.Options `yaml:"env_options" doc:"options passed to the environment"`
-	Tasks      []string             `yaml:"tasks,flow" doc:"tasks evaluated (task/N stands for the task); empty = every task not held out, with ood every held-out task; with run (not ood): the tasks it trained on"`
-	Eval       Protocol             `yaml:"eval" doc:"what is played"`
-	MemoryDB   string               `yaml:"memory_db" doc:"tips memory of eval.memory on | both (read only unless write_tips); with run: its memory.db"`
-	WriteTips  bool                 `yaml:"write_tips" doc:"memory-on episodes write tips into memory_db (otherwise eval never changes it)"`
-	OOD        bool                 `yaml:"ood" doc:"out-of-distribution adaptation instead: trials consecutive attempts per held-out variation, a tip written after each into a fresh memory (no weight updates), and the same attempts without memory as the control"`
-	Trials     int                  `yaml:"trials" doc:"consecutive attempts per variation with ood (1..1000)"`
-	Seed       int64                `yaml:"seed" doc:"seed of the episodes' sampling"`
-	Context    int                  `yaml:"context" doc:"tokens per episode (prompt + action); may exceed the model's training context (RoPE); 0 = the model's training context, at most 8192; with run: the run's"`
-	Parallel   int                  `yaml:"parallel" doc:"episodes decoded together (KV sequences), 1..256"`
-	Threads    int                  `yaml:"threads" doc:"CPU threads; 0 = all cores"`
-	GPULayers  int                  `yaml:"gpu_layers" doc:"layers offloaded to a GPU backend; -1 = all"`
-	Out        string               `yaml:"out" doc:"also write the JSON result to this file"`
-	Rollout    rollout.Config       `yaml:"rollout" doc:"how episodes are played: prompt, step limit, action correction, tip writing, success score (rollout.temperature is training's; eval samples at eval.temperature); with run: the run's"`
-	Memory     rollout.MemoryConfig `yaml:"memory" doc:"tips memory: embedder and retrieval; with run: the run's"`
+	Model       string               `yaml:"model" doc:"policy model GGUF; with run: the run's model"`
+	LoRA        string               `yaml:"lora" doc:"LoRA adapter GGUF evaluated; empty = none, or with run the checkpoint's"`
+	Run         string               `yaml:"run" doc:"training run directory: its model, environment, tasks, context, rollout and memory sections are the defaults, its checkpoint is the adapter, and the result is also written to its eval/ folder"`
+	Checkpoint  string               `yaml:"checkpoint" doc:"checkpoint of run evaluated: latest | base (the base model, no adapter) | a step number"`
+	Env         string               `yaml:"env" doc:"environment: textlab | webshop | scienceworld"`
+	EnvOptions  environments.Options `yaml:"env_options" doc:"options passed to the environment"`
+	Tasks       []string             `yaml:"tasks,flow" doc:"tasks evaluated (task/N stands for the task); empty = every task not held out, with ood every held-out task; with run (not ood): the tasks it trained on"`
+	Eval        Protocol             `yaml:"eval" doc:"what is played"`
+	MemoryDB    string               `yaml:"memory_db" doc:"tips memory of eval.memory on | both (read only unless write_tips); with run: its memory.db"`
+	WriteTips   bool                 `yaml:"write_tips" doc:"memory-on episodes write tips into memory_db (otherwise eval never changes it)"`
+	OOD         bool                 `yaml:"ood" doc:"out-of-distribution adaptation instead: trials consecutive attempts per held-out variation, a tip written after each into a fresh memory (no weight updates), and the same attempts without memory as the control"`
+	Trials      int                  `yaml:"trials" doc:"consecutive attempts per variation with ood (1..1000)"`
+	Seed        int64                `yaml:"seed" doc:"seed of the episodes' sampling"`
+	Context     int                  `yaml:"context" doc:"tokens per episode (prompt + action); may exceed the model's training context (RoPE); 0 = the model's training context, at most 8192; with run: the run's"`
+	Parallel    int                  `yaml:"parallel" doc:"episodes decoded together (KV sequences), 1..256"`
+	Threads     int                  `yaml:"threads" doc:"CPU threads; 0 = all cores"`
+	GPULayers   int                  `yaml:"gpu_layers" doc:"layers offloaded to a GPU backend; -1 = all"`
+	Out         string               `yaml:"out" doc:"also write the JSON result to this file"`
+	EpisodesOut string               `yaml:"episodes_out" doc:"also write every episode played (setting, trial, task, variation, score, end, and per step the tip block shown, the response, the action and the observation) to this file, one JSON object per line"`
+	Rollout     rollout.Config       `yaml:"rollout" doc:"how episodes are played: prompt, step limit, action correction, tip writing, success score (rollout.temperature is training's; eval samples at eval.temperature); with run: the run's"`
+	Memory      rollout.MemoryConfig `yaml:"memory" doc:"tips memory: embedder and retrieval; with run: the run's"`
 
 	// ConfigFile is the configuration file the command read (an input of
 	// the output guard); Force lets out replace an existing file.
@@ -275,7 +277,8 @@ func (c *RunConfig) checkOutputs() error {
 	if e := c.Memory.Embedder; e != rollout.EmbedderHash && e != rollout.EmbedderPolicy {
 		in = append(in, safefile.Path{Flag: "memory.embedder", Path: e})
 	}
-	out := []safefile.Path{{Flag: "out", Path: c.Out, RunLayout: []string{RunEvalDir + "/*.json", RunEvalDir + "/ood/*.json"}}}
+	out := []safefile.Path{{Flag: "out", Path: c.Out, RunLayout: []string{RunEvalDir + "/*.json", RunEvalDir + "/ood/*.json"}},
+		{Flag: "episodes_out", Path: c.EpisodesOut}}
 	return safefile.CheckWrite(out, in, c.Force)
 }
 
@@ -510,6 +513,7 @@ func Run(ctx context.Context, cfg RunConfig) (res *RunResult, err error) {
 		}
 	}
 	var out any
+	var transcripts bytes.Buffer // episodes_out's lines
 	if cfg.OOD {
 		emb, closeEmb, err := rollout.OpenEmbedder(cfg.Memory, o.model, threads)
 		if err != nil {
@@ -520,6 +524,9 @@ func Run(ctx context.Context, cfg RunConfig) (res *RunResult, err error) {
 			Tasks: TaskNames(cfg.Tasks), Split: cfg.Eval.Split, MaxVariations: cfg.Eval.MaxVariations,
 			Trials: cfg.Trials, Temperature: cfg.Eval.Temperature, Seed: cfg.Seed, Embedder: emb,
 			Progress: cfg.Progress, Plan: plan,
+			Episodes: func(s MemorySetting, k int, eps []rollout.Episode) error {
+				return transcriptLines(&transcripts, s, k, eps)
+			},
 		})
 		if err != nil {
 			return nil, err
@@ -541,6 +548,12 @@ func Run(ctx context.Context, cfg RunConfig) (res *RunResult, err error) {
 			return nil, err
 		}
 		res.Report, out = rep, rep
+		if err := transcriptLines(&transcripts, MemoryOff, 0, rep.OffEpisodes); err != nil {
+			return nil, err
+		}
+		if err := transcriptLines(&transcripts, MemoryOn, 0, rep.OnEpisodes); err != nil {
+			return nil, err
+		}
 		for _, r := range []*Result{rep.MemoryOff, rep.MemoryOn} {
 			if r == nil {
 				continue
@@ -580,6 +593,12 @@ func Run(ctx context.Context, cfg RunConfig) (res *RunResult, err error) {
 			return nil, fmt.Errorf("%w: out: %w", ErrEval, err)
 		}
 		res.Written = append(res.Written, cfg.Out)
+	}
+	if cfg.EpisodesOut != "" {
+		if err := safefile.WriteFile(cfg.EpisodesOut, transcripts.Bytes(), 0o644); err != nil {
+			return nil, fmt.Errorf("%w: episodes_out: %w", ErrEval, err)
+		}
+		res.Written = append(res.Written, cfg.EpisodesOut)
 	}
 	return res, nil
 }
