@@ -24,6 +24,7 @@ var (
 	demosSkipFlag    = &cli.IntFlag{Name: "skip-variations", Usage: "leave out the first `N` variations of the split per task (e.g. those an RL run trains on)"}
 	demosOutFlag     = &cli.StringFlag{Name: "out", Aliases: []string{"o"}, Usage: "JSONL `FILE` to write (required)"}
 	demosPerStepFlag = &cli.BoolFlag{Name: "per-step", Usage: "one record per step instead of one packed record per episode (last-k history needs this)"}
+	demosTourFlag    = &cli.StringFlag{Name: "tour", Usage: "explore demos' room search order: doors (task-named rooms, then doors as discovered) or random (seeded; only a memory of the tour predicts it: for --read-records that must be read) (tour)", Value: string(demos.TourDoors)}
 	demosKindFlag    = &cli.StringFlag{Name: "kind", Usage: "gold (the environment's gold actions) or explore (gold work, observable room search instead of its moves; needs the teleport simplification, e.g. --simplifications easy)", Value: string(demos.KindGold)}
 	demosNoTipsFlag  = &cli.BoolFlag{Name: "no-tips", Usage: "leave out the tip-writing turn after each episode"}
 	demosHeldFlag    = &cli.BoolFlag{Name: "held-out", Usage: "with no --tasks, also include held-out tasks"}
@@ -50,7 +51,7 @@ var (
 // demos.RunConfig they set (ENV, the argument, sets env).
 var demosShortcuts = []shortcut{
 	{demosTasksFlag, "tasks"}, {demosSplitFlag, "split"}, {demosVarsFlag, "variations"}, {demosSkipFlag, "skip_variations"},
-	{demosOutFlag, "out"}, {demosPerStepFlag, "per_step"}, {demosKindFlag, "kind"}, {demosNoTipsFlag, "no_tips"},
+	{demosOutFlag, "out"}, {demosPerStepFlag, "per_step"}, {demosKindFlag, "kind"}, {demosTourFlag, "tour"}, {demosNoTipsFlag, "no_tips"},
 	{demosHeldFlag, "held_out"}, {demosSeedFlag, "seed"}, {demosTextFlag, "text"}, {demosTipRecFlag, "tip_records"},
 	{demosTipFailFlag, "tip_failures"}, {demosFailTipFlag, "failure_tips"}, {demosThreshFlag, "threshold"},
 	{demosTipsInFlag, "tips_in"}, {demosTopKFlag, "top_k"}, {demosAttemptFlag, "attempt_tips"},
@@ -71,7 +72,7 @@ func envDemosCommand() *cli.Command {
 			"the rollouts (system text, task, history, action format), followed by a tip-writing turn.\n" +
 			"Only episodes that end done with a positive score are written. Every key (docs/sft.md) can come\n" +
 			"from --config FILE and --set KEY=VALUE; the flags are shortcuts. See docs/sft.md.",
-		Flags: append(append(configFlags("demos"), demosTasksFlag, demosSplitFlag, demosVarsFlag, demosSkipFlag, demosOutFlag, demosPerStepFlag, demosKindFlag,
+		Flags: append(append(configFlags("demos"), demosTasksFlag, demosSplitFlag, demosVarsFlag, demosSkipFlag, demosOutFlag, demosPerStepFlag, demosKindFlag, demosTourFlag,
 			demosNoTipsFlag, demosHeldFlag, demosSeedFlag, demosTextFlag, demosTipRecFlag, demosTipFailFlag, demosFailTipFlag, demosThreshFlag, demosTopKFlag, demosTipsInFlag, demosAttemptFlag,
 			demosReadFlag, demosReadMemFlag, demosKeyFlag, promptHistoryFlag, promptKFlag, promptFormatFlag, promptSystemFlag, forceFlag), envOptionFlags()...),
 		Action: envDemos,

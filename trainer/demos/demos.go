@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
 	"regexp"
 	"strconv"
 	"strings"
@@ -214,6 +216,42 @@ func Gold(ctx context.Context, env environments.Env, envName, task string, varia
 // place of its moves (see the file comment). The environment must accept
 // "teleport to ROOM" (e.g. textlab with Simplifications "easy").
 func Explore(ctx context.Context, env environments.Env, envName, task string, variation int, seed int64) (Demo, error) {
+	return ExploreTour(ctx, env, envName, task, variation, seed, TourDoors)
+}
+
+// Tour is the order in which an explore demo searches the rooms it has
+// not seen yet.
+type Tour string
+
+// Tours.
+const (
+	// TourDoors: rooms named in the task first, then doors in order of
+	// discovery (Explore; every choice a function of the observations).
+	TourDoors Tour = "doors"
+	// TourRandom: at every search move a room drawn uniformly among the
+	// known rooms not looked at yet (seeded by the demo's seed, task and
+	// variation). Nothing in the observations predicts the next room, so
+	// a policy can repeat such a tour only by reading it from a memory of
+	// it: memory-reading records (ReadRecords) on these demos make the
+	// block, not the history, decide the answer (docs/experiment.md,
+	// Study 3, gate run 5).
+	TourRandom Tour = "random"
+)
+
+// Valid reports whether t is a known tour ("" counts as TourDoors).
+func (t Tour) Valid() bool { return t == "" || t == TourDoors || t == TourRandom }
+
+// ExploreTour is Explore with the search order tour.
+func ExploreTour(ctx context.Context, env environments.Env, envName, task string, variation int, seed int64, tour Tour) (Demo, error) {
+	if !tour.Valid() {
+		panic(fmt.Sprintf("demos: tour %q", tour))
+	}
+	var rng *rand.Rand
+	if tour == TourRandom {
+		h := fnv.New64a()
+		h.Write([]byte(task))
+		rng = rand.New(rand.NewPCG(rollout.MixSeed(seed, int64(variation)), h.Sum64()))
+	}
 	gp, ok := env.(environments.GoldProvider)
 	if !ok {
 		return Demo{}, fmt.Errorf("%w: %s has no gold actions", environments.ErrNotSupported, envName)
@@ -276,11 +314,17 @@ func Explore(ctx context.Context, env environments.Env, envName, task string, va
 				}
 				break
 			}
-			next := ""
+			var unseen []string
 			for _, r := range queue {
 				if !looked[r] {
-					next = r
-					break
+					unseen = append(unseen, r)
+				}
+			}
+			next := ""
+			if len(unseen) > 0 {
+				next = unseen[0]
+				if rng != nil {
+					next = unseen[rng.IntN(len(unseen))]
 				}
 			}
 			if next == "" {

@@ -239,3 +239,58 @@ func TestWebShopDemos(t *testing.T) {
 		require.Len(t, recs, 1)
 	}
 }
+
+// Random tours (TourRandom) do the same work as the doors tour — every
+// find-living-thing train variation ends done at score 100 — but their
+// search moves are not a function of the observations: histories that the
+// doors tour always continues the same way are continued differently
+// (the conflicts TestExploreDemosAreObservable counts), so only a memory
+// of the tour can predict it. The same seed gives the same tour; another
+// seed another.
+func TestExploreRandomTour(t *testing.T) {
+	ctx := context.Background()
+	env, err := textlab.New(environments.Options{Simplifications: "easy"})
+	require.NoError(t, err)
+	tasks, err := textlab.Tasks(environments.Options{})
+	require.NoError(t, err)
+	var tk environments.Task
+	for _, x := range tasks {
+		if x.Name == "find-living-thing" {
+			tk = x
+		}
+	}
+	require.NotEmpty(t, tk.Train)
+	next := map[string]string{}
+	conflicts, differs := 0, 0
+	for _, v := range tk.Train {
+		d, err := ExploreTour(ctx, env, "textlab", tk.Name, v, 0, TourRandom)
+		require.NoError(t, err)
+		assert.True(t, d.Done, "variation %d", v)
+		assert.Equal(t, 100.0, d.Score, "variation %d", v)
+		again, err := ExploreTour(ctx, env, "textlab", tk.Name, v, 0, TourRandom)
+		require.NoError(t, err)
+		assert.Equal(t, d.Actions(), again.Actions(), "seeded")
+		other, err := ExploreTour(ctx, env, "textlab", tk.Name, v, 7, TourRandom)
+		require.NoError(t, err)
+		if strings.Join(other.Actions(), "|") != strings.Join(d.Actions(), "|") {
+			differs++
+		}
+		h := d.Desc + "\x00" + d.FirstObs
+		for _, s := range d.Steps {
+			if a, ok := next[h]; ok && a != s.Action {
+				conflicts++
+				break
+			} else if !ok {
+				next[h] = s.Action
+			}
+			h += "\x00" + s.Action + "\x00" + s.Observation
+		}
+		doors, err := ExploreTour(ctx, env, "textlab", tk.Name, v, 0, TourDoors)
+		require.NoError(t, err)
+		plain, err := Explore(ctx, env, "textlab", tk.Name, v, 0)
+		require.NoError(t, err)
+		assert.Equal(t, plain.Actions(), doors.Actions(), "Explore is the doors tour")
+	}
+	assert.Greater(t, conflicts, len(tk.Train)/4, "random tours are not predictable from the observations")
+	assert.Greater(t, differs, len(tk.Train)/2, "the seed draws the tour")
+}

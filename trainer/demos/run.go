@@ -34,6 +34,7 @@ type RunConfig struct {
 	Variations     int                  `yaml:"variations" doc:"at most this many variations per task, the first of the split after skip_variations; 0 = all"`
 	SkipVariations int                  `yaml:"skip_variations" doc:"leave out the first variations of the split per task (e.g. those an RL run trains on)"`
 	Kind           Kind                 `yaml:"kind" doc:"gold (the environment's gold actions) | explore (gold work, observable room search instead of its moves; needs the teleport simplification, e.g. env_options.simplifications easy)"`
+	Tour           Tour                 `yaml:"tour" doc:"explore demos' search order: doors (rooms named in the task, then doors in order of discovery: predictable from the observations) | random (a seeded random order: only a memory of the tour predicts it; for memory-reading records)"`
 	PerStep        bool                 `yaml:"per_step" doc:"one record per step instead of one packed record per episode (history last-k needs this)"`
 	NoTips         bool                 `yaml:"no_tips" doc:"leave out the tip-writing turn after each episode"`
 	Seed           int64                `yaml:"seed" doc:"reset seed (the failed attempts and astray attempts draw from it too)"`
@@ -141,6 +142,12 @@ func (c *RunConfig) validate() (resolved, error) {
 	}
 	if !c.Kind.Valid() {
 		return r, bad("kind %q: want %s or %s", c.Kind, KindGold, KindExplore)
+	}
+	if !c.Tour.Valid() {
+		return r, bad("tour %q: want %s or %s", c.Tour, TourDoors, TourRandom)
+	}
+	if c.Tour == TourRandom && c.Kind != KindExplore {
+		return r, bad("tour %s orders explore demos' room search: give kind %s (--kind %s)", c.Tour, KindExplore, KindExplore)
 	}
 	if r.pc.History != rollout.HistoryFull && !c.PerStep {
 		return r, bad("prompt.history %s changes the prompt at every step: set per_step (--per-step)", r.pc.History)
@@ -320,7 +327,7 @@ func Run(ctx context.Context, cfg RunConfig) (RunResult, error) {
 		for _, v := range taskVars[i] {
 			var d Demo
 			if cfg.Kind == KindExplore {
-				d, err = Explore(ctx, env, cfg.Env, t.Name, v, cfg.Seed)
+				d, err = ExploreTour(ctx, env, cfg.Env, t.Name, v, cfg.Seed, cfg.Tour)
 			} else {
 				d, err = Gold(ctx, env, cfg.Env, t.Name, v, cfg.Seed)
 			}
