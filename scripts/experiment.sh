@@ -326,17 +326,22 @@ gate() {
 			--ctx "$CTX" --threshold "$THRESHOLD" --top-k "$TOP_K" --set "memory.tips_in=$TIPS_IN" --set "memory.key=$KEY"
 			--tip-temperature "$TIP_TEMP" --model "$OUT/sft.gguf" --tasks "$RL_TASK" --ood --trials "$GATE_TRIALS")
 		[[ -f "$OUT/gate/pool-s$s.json" ]] ||
-			"$EMPO2" eval "${common[@]}" --split train --variations "$GATE_POOL" -o "$OUT/gate/pool-s$s.json.tmp" >>"$OUT/gate/eval.log" 2>&1 ||
+			"$EMPO2" eval "${common[@]}" --split train --variations "$GATE_POOL" -o "$OUT/gate/pool-s$s.json.tmp" \
+				--episodes-out "$OUT/gate/pool-s$s.jsonl" >>"$OUT/gate/eval.log" 2>&1 ||
 			die "gate: eval on the pool (seed $s) failed: see $OUT/gate/eval.log"
 		[[ -f "$OUT/gate/pool-s$s.json" ]] || mv "$OUT/gate/pool-s$s.json.tmp" "$OUT/gate/pool-s$s.json"
 		[[ -f "$OUT/gate/heldout-s$s.json" ]] ||
-			"$EMPO2" eval "${common[@]}" --split test --variations "$GATE_HELDOUT" -o "$OUT/gate/heldout-s$s.json.tmp" >>"$OUT/gate/eval.log" 2>&1 ||
+			"$EMPO2" eval "${common[@]}" --split test --variations "$GATE_HELDOUT" -o "$OUT/gate/heldout-s$s.json.tmp" \
+				--episodes-out "$OUT/gate/heldout-s$s.jsonl" >>"$OUT/gate/eval.log" 2>&1 ||
 			die "gate: eval on held-out variations (seed $s) failed: see $OUT/gate/eval.log"
 		[[ -f "$OUT/gate/heldout-s$s.json" ]] || mv "$OUT/gate/heldout-s$s.json.tmp" "$OUT/gate/heldout-s$s.json"
 		log "gate: seed $s evaluated"
 	done
 	"$GO" build -o "$OUT/exptable" ./scripts/exptable
 	"$OUT/exptable" -gate "$OUT/gate" >"$OUT/gate.md"
+	# does the policy read its memory? (the episodes the gate played; reading.go)
+	local eps=("$OUT"/gate/*-s*.jsonl)
+	[[ ! -f "${eps[0]}" ]] || "$OUT/exptable" -reading "${eps[@]}" >"$OUT/gate-reading.md"
 	cat "$OUT/gate.md" >&2
 }
 

@@ -131,7 +131,21 @@ func main() {
 	out := flag.String("out", "", "experiment output `DIR` (scripts/experiment.sh's OUT)")
 	diag := flag.String("diagnosis", "", "also write the diagnosis page to `FILE`")
 	gate := flag.String("gate", "", "instead: the pre-registered gate's table and verdict from `DIR` (OUT/gate: pool-sS.json, heldout-sS.json; gate.go)")
+	reading := flag.Bool("reading", false, "instead: does the policy read its memory? from the episodes files given as arguments (eval --ood --episodes-out; reading.go)")
 	flag.Parse()
+	if *reading {
+		var sts []*readingStats
+		for _, p := range flag.Args() {
+			s, err := loadReading(p)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "exptable:", err)
+				os.Exit(1)
+			}
+			sts = append(sts, s)
+		}
+		writeReading(os.Stdout, sts)
+		return
+	}
 	if *gate != "" {
 		g, err := loadGate(*gate)
 		if err != nil {

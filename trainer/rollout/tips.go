@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -74,6 +75,28 @@ func TipContent(tip, action string, finalScore float64) string {
 	a := strings.Join(strings.Fields(strings.ToValidUTF8(action, "\uFFFD")), " ")
 	return fmt.Sprintf("%s (At this step the action was %q; the episode ended with score %s/100.)",
 		tip, a, strconv.FormatFloat(finalScore, 'g', 4, 64))
+}
+
+// tipContentRe matches TipContent's code-written tail.
+var tipContentRe = regexp.MustCompile(`^(.*) \(At this step the action was ("(?:[^"\\]|\\.)*"); the episode ended with score (-?[0-9.eE+]+)/100\.\)$`)
+
+// ParseTipContent is TipContent's inverse: the tip, action and final score
+// of an entry's content, or of a block line ("- " + content); ok is false
+// when s is not in TipContent's form.
+func ParseTipContent(s string) (tip, action string, score float64, ok bool) {
+	m := tipContentRe.FindStringSubmatch(strings.TrimPrefix(strings.TrimSpace(s), "- "))
+	if m == nil {
+		return "", "", 0, false
+	}
+	a, err := strconv.Unquote(m[2])
+	if err != nil {
+		return "", "", 0, false
+	}
+	sc, err := strconv.ParseFloat(m[3], 64)
+	if err != nil {
+		return "", "", 0, false
+	}
+	return m[1], a, sc, true
 }
 
 // EpisodeEntries builds the entries to Add for a finished episode: one per

@@ -63,3 +63,29 @@ func TestEpisodeEntriesAndTipsRoundTrip(t *testing.T) {
 	assert.Equal(t, "head ", StripTips("head "+TipsBegin+" never closed"))
 	assert.Equal(t, "x <memory > y", neutralize("x <memory> y"))
 }
+
+// ParseTipContent reads back what TipContent wrote — from the content and
+// from a block line as FormatTips renders it — and refuses anything else.
+func TestParseTipContent(t *testing.T) {
+	for _, tc := range []struct {
+		tip, action string
+		score       float64
+	}{
+		{"I looked around the kitchen. The task is complete.", "teleport to kitchen", 100},
+		{"a tip with (parentheses) and \"quotes\"", `say "hi" \ there`, -100},
+		{"t", "move pea plant to red box", 12.5},
+	} {
+		c := TipContent(tc.tip, tc.action, tc.score)
+		for _, s := range []string{c, strings.Split(FormatTips([]memstore.Match{{Entry: memstore.Entry{Content: c}}}), "\n")[2]} {
+			tip, a, sc, ok := ParseTipContent(s)
+			require.True(t, ok, s)
+			assert.Equal(t, tc.tip, tip)
+			assert.Equal(t, tc.action, a)
+			assert.Equal(t, tc.score, sc)
+		}
+	}
+	for _, s := range []string{"", "- just a tip", `x (At this step the action was "a"; the episode ended with score /100.)`, TipsHeader} {
+		_, _, _, ok := ParseTipContent(s)
+		assert.False(t, ok, s)
+	}
+}

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/empo2/empo2/trainer/evaluate"
+	"github.com/empo2/empo2/trainer/rollout"
+)
+
+// Does the policy read its memory? (issue 36, after gate run 4.) From the
+// episodes an `empo2 eval --ood --episodes-out FILE` played, per file:
+//
+//   - reading steps: memory-on steps whose block's best-scored entries
+//     (score ≥ 100: an episode that succeeded) all name one action A — the
+//     block says what the successful attempt did in this state;
+//   - copied: the policy's action was A;
+//   - room choices: the reading steps whose A is "teleport to R" — where
+//     the memory, not the observation, says which room comes next (the
+//     chance of naming R unread is about one in the rooms offered);
+//   - the mean score of trials 2…K with memory and without (the gate's
+//     per-seed figure, recomputed from the episodes).
+
+// readingStats is one transcript file's figures.
+type readingStats struct {
+	Name               string
+	Steps, Blocks      int // memory-on steps, those with a block
+	Reading, Copied    int
+	Rooms, RoomsCopied int
+	OnLater, OffLater  float64 // mean score of trials 2…K
+	onN, offN          int
+}
+
+func loadReading(path string) (*readingStats, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st := &readingStats{Name: filepath.Base(path)}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	for n := 1; sc.Scan(); n++ {
+		var t evaluate.Transcript
+		if err := json.Unmarshal(sc.Bytes(), &t); err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, n, err)
+		}
+		if t.Trial >= 2 {
+			if t.Setting == evaluate.MemoryOn {
+				st.OnLater += t.Score
+				st.onN++
+			} else {
+				st.OffLater += t.Score
+				st.offN++
+			}
+		}
+		if t.Setting != evaluate.MemoryOn {
+			continue
+		}
+		for _, s := range t.Steps {
+			st.Steps++
+			if s.Tips == "" {
+				continue
+			}
+			st.Blocks++
+			best, acts := -1e9, map[string]bool{}
+			for _, line := range strings.Split(s.Tips, "\n") {
+				_, a, score, ok := rollout.ParseTipContent(line)
+				switch {
+				case !ok:
+				case score > best:
+					best, acts = score, map[string]bool{a: true}
+				case score == best:
+					acts[a] = true
+				}
+			}
+			if best < 100 || len(acts) != 1 {
+				continue
+			}
+			var a string
+			for a = range acts {
+			}
+			st.Reading++
+			copied := strings.TrimSpace(s.Action) == a
+			if copied {
+				st.Copied++
+			}
+			if strings.HasPrefix(a, "teleport to ") {
+				st.Rooms++
+				if copied {
+					st.RoomsCopied++
+				}
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if st.onN > 0 {
+		st.OnLater /= float64(st.onN)
+	}
+	if st.offN > 0 {
+		st.OffLater /= float64(st.offN)
+	}
+	return st, nil
+}
+
+func writeReading(w io.Writer, sts []*readingStats) {
+	fmt.Fprintln(w, "| episodes file | trials 2…K, memory on | control | blocks shown | reading steps (best entry scored 100, one action) | copied | room choices among them | room copied |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- |")
+	pct := func(a, b int) string {
+		if b == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%d/%d (%.0f %%)", a, b, 100*float64(a)/float64(b))
+	}
+	for _, s := range sts {
+		fmt.Fprintf(w, "| %s | %.1f | %.1f | %d of %d steps | %d | %s | %d | %s |\n", s.Name, s.OnLater, s.OffLater, s.Blocks, s.Steps,
+			s.Reading, pct(s.Copied, s.Reading), s.Rooms, pct(s.RoomsCopied, s.Rooms))
+	}
+}

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/empo2/empo2/memstore"
+	"github.com/empo2/empo2/trainer/evaluate"
+	"github.com/empo2/empo2/trainer/rollout"
+)
+
+// The reading figures counted by hand on four memory-on steps and two
+// control episodes.
+func TestReading(t *testing.T) {
+	block := func(es ...memstore.Match) string { return rollout.FormatTips(es) }
+	m := func(a string, s float64) memstore.Match {
+		return memstore.Match{Entry: memstore.Entry{Content: rollout.TipContent("a tip", a, s)}}
+	}
+	on := evaluate.Transcript{Setting: evaluate.MemoryOn, Trial: 2, Score: 10, Steps: []evaluate.TranscriptStep{
+		{Tips: block(m("teleport to kitchen", 100), m("teleport to bedroom", 10)), Action: "teleport to kitchen"}, // room, copied
+		{Tips: block(m("teleport to bedroom", 100)), Action: "teleport to hallway"},                              // room, not copied
+		{Tips: block(m("look around", 100), m("focus on frog", 100)), Action: "look around"},                     // two best actions: not a reading step
+		{Tips: block(m("focus on frog", 10)), Action: "focus on frog"},                                           // no success in the block
+		{Tips: block(m("focus on frog", 100)), Action: "focus on frog"},                                          // reading, copied, not a room
+		{Action: "look around"},                                                                                  // no block
+	}}
+	first := on
+	first.Trial, first.Score, first.Steps = 1, 90, nil
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	for _, tr := range []evaluate.Transcript{first, on,
+		{Setting: evaluate.MemoryOff, Trial: 2, Score: 40}, {Setting: evaluate.MemoryOff, Trial: 3, Score: 60}} {
+		require.NoError(t, enc.Encode(tr))
+	}
+	p := filepath.Join(t.TempDir(), "eps.jsonl")
+	require.NoError(t, os.WriteFile(p, b.Bytes(), 0o644))
+	st, err := loadReading(p)
+	require.NoError(t, err)
+	assert.Equal(t, 6, st.Steps)
+	assert.Equal(t, 5, st.Blocks)
+	assert.Equal(t, 3, st.Reading)
+	assert.Equal(t, 2, st.Copied)
+	assert.Equal(t, 2, st.Rooms)
+	assert.Equal(t, 1, st.RoomsCopied)
+	assert.Equal(t, 10.0, st.OnLater, "trial 1 is not counted")
+	assert.Equal(t, 50.0, st.OffLater)
+	var out bytes.Buffer
+	writeReading(&out, []*readingStats{st})
+	assert.Contains(t, out.String(), "| eps.jsonl | 10.0 | 50.0 | 5 of 6 steps | 3 | 2/3 (67 %) | 2 | 1/2 (50 %) |")
+}
