@@ -23,6 +23,11 @@ import (
 //   - room choices: the reading steps whose A is "teleport to R" — where
 //     the memory, not the observation, says which room comes next (the
 //     chance of naming R unread is about one in the rooms offered);
+//   - the control's room choices for comparison: in the trials 2…K played
+//     without memory, the steps whose observation the variation's trial 1
+//     met too, when trial 1 succeeded and answered it with "teleport to R"
+//     — how often the control chose R again (what the policy does there
+//     with no block to read);
 //   - the mean score of trials 2…K with memory and without (the gate's
 //     per-seed figure, recomputed from the episodes).
 
@@ -32,8 +37,11 @@ type readingStats struct {
 	Steps, Blocks      int // memory-on steps, those with a block
 	Reading, Copied    int
 	Rooms, RoomsCopied int
-	OnLater, OffLater  float64 // mean score of trials 2…K
-	onN, offN          int
+	// the control's room choices at trial 1's observations, and its
+	// repeats of trial 1's room
+	CtlRooms, CtlRepeated int
+	OnLater, OffLater     float64 // mean score of trials 2…K
+	onN, offN             int
 }
 
 func loadReading(path string) (*readingStats, error) {
@@ -45,11 +53,61 @@ func loadReading(path string) (*readingStats, error) {
 	st := &readingStats{Name: filepath.Base(path)}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	var all []evaluate.Transcript
 	for n := 1; sc.Scan(); n++ {
 		var t evaluate.Transcript
 		if err := json.Unmarshal(sc.Bytes(), &t); err != nil {
 			return nil, fmt.Errorf("%s:%d: %w", path, n, err)
 		}
+		all = append(all, t)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	// trial 1's room choices per variation, by the observation they answered
+	// (first visit), when trial 1 succeeded
+	type variation struct {
+		task string
+		v    int
+	}
+	firstRooms := map[variation]map[string]string{}
+	for _, t := range all {
+		if t.Trial != 1 || t.Score < 100 {
+			continue
+		}
+		k := variation{t.Task, t.Variation}
+		if firstRooms[k] != nil {
+			continue // trial 1 is the same episode in both settings
+		}
+		m := map[string]string{}
+		obs := t.FirstObs
+		for _, s := range t.Steps {
+			if _, seen := m[obs]; !seen && strings.HasPrefix(s.Action, "teleport to ") {
+				m[obs] = s.Action
+			} else if !seen {
+				m[obs] = ""
+			}
+			obs = s.Observation
+		}
+		firstRooms[k] = m
+	}
+	for _, t := range all {
+		if t.Setting != evaluate.MemoryOff || t.Trial < 2 {
+			continue
+		}
+		m := firstRooms[variation{t.Task, t.Variation}]
+		obs := t.FirstObs
+		for _, s := range t.Steps {
+			if a := m[obs]; a != "" {
+				st.CtlRooms++
+				if strings.TrimSpace(s.Action) == a {
+					st.CtlRepeated++
+				}
+			}
+			obs = s.Observation
+		}
+	}
+	for _, t := range all {
 		if t.Trial >= 2 {
 			if t.Setting == evaluate.MemoryOn {
 				st.OnLater += t.Score
@@ -98,9 +156,6 @@ func loadReading(path string) (*readingStats, error) {
 			}
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
 	if st.onN > 0 {
 		st.OnLater /= float64(st.onN)
 	}
@@ -111,8 +166,8 @@ func loadReading(path string) (*readingStats, error) {
 }
 
 func writeReading(w io.Writer, sts []*readingStats) {
-	fmt.Fprintln(w, "| episodes file | trials 2…K, memory on | control | blocks shown | reading steps (best entry scored 100, one action) | copied | room choices among them | room copied |")
-	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- |")
+	fmt.Fprintln(w, "| episodes file | trials 2…K, memory on | control | blocks shown | reading steps (best entry scored 100, one action) | copied | room choices among them | room copied | control: trial 1's room again |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 	pct := func(a, b int) string {
 		if b == 0 {
 			return "–"
@@ -120,7 +175,7 @@ func writeReading(w io.Writer, sts []*readingStats) {
 		return fmt.Sprintf("%d/%d (%.0f %%)", a, b, 100*float64(a)/float64(b))
 	}
 	for _, s := range sts {
-		fmt.Fprintf(w, "| %s | %.1f | %.1f | %d of %d steps | %d | %s | %d | %s |\n", s.Name, s.OnLater, s.OffLater, s.Blocks, s.Steps,
-			s.Reading, pct(s.Copied, s.Reading), s.Rooms, pct(s.RoomsCopied, s.Rooms))
+		fmt.Fprintf(w, "| %s | %.1f | %.1f | %d of %d steps | %d | %s | %d | %s | %s |\n", s.Name, s.OnLater, s.OffLater, s.Blocks, s.Steps,
+			s.Reading, pct(s.Copied, s.Reading), s.Rooms, pct(s.RoomsCopied, s.Rooms), pct(s.CtlRepeated, s.CtlRooms))
 	}
 }
