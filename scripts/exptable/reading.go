@@ -23,11 +23,11 @@ import (
 //   - room choices: the reading steps whose A is "teleport to R" — where
 //     the memory, not the observation, says which room comes next (the
 //     chance of naming R unread is about one in the rooms offered);
-//   - the control's room choices for comparison: in the trials 2…K played
-//     without memory, the steps whose observation the variation's trial 1
-//     met too, when trial 1 succeeded and answered it with "teleport to R"
-//     — how often the control chose R again (what the policy does there
-//     with no block to read);
+//   - trial 1's room again: in the trials 2…K, the steps whose
+//     observation the variation's trial 1 met too, when trial 1 succeeded
+//     and answered it with "teleport to R" — how often R was chosen again,
+//     with memory and in the control (what the policy does there with no
+//     block to read);
 //   - the mean score of trials 2…K with memory and without (the gate's
 //     per-seed figure, recomputed from the episodes).
 
@@ -40,8 +40,10 @@ type readingStats struct {
 	// the control's room choices at trial 1's observations, and its
 	// repeats of trial 1's room
 	CtlRooms, CtlRepeated int
-	OnLater, OffLater     float64 // mean score of trials 2…K
-	onN, offN             int
+	// the same with memory on (trials 2…K)
+	OnRooms, OnRepeated int
+	OnLater, OffLater   float64 // mean score of trials 2…K
+	onN, offN           int
 }
 
 func loadReading(path string) (*readingStats, error) {
@@ -92,16 +94,20 @@ func loadReading(path string) (*readingStats, error) {
 		firstRooms[k] = m
 	}
 	for _, t := range all {
-		if t.Setting != evaluate.MemoryOff || t.Trial < 2 {
+		if t.Trial < 2 {
 			continue
+		}
+		rooms, repeated := &st.CtlRooms, &st.CtlRepeated
+		if t.Setting == evaluate.MemoryOn {
+			rooms, repeated = &st.OnRooms, &st.OnRepeated
 		}
 		m := firstRooms[variation{t.Task, t.Variation}]
 		obs := t.FirstObs
 		for _, s := range t.Steps {
 			if a := m[obs]; a != "" {
-				st.CtlRooms++
+				*rooms++
 				if strings.TrimSpace(s.Action) == a {
-					st.CtlRepeated++
+					*repeated++
 				}
 			}
 			obs = s.Observation
@@ -166,8 +172,8 @@ func loadReading(path string) (*readingStats, error) {
 }
 
 func writeReading(w io.Writer, sts []*readingStats) {
-	fmt.Fprintln(w, "| episodes file | trials 2…K, memory on | control | blocks shown | reading steps (best entry scored 100, one action) | copied | room choices among them | room copied | control: trial 1's room again |")
-	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+	fmt.Fprintln(w, "| episodes file | trials 2…K, memory on | control | blocks shown | reading steps (best entry scored 100, one action) | copied | room choices among them | room copied | trial 1's room again: memory on | control |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 	pct := func(a, b int) string {
 		if b == 0 {
 			return "–"
@@ -175,7 +181,7 @@ func writeReading(w io.Writer, sts []*readingStats) {
 		return fmt.Sprintf("%d/%d (%.0f %%)", a, b, 100*float64(a)/float64(b))
 	}
 	for _, s := range sts {
-		fmt.Fprintf(w, "| %s | %.1f | %.1f | %d of %d steps | %d | %s | %d | %s | %s |\n", s.Name, s.OnLater, s.OffLater, s.Blocks, s.Steps,
-			s.Reading, pct(s.Copied, s.Reading), s.Rooms, pct(s.RoomsCopied, s.Rooms), pct(s.CtlRepeated, s.CtlRooms))
+		fmt.Fprintf(w, "| %s | %.1f | %.1f | %d of %d steps | %d | %s | %d | %s | %s | %s |\n", s.Name, s.OnLater, s.OffLater, s.Blocks, s.Steps,
+			s.Reading, pct(s.Copied, s.Reading), s.Rooms, pct(s.RoomsCopied, s.Rooms), pct(s.OnRepeated, s.OnRooms), pct(s.CtlRepeated, s.CtlRooms))
 	}
 }

@@ -22,7 +22,7 @@ func TestReading(t *testing.T) {
 	m := func(a string, s float64) memstore.Match {
 		return memstore.Match{Entry: memstore.Entry{Content: rollout.TipContent("a tip", a, s)}}
 	}
-	on := evaluate.Transcript{Setting: evaluate.MemoryOn, Trial: 2, Score: 10, Steps: []evaluate.TranscriptStep{
+	on := evaluate.Transcript{Setting: evaluate.MemoryOn, Trial: 2, Score: 10, FirstObs: "hall", Steps: []evaluate.TranscriptStep{
 		{Tips: block(m("teleport to kitchen", 100), m("teleport to bedroom", 10)), Action: "teleport to kitchen"}, // room, copied
 		{Tips: block(m("teleport to bedroom", 100)), Action: "teleport to hallway"},                               // room, not copied
 		{Tips: block(m("look around", 100), m("focus on frog", 100)), Action: "look around"},                      // two best actions: not a reading step
@@ -62,7 +62,9 @@ func TestReading(t *testing.T) {
 	assert.Equal(t, 50.0, st.OffLater)
 	assert.Equal(t, 2, st.CtlRooms, "the hall twice; the kitchen's look around is no room choice")
 	assert.Equal(t, 1, st.CtlRepeated)
+	assert.Equal(t, 1, st.OnRooms, "memory on, trial 2: the hall once (its other observations are not trial 1's)")
+	assert.Equal(t, 1, st.OnRepeated)
 	var out bytes.Buffer
 	writeReading(&out, []*readingStats{st})
-	assert.Contains(t, out.String(), "| eps.jsonl | 10.0 | 50.0 | 5 of 10 steps | 3 | 2/3 (67 %) | 2 | 1/2 (50 %) | 1/2 (50 %) |")
+	assert.Contains(t, out.String(), "| eps.jsonl | 10.0 | 50.0 | 5 of 10 steps | 3 | 2/3 (67 %) | 2 | 1/2 (50 %) | 1/1 (100 %) | 1/2 (50 %) |")
 }
