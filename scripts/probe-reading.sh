@@ -8,7 +8,7 @@
 # often the policy takes the action its block says a successful attempt
 # took (scripts/exptable -reading).
 #
-#   scripts/probe-reading.sh NAME   # NAME: base g3 e8 rand3 mix2 mix3 mix5
+#   scripts/probe-reading.sh NAME   # NAME: base g3 e8 rand3 mix2 mix3 mix5 w96 (w96 after mix3: its data)
 #
 # Needs gate run 3's artefacts in build/experiment and gate run 4's in
 # build/experiment-gate4. Writes build/probe/NAME*.
@@ -52,6 +52,12 @@ mix3 | mix5)
 	doors "$P/doors64.jsonl"
 	cat "$P/$name-read.jsonl" "$P/doors64.jsonl" | shuf --random-source=<(yes) >"$P/$name.jsonl"
 	sft "$G3/sft.gguf" "$P/$name.jsonl" "$model" "$epochs" ;;
+w96) # a wider model with a KV head per head, from scratch on mix3's records
+	# (find-living-thing only): can more capacity learn to read?
+	"$E" model init --force --out "$P/w96-init.gguf" --corpus "$G3/corpus.txt" --vocab 1024 --layers 2 --hidden 96 --heads 4 --kv-heads 4 \
+		--ffn 192 --ctx 4096 --seed 1 >/dev/null
+	"$E" sft --force --full -m "$P/w96-init.gguf" --data "$P/mix3.jsonl" --val "$G3/rl-dev.jsonl" -o "$model" --epochs 12 --lr 3e-3 --min-lr 2e-4 \
+		--warmup 10 --batch-tokens 2048 --no-pack --max-len 2048 --micro-tokens 4096 --threads 2 --seed 1 --json >"$P/w96-epochs.jsonl" 2>"$P/w96.log" ;;
 *) echo "unknown probe $name" >&2 && exit 2 ;;
 esac
 "$E" eval --force --env textlab --simplifications easy --temperature 0.4 --seed 1 --threads 2 --ctx 4096 --model "$model" \
