@@ -215,6 +215,25 @@ func TestEvalCLIEpisodesOut(t *testing.T) {
 	assert.Positive(t, blocks["on/2"], "trial 2 with memory reads trial 1's tips")
 	assert.Zero(t, blocks["on/1"]+blocks["off/1"]+blocks["off/2"], "no block without a memory to read")
 
+	// without --ood: one line per episode of each setting played
+	plain := filepath.Join(dir, "plain.jsonl")
+	top := evalJSON(t, "--model", model, "--tasks", "melt,light-bulb", "--episodes-out", plain)
+	var off evaluate.Result
+	require.NoError(t, json.Unmarshal(top["memory_off"], &off))
+	b, err = os.ReadFile(plain)
+	require.NoError(t, err)
+	lines = strings.Split(strings.TrimSpace(string(b)), "\n")
+	require.Len(t, lines, off.Episodes)
+	mean := 0.0
+	for _, l := range lines {
+		var tr evaluate.Transcript
+		require.NoError(t, json.Unmarshal([]byte(l), &tr))
+		assert.Equal(t, evaluate.MemoryOff, tr.Setting)
+		assert.Zero(t, tr.Trial)
+		mean += tr.Score / float64(len(lines))
+	}
+	assert.InDelta(t, off.ScoreMean, mean, 1e-9)
+
 	require.NoError(t, os.Remove(res))
 	_, stderr, err = runCLI(t, args...)
 	require.Error(t, err)

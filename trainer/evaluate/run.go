@@ -513,7 +513,14 @@ func Run(ctx context.Context, cfg RunConfig) (res *RunResult, err error) {
 		}
 	}
 	var out any
-	var transcripts bytes.Buffer // episodes_out's lines
+	// episodes_out's lines, kept only when asked for
+	var transcripts bytes.Buffer
+	var keep func(MemorySetting, int, []rollout.Episode) error
+	if cfg.EpisodesOut != "" {
+		keep = func(s MemorySetting, k int, eps []rollout.Episode) error {
+			return transcriptLines(&transcripts, s, k, eps)
+		}
+	}
 	if cfg.OOD {
 		emb, closeEmb, err := rollout.OpenEmbedder(cfg.Memory, o.model, threads)
 		if err != nil {
@@ -523,10 +530,7 @@ func Run(ctx context.Context, cfg RunConfig) (res *RunResult, err error) {
 		rep, err := EvaluateOOD(ctx, roller, OODConfig{
 			Tasks: TaskNames(cfg.Tasks), Split: cfg.Eval.Split, MaxVariations: cfg.Eval.MaxVariations,
 			Trials: cfg.Trials, Temperature: cfg.Eval.Temperature, Seed: cfg.Seed, Embedder: emb,
-			Progress: cfg.Progress, Plan: plan,
-			Episodes: func(s MemorySetting, k int, eps []rollout.Episode) error {
-				return transcriptLines(&transcripts, s, k, eps)
-			},
+			Progress: cfg.Progress, Plan: plan, Episodes: keep,
 		})
 		if err != nil {
 			return nil, err
@@ -548,11 +552,13 @@ func Run(ctx context.Context, cfg RunConfig) (res *RunResult, err error) {
 			return nil, err
 		}
 		res.Report, out = rep, rep
-		if err := transcriptLines(&transcripts, MemoryOff, 0, rep.OffEpisodes); err != nil {
-			return nil, err
-		}
-		if err := transcriptLines(&transcripts, MemoryOn, 0, rep.OnEpisodes); err != nil {
-			return nil, err
+		if keep != nil {
+			if err := keep(MemoryOff, 0, rep.OffEpisodes); err != nil {
+				return nil, err
+			}
+			if err := keep(MemoryOn, 0, rep.OnEpisodes); err != nil {
+				return nil, err
+			}
 		}
 		for _, r := range []*Result{rep.MemoryOff, rep.MemoryOn} {
 			if r == nil {
