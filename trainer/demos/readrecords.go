@@ -65,60 +65,41 @@ func DeviatingAttempt(ctx context.Context, env environments.Env, d Demo, prefix,
 // --attempt-tips' records). mem must embed as the RL run's memory does
 // (rollout.OpenEmbedder of the same memory section).
 func ReadRecords(ctx context.Context, env environments.Env, d Demo, mem *memstore.Store, cfg TipRecordConfig) ([]sft.ChatRecord, error) {
-	cfg.FailureTips = false
-	pc, err := cfg.prompt("read records")
-	if err != nil {
+	p, err := newReadPlan(d, cfg)
+	if p == nil || err != nil {
 		return nil, err
 	}
-	if len(d.Steps) == 0 || cfg.Records == 0 {
-		return nil, nil
-	}
-	ns := rollout.Job{Task: d.Task, Variation: d.Variation}.Namespace()
-	rng, steps := readDraws(d, cfg)
-	prefixes := append([]int(nil), steps...)
+	rng := p.rng
+	prefixes := append([]int(nil), p.steps...)
 	for range cfg.Failures {
 		prefixes = append(prefixes, rng.IntN(len(d.Steps)))
 	}
-	all, fail := "read-all|"+ns, "read-fail|"+ns
-	for k, p := range prefixes {
-		f, err := DeviatingAttempt(ctx, env, d, p, cfg.FailureSteps, cfg.Seed, rng)
+	all, fail := "read-all|"+p.ns, "read-fail|"+p.ns
+	for k, pre := range prefixes {
+		f, err := DeviatingAttempt(ctx, env, d, pre, cfg.FailureSteps, cfg.Seed, rng)
 		if err != nil {
 			return nil, err
 		}
 		if len(f.Steps) == 0 {
 			continue
 		}
-		es := demoEntries(pc, cfg.Key, f, ns+"/dev"+strconv.Itoa(k))
+		es := demoEntries(p.pc, cfg.Key, f, p.ns+"/dev"+strconv.Itoa(k))
 		for _, space := range []string{fail, all} {
 			if _, err := mem.Add(ctx, space, es); err != nil {
 				return nil, fmt.Errorf("%w: storing tips: %w", ErrDemo, err)
 			}
 		}
 	}
-	if _, err := mem.Add(ctx, all, demoEntries(pc, cfg.Key, d, ns+"/demo")); err != nil {
+	if _, err := mem.Add(ctx, all, demoEntries(p.pc, cfg.Key, d, p.ns+"/demo")); err != nil {
 		return nil, fmt.Errorf("%w: storing tips: %w", ErrDemo, err)
 	}
-
-	keys := stepKeys(pc, cfg.Key, d)
-	turns := actionTurns(pc, d)
 	first := rng.IntN(2)
-	q := memstore.Query{K: cfg.TopK, Threshold: float32(cfg.Threshold), Order: memstore.OrderByScoreStable}
-	var out []sft.ChatRecord
-	for r, i := range steps {
-		space, name := all, "read-all"
+	return p.records(ctx, mem, func(r int) (string, string) {
 		if (r+first)%2 == 1 {
-			space, name = fail, "read-fail"
+			return fail, "read-fail"
 		}
-		msgs, n, err := memoryPrompt(ctx, mem, space, q, pc, cfg.TipsIn, d, keys, turns, i)
-		if err != nil {
-			return nil, err
-		}
-		if n == 0 {
-			continue
-		}
-		out = append(out, readRecord(d, msgs, turns, i, n, name))
-	}
-	return out, nil
+		return all, "read-all"
+	})
 }
 
 // OwnReadRecords returns up to cfg.Records memory-reading records of d whose
@@ -130,6 +111,29 @@ func ReadRecords(ctx context.Context, env environments.Env, d Demo, mem *memstor
 // Study 3, gate run 4). Steps are drawn as ReadRecords draws them; a step
 // whose retrieval from d's namespace finds nothing gives no record.
 func OwnReadRecords(ctx context.Context, d Demo, own *memstore.Store, cfg TipRecordConfig) ([]sft.ChatRecord, error) {
+	p, err := newReadPlan(d, cfg)
+	if p == nil || err != nil {
+		return nil, err
+	}
+	return p.records(ctx, own, func(int) (string, string) { return p.ns, "own" })
+}
+
+// readPlan is what both read-record builders derive from a demo and their
+// config: the checked prompt, the demo's memory namespace, and the record
+// steps drawn first from the records' random stream (rng, which
+// ReadRecords draws on).
+type readPlan struct {
+	d     Demo
+	cfg   TipRecordConfig
+	pc    rollout.PromptConfig
+	ns    string
+	rng   *rand.Rand
+	steps []int
+}
+
+// newReadPlan returns d's plan, or nil when d gives no read records (no
+// steps, or cfg.Records 0). cfg.FailureTips is ignored.
+func newReadPlan(d Demo, cfg TipRecordConfig) (*readPlan, error) {
 	cfg.FailureTips = false
 	pc, err := cfg.prompt("read records")
 	if err != nil {
@@ -138,21 +142,28 @@ func OwnReadRecords(ctx context.Context, d Demo, own *memstore.Store, cfg TipRec
 	if len(d.Steps) == 0 || cfg.Records == 0 {
 		return nil, nil
 	}
-	ns := rollout.Job{Task: d.Task, Variation: d.Variation}.Namespace()
-	_, steps := readDraws(d, cfg)
-	keys := stepKeys(pc, cfg.Key, d)
-	turns := actionTurns(pc, d)
-	q := memstore.Query{K: cfg.TopK, Threshold: float32(cfg.Threshold), Order: memstore.OrderByScoreStable}
+	rng, steps := readDraws(d, cfg)
+	return &readPlan{d: d, cfg: cfg, pc: pc, ns: rollout.Job{Task: d.Task, Variation: d.Variation}.Namespace(), rng: rng, steps: steps}, nil
+}
+
+// records writes the read record of every drawn step whose block,
+// retrieved from mem's namespace space(r) for record r, is not empty; the
+// record's meta names that memory.
+func (p *readPlan) records(ctx context.Context, mem *memstore.Store, space func(r int) (ns, name string)) ([]sft.ChatRecord, error) {
+	keys := stepKeys(p.pc, p.cfg.Key, p.d)
+	turns := actionTurns(p.pc, p.d)
+	q := memstore.Query{K: p.cfg.TopK, Threshold: float32(p.cfg.Threshold), Order: memstore.OrderByScoreStable}
 	var out []sft.ChatRecord
-	for _, i := range steps {
-		msgs, n, err := memoryPrompt(ctx, own, ns, q, pc, cfg.TipsIn, d, keys, turns, i)
+	for r, i := range p.steps {
+		ns, name := space(r)
+		msgs, n, err := memoryPrompt(ctx, mem, ns, q, p.pc, p.cfg.TipsIn, p.d, keys, turns, i)
 		if err != nil {
 			return nil, err
 		}
 		if n == 0 {
 			continue
 		}
-		out = append(out, readRecord(d, msgs, turns, i, n, "own"))
+		out = append(out, readRecord(p.d, msgs, turns, i, n, name))
 	}
 	return out, nil
 }
