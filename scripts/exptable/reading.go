@@ -84,10 +84,11 @@ func loadReading(path string) (*readingStats, error) {
 		m := map[string]string{}
 		obs := t.FirstObs
 		for _, s := range t.Steps {
-			if _, seen := m[obs]; !seen && strings.HasPrefix(s.Action, "teleport to ") {
-				m[obs] = s.Action
-			} else if !seen {
-				m[obs] = ""
+			if _, seen := m[obs]; !seen {
+				m[obs] = "" // the first visit decides; "" = no room choice
+				if strings.HasPrefix(s.Action, "teleport to ") {
+					m[obs] = s.Action
+				}
 			}
 			obs = s.Observation
 		}
