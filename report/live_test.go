@@ -225,6 +225,7 @@ func TestLivePageInChromium(t *testing.T) {
 		ImgOK   bool              `json:"img_ok"`
 		Marker  bool              `json:"marker"`
 		Text    string            `json:"text"`
+		Ready   string            `json:"ready"`
 	}
 	const read = `(() => {
 	  const s = {steps: {}, phase: {}, final: []};
@@ -238,6 +239,7 @@ func TestLivePageInChromium(t *testing.T) {
 	  s.img_ok = !!(img && img.complete && img.naturalWidth > 0);
 	  s.marker = window.__empo2Marker === 1;
 	  s.text = document.getElementById("live-table").textContent.replace(/\s+/g, " ");
+	  s.ready = document.readyState;
 	  return s;
 	})()`
 	waitFor := func(what string, ok func(domState) bool) domState {
@@ -256,8 +258,11 @@ func TestLivePageInChromium(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
+	// The whole page must be parsed first: under load Chromium parses in
+	// slices, and the overview's picture can be complete while the curve
+	// figures below it are not in the DOM yet (a CI run read exactly that).
 	s := waitFor("the first state", func(s domState) bool {
-		return s.Steps["lr-0.3"] == "3" && s.Steps["lr-0.1"] == "2" && s.ImgOK
+		return s.Ready == "complete" && s.Steps["lr-0.3"] == "3" && s.Steps["lr-0.1"] == "2" && s.ImgOK
 	})
 	if s.Phase["lr-0.3"] != "rollouts" || !strings.Contains(s.Text, "2/8 episodes") || s.Points != "5" || s.Version != "1" {
 		t.Fatalf("first state %+v", s)
