@@ -9,6 +9,14 @@
 # took (scripts/exptable -reading).
 #
 #   scripts/probe-reading.sh NAME   # NAME: base g3 e8 rand3 mix2 mix3 mix5 w96 (w96 after mix3: its data)
+#                                   #   then sf3 dense short short2 short3, in this order (each uses the last's)
+#
+# sf3 and dense (2026-12-02, second session) ran on a tree with
+# scripts/probe-score-first.patch applied (an entry's code-written score and
+# action placed before its tip, so that a causal model sees the score before
+# the action it would copy); run them in a worktree with that patch:
+#   git worktree add /tmp/sf HEAD && cd /tmp/sf && git apply scripts/probe-score-first.patch && make
+#   ln -s "$OLDPWD/build" build && scripts/probe-reading.sh sf3
 #
 # Needs gate run 3's artefacts in build/experiment and gate run 4's in
 # build/experiment-gate4. Writes build/probe/NAME*.
@@ -19,6 +27,8 @@ P=build/probe
 G3=build/experiment
 G4=build/experiment-gate4
 mkdir -p "$P"
+export TMPDIR=${TMPDIR:-$PWD/.tmp} CGO_CFLAGS=${CGO_CFLAGS:--O3 -march=native} CGO_CXXFLAGS=${CGO_CXXFLAGS:--O3 -march=native}
+mkdir -p "$TMPDIR"
 MEM=(--key observation --threshold 0.95 --top-k 3 --tips-in last-turn)
 # rand SEED RECORDS OUT: memory-reading records (read-all only: the block
 # holds the demo, score 100, and attempts deviating from it) on random-tour
@@ -30,12 +40,22 @@ rand() {
 	rm "$P/rs.tmp.jsonl"
 }
 doors() { "$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore --simplifications easy -o "$1" >/dev/null; }
-sft() { # sft FROM DATA OUT EPOCHS
-	"$E" sft --force --full -m "$1" --data "$2" --val "$G3/rl-dev.jsonl" -o "$3" --epochs "$4" --lr 1e-3 --min-lr 1e-4 --warmup 5 \
+sft() { # sft FROM DATA OUT EPOCHS [VAL]
+	"$E" sft --force --full -m "$1" --data "$2" --val "${5:-$G3/rl-dev.jsonl}" -o "$3" --epochs "$4" --lr 1e-3 --min-lr 1e-4 --warmup 5 \
 		--batch-tokens 2048 --no-pack --max-len 2048 --micro-tokens 4096 --threads 2 --seed 3 --json >"${3%.gguf}-epochs.jsonl" 2>"${3%.gguf}.log"
+}
+# tfloss MODEL VAL: the model's teacher-forced loss per target token on VAL
+# (one step at lr 1e-9 on one plain demo, then the validation pass)
+tfloss() {
+	head -1 "$P/doors64.jsonl" >"$P/one.jsonl"
+	"$E" sft --force --full -m "$1" --data "$P/one.jsonl" --val "$2" -o "$P/tf.tmp.gguf" --epochs 1 --lr 1e-9 --min-lr 1e-9 --warmup 0 \
+		--batch-tokens 2048 --no-pack --max-len 2048 --micro-tokens 4096 --threads 2 --seed 3 --json 2>/dev/null | grep -o '"val_loss":[0-9.]*'
+	rm -f "$P"/tf.tmp*.gguf
 }
 name=${1:?usage: scripts/probe-reading.sh NAME}
 model=$P/$name.gguf
+score_first() { grep -q 'The episode ended with score %s/100; at this step' trainer/rollout/tips.go ||
+	{ echo "probe $name needs scripts/probe-score-first.patch applied (see the header)" >&2 && exit 2; }; }
 case $name in
 base) model=$G4/sft.gguf ;; # gate run 4's final warm start
 g3) model=$G3/sft.gguf ;;   # gate run 3's final warm start
@@ -43,15 +63,47 @@ e8) sft "$G4/sft-stage2.gguf" "$G4/read-own.jsonl" "$model" 8 ;; # gate run 4's 
 rand3) rand 0 24 "$P/rand.jsonl" && sft "$G4/sft.gguf" "$P/rand.jsonl" "$model" 3 ;;
 mix2) rand 0 24 "$P/rand32.jsonl" 32 && doors "$P/doors64.jsonl" &&
 	cat "$P/rand32.jsonl" "$P/doors64.jsonl" | shuf --random-source=<(yes) >"$P/mix2.jsonl" && sft "$G3/sft.gguf" "$P/mix2.jsonl" "$model" 3 ;;
-mix3 | mix5)
+mix3 | mix5 | sf3)
 	n=4 epochs=4
 	[[ $name == mix5 ]] && n=8 epochs=6
+	[[ $name == sf3 ]] && score_first # mix3 with the score before the action
 	: >"$P/$name-read.jsonl"
 	for s in $(seq 1 $n); do rand "$s" 3 "$P/r.jsonl" && cat "$P/r.jsonl" >>"$P/$name-read.jsonl"; done
 	rm -f "$P/r.jsonl"
 	doors "$P/doors64.jsonl"
 	cat "$P/$name-read.jsonl" "$P/doors64.jsonl" | shuf --random-source=<(yes) >"$P/$name.jsonl"
 	sft "$G3/sft.gguf" "$P/$name.jsonl" "$model" "$epochs" ;;
+dense) # mix3's records + the room-choice read records of 11 more random-tour
+	# seeds (a dense copy signal: 1,435 read records, 2,108 in all), 3 epochs;
+	# then the teacher-forced loss on room choices of seen tours and of new ones
+	score_first
+	: >"$P/dense-read.jsonl"
+	for s in $(seq 1 4); do rand "$s" 3 "$P/r.jsonl" && cat "$P/r.jsonl" >>"$P/dense-read.jsonl"; done
+	for s in $(seq 11 21); do rand "$s" 12 "$P/r.jsonl" && { grep '"content":"teleport to [^"]*"}\]' "$P/r.jsonl" >>"$P/dense-read.jsonl" || true; }; done
+	doors "$P/doors64.jsonl"
+	cat "$P/dense-read.jsonl" "$P/doors64.jsonl" | shuf --random-source=<(yes) >"$P/dense.jsonl"
+	sft "$G3/sft.gguf" "$P/dense.jsonl" "$model" 3
+	rand 99 12 "$P/r.jsonl" && grep '"content":"teleport to [^"]*"}\]' "$P/r.jsonl" | head -150 >"$P/val-new.jsonl"
+	grep '"content":"teleport to [^"]*"}\]' "$P/dense-read.jsonl" | tail -150 >"$P/val-train.jsonl"
+	rm -f "$P/r.jsonl"
+	for m in dense sf3; do for v in train new; do echo "teacher-forced $m on $v tours: $(tfloss "$P/$m.gguf" "$P/val-$v.jsonl")"; done; done ;;
+short | short2) # shortened read records (scripts/probe-shorten.jq: the task's
+	# first turn, then only the record's last turn with its block), many seeds:
+	# short: room choices only (seeds 100-145), from dense, 1 epoch;
+	# short2: every step kind (seeds 200-223), from short, 2 epochs
+	score_first
+	from=$P/dense.gguf seeds="100 145" filter='"content":"teleport to [^"]*"}\]' epochs=1
+	[[ $name == short2 ]] && from=$P/short.gguf seeds="200 223" filter='"memory":"read-all"' epochs=2
+	: >"$P/$name-raw.jsonl"
+	for s in $(seq $seeds); do rand "$s" 12 "$P/r.jsonl" && { grep "$filter" "$P/r.jsonl" >>"$P/$name-raw.jsonl" || true; }; done
+	rm -f "$P/r.jsonl"
+	jq -c -f scripts/probe-shorten.jq <"$P/$name-raw.jsonl" >"$P/$name.jsonl"
+	cat "$P/$name.jsonl" "$P/doors64.jsonl" | shuf --random-source=<(yes) >"$P/$name-mix.jsonl"
+	sft "$from" "$P/$name-mix.jsonl" "$model" "$epochs" "$P/val-new.jsonl" ;;
+short3) # short2's records and dense's (full history), from short, 1 epoch
+	score_first
+	cat "$P/short2.jsonl" "$P/dense.jsonl" | shuf --random-source=<(yes) >"$P/short3-mix.jsonl"
+	sft "$P/short.gguf" "$P/short3-mix.jsonl" "$model" 1 "$P/val-new.jsonl" ;;
 w96) # a wider model with a KV head per head, from scratch on mix3's records
 	# (find-living-thing only): can more capacity learn to read?
 	"$E" model init --force --out "$P/w96-init.gguf" --corpus "$G3/corpus.txt" --vocab 1024 --layers 2 --hidden 96 --heads 4 --kv-heads 4 \
