@@ -9,7 +9,7 @@
 # took (scripts/exptable -reading).
 #
 #   scripts/probe-reading.sh NAME   # NAME: base g3 e8 rand3 mix2 mix3 mix5 w96 (w96 after mix3: its data)
-#                                   #   then sf3 dense short short2 short3, in this order (each uses the last's)
+#                                   #   then sf3 dense short short2 short3 fix1 fix2 fix3 fix4, in this order (each uses the last's)
 #
 # sf3 and dense (2026-12-02, second session) ran on a tree with
 # scripts/probe-score-first.patch applied (an entry's code-written score and
@@ -104,6 +104,33 @@ short3) # short2's records and dense's (full history), from short, 1 epoch
 	score_first
 	cat "$P/short2.jsonl" "$P/dense.jsonl" | shuf --random-source=<(yes) >"$P/short3-mix.jsonl"
 	sft "$P/short.gguf" "$P/short3-mix.jsonl" "$model" 1 "$P/val-new.jsonl" ;;
+fix1 | fix2) # back to the policy's own (doors-order) tours: doors read records
+	# (with the plain demos) + random-tour room-choice records of dense's
+	# fix1: from short3, read records 3 per demo (seed 1) + 300 random, 2 epochs
+	# fix2: from fix1, read records 12 per demo (seed 2) + 100 random, 1 epoch
+	score_first
+	from=$P/short3.gguf seed=1 records=3 nrand=300 src=(yes) epochs=2
+	[[ $name == fix2 ]] && from=$P/fix1.gguf seed=2 records=12 nrand=100 src=(yes yes) epochs=1
+	"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore --seed "$seed" \
+		--simplifications easy "${MEM[@]}" --read-records "$records" -o "$P/$name-doors.jsonl" >/dev/null
+	grep '"content":"teleport to [^"]*"}\]' "$P/dense-read.jsonl" | shuf --random-source=<("${src[@]}") | head -"$nrand" >"$P/$name-rand.jsonl"
+	cat "$P/$name-doors.jsonl" "$P/$name-rand.jsonl" | shuf --random-source=<(yes) >"$P/$name.jsonl"
+	sft "$from" "$P/$name.jsonl" "$model" "$epochs" "$P/val-new.jsonl" ;;
+fix3) # fix2's doors records and fix1's random ones with smaller blocks
+	# (scripts/probe-trim.jq: 1-2 entries, as at the gate's trial 2), from fix1, 1 epoch
+	score_first
+	jq -c --argjson fail false -f scripts/probe-trim.jq <"$P/fix2-doors.jsonl" >"$P/fix3-doors.jsonl"
+	jq -c --argjson fail false -f scripts/probe-trim.jq <"$P/fix1-rand.jsonl" >"$P/fix3-rand.jsonl"
+	cat "$P/fix3-doors.jsonl" "$P/fix3-rand.jsonl" | grep -v '(they may be wrong or incomplete):\\n</memory>' |
+		shuf --random-source=<(yes) >"$P/fix3.jsonl"
+	sft "$P/fix1.gguf" "$P/fix3.jsonl" "$model" 1 "$P/val-new.jsonl" ;;
+fix4) # fix3's records with the read-fail blocks trimmed too (1-2 failed entries:
+	# what a failed trial 1 leaves), from fix3, 1 epoch
+	score_first
+	jq -c --argjson fail true -f scripts/probe-trim.jq <"$P/fix2-doors.jsonl" >"$P/fix4-doors.jsonl"
+	cat "$P/fix4-doors.jsonl" "$P/fix3-rand.jsonl" | grep -v '(they may be wrong or incomplete):\\n</memory>' |
+		shuf --random-source=<(yes) >"$P/fix4.jsonl"
+	sft "$P/fix3.gguf" "$P/fix4.jsonl" "$model" 1 "$P/val-new.jsonl" ;;
 w96) # a wider model with a KV head per head, from scratch on mix3's records
 	# (find-living-thing only): can more capacity learn to read?
 	"$E" model init --force --out "$P/w96-init.gguf" --corpus "$G3/corpus.txt" --vocab 1024 --layers 2 --hidden 96 --heads 4 --kv-heads 4 \
