@@ -34,6 +34,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/empo2/empo2/internal/safefile"
+	"github.com/empo2/empo2/trainer/rollout"
 )
 
 // ErrLayout: the directory is not an experiment output.
@@ -801,26 +802,14 @@ func stats(r *run) (t trainStats, ok bool) {
 }
 
 // tipText is the tip of a memory entry: its content without what the code
-// appends (trainer/rollout.TipContent: ` (At this step the action was %q;
-// the episode ended with score S/100.)`). The action is a quoted string
-// that may itself hold that text, so the suffix is the first occurrence
-// whose rest is exactly one quoted string and the score sentence.
+// appends (trainer/rollout.TipContent, parsed by its inverse
+// rollout.ParseTipContent); content that is not in that form is returned
+// whole.
 func tipText(content string) string {
-	const pre, post = " (At this step the action was ", "; the episode ended with score "
-	for off := 0; ; {
-		i := strings.Index(content[off:], pre)
-		if i < 0 {
-			return content
-		}
-		i += off
-		rest := content[i+len(pre):]
-		if j := strings.LastIndex(rest, post); j >= 0 && strings.HasSuffix(rest, "/100.)") {
-			if _, err := strconv.Unquote(rest[:j]); err == nil {
-				return content[:i]
-			}
-		}
-		off = i + 1
+	if tip, _, _, ok := rollout.ParseTipContent(content); ok {
+		return tip
 	}
+	return content
 }
 
 // meanTipLength is the mean length in characters of the tips written,
