@@ -30,6 +30,10 @@ mkdir -p "$P"
 export TMPDIR=${TMPDIR:-$PWD/.tmp} CGO_CFLAGS=${CGO_CFLAGS:--O3 -march=native} CGO_CXXFLAGS=${CGO_CXXFLAGS:--O3 -march=native}
 mkdir -p "$TMPDIR"
 MEM=(--key observation --threshold 0.95 --top-k 3 --tips-in last-turn)
+# ROOM: a record whose answer is a room choice; EMPTY: a record whose block
+# lost every entry (probe-trim.jq)
+ROOM='"content":"teleport to [^"]*"}\]'
+EMPTY='(they may be wrong or incomplete):\\n</memory>'
 # rand SEED RECORDS OUT: memory-reading records (read-all only: the block
 # holds the demo, score 100, and attempts deviating from it) on random-tour
 # explore demos of find-living-thing train variations 8… (outside the pool)
@@ -79,12 +83,12 @@ dense) # mix3's records + the room-choice read records of 11 more random-tour
 	score_first
 	: >"$P/dense-read.jsonl"
 	for s in $(seq 1 4); do rand "$s" 3 "$P/r.jsonl" && cat "$P/r.jsonl" >>"$P/dense-read.jsonl"; done
-	for s in $(seq 11 21); do rand "$s" 12 "$P/r.jsonl" && { grep '"content":"teleport to [^"]*"}\]' "$P/r.jsonl" >>"$P/dense-read.jsonl" || true; }; done
+	for s in $(seq 11 21); do rand "$s" 12 "$P/r.jsonl" && { grep "$ROOM" "$P/r.jsonl" >>"$P/dense-read.jsonl" || true; }; done
 	doors "$P/doors64.jsonl"
 	cat "$P/dense-read.jsonl" "$P/doors64.jsonl" | shuf --random-source=<(yes) >"$P/dense.jsonl"
 	sft "$G3/sft.gguf" "$P/dense.jsonl" "$model" 3
-	rand 99 12 "$P/r.jsonl" && grep '"content":"teleport to [^"]*"}\]' "$P/r.jsonl" | head -150 >"$P/val-new.jsonl"
-	grep '"content":"teleport to [^"]*"}\]' "$P/dense-read.jsonl" | tail -150 >"$P/val-train.jsonl"
+	rand 99 12 "$P/r.jsonl" && grep "$ROOM" "$P/r.jsonl" | head -150 >"$P/val-new.jsonl"
+	grep "$ROOM" "$P/dense-read.jsonl" | tail -150 >"$P/val-train.jsonl"
 	rm -f "$P/r.jsonl"
 	for m in dense sf3; do for v in train new; do echo "teacher-forced $m on $v tours: $(tfloss "$P/$m.gguf" "$P/val-$v.jsonl")"; done; done ;;
 short | short2) # shortened read records (scripts/probe-shorten.jq: the task's
@@ -92,7 +96,7 @@ short | short2) # shortened read records (scripts/probe-shorten.jq: the task's
 	# short: room choices only (seeds 100-145), from dense, 1 epoch;
 	# short2: every step kind (seeds 200-223), from short, 2 epochs
 	score_first
-	from=$P/dense.gguf seeds="100 145" filter='"content":"teleport to [^"]*"}\]' epochs=1
+	from=$P/dense.gguf seeds="100 145" filter=$ROOM epochs=1
 	[[ $name == short2 ]] && from=$P/short.gguf seeds="200 223" filter='"memory":"read-all"' epochs=2
 	: >"$P/$name-raw.jsonl"
 	for s in $(seq $seeds); do rand "$s" 12 "$P/r.jsonl" && { grep "$filter" "$P/r.jsonl" >>"$P/$name-raw.jsonl" || true; }; done
@@ -113,7 +117,7 @@ fix1 | fix2) # back to the policy's own (doors-order) tours: doors read records
 	[[ $name == fix2 ]] && from=$P/fix1.gguf seed=2 records=12 nrand=100 src=(yes yes) epochs=1
 	"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore --seed "$seed" \
 		--simplifications easy "${MEM[@]}" --read-records "$records" -o "$P/$name-doors.jsonl" >/dev/null
-	grep '"content":"teleport to [^"]*"}\]' "$P/dense-read.jsonl" | shuf --random-source=<("${src[@]}") | head -"$nrand" >"$P/$name-rand.jsonl"
+	grep "$ROOM" "$P/dense-read.jsonl" | shuf --random-source=<("${src[@]}") | head -"$nrand" >"$P/$name-rand.jsonl"
 	cat "$P/$name-doors.jsonl" "$P/$name-rand.jsonl" | shuf --random-source=<(yes) >"$P/$name.jsonl"
 	sft "$from" "$P/$name.jsonl" "$model" "$epochs" "$P/val-new.jsonl" ;;
 fix3) # fix2's doors records and fix1's random ones with smaller blocks
@@ -121,14 +125,14 @@ fix3) # fix2's doors records and fix1's random ones with smaller blocks
 	score_first
 	jq -c --argjson fail false -f scripts/probe-trim.jq <"$P/fix2-doors.jsonl" >"$P/fix3-doors.jsonl"
 	jq -c --argjson fail false -f scripts/probe-trim.jq <"$P/fix1-rand.jsonl" >"$P/fix3-rand.jsonl"
-	cat "$P/fix3-doors.jsonl" "$P/fix3-rand.jsonl" | grep -v '(they may be wrong or incomplete):\\n</memory>' |
+	cat "$P/fix3-doors.jsonl" "$P/fix3-rand.jsonl" | grep -v "$EMPTY" |
 		shuf --random-source=<(yes) >"$P/fix3.jsonl"
 	sft "$P/fix1.gguf" "$P/fix3.jsonl" "$model" 1 "$P/val-new.jsonl" ;;
 fix4) # fix3's records with the read-fail blocks trimmed too (1-2 failed entries:
 	# what a failed trial 1 leaves), from fix3, 1 epoch
 	score_first
 	jq -c --argjson fail true -f scripts/probe-trim.jq <"$P/fix2-doors.jsonl" >"$P/fix4-doors.jsonl"
-	cat "$P/fix4-doors.jsonl" "$P/fix3-rand.jsonl" | grep -v '(they may be wrong or incomplete):\\n</memory>' |
+	cat "$P/fix4-doors.jsonl" "$P/fix3-rand.jsonl" | grep -v "$EMPTY" |
 		shuf --random-source=<(yes) >"$P/fix4.jsonl"
 	sft "$P/fix3.gguf" "$P/fix4.jsonl" "$model" 1 "$P/val-new.jsonl" ;;
 w96) # a wider model with a KV head per head, from scratch on mix3's records
