@@ -67,6 +67,11 @@ type TipRecordConfig struct {
 	TipsIn      rollout.TipsIn
 	Seed        int64 // reset seed of the demo (the failed attempts replay it) and of the draws
 	FailureTips bool  // also write each failed attempt's tip-writing turn (rollout.TipMessages + its Tip)
+	// ReadTrials (read records only): 0 = every record retrieves from one
+	// memory of all the demo's attempts and the demo; n ≥ 1 = each record
+	// retrieves from a memory of its own holding at most n episodes, as the
+	// memory of an adaptation trial k holds the k−1 before it (ReadRecords).
+	ReadTrials int
 }
 
 // DefaultTipRecordConfig: no records; when asked for, 2 failed attempts of
@@ -89,6 +94,8 @@ func (c TipRecordConfig) Check() error {
 		return bad("failure tips need tip records (a count ≥ 1)")
 	case c.Records == 0:
 		return nil
+	case c.ReadTrials < 0:
+		return bad("read trials %d: want ≥ 0 (0: one memory of every attempt)", c.ReadTrials)
 	case c.Failures < 1:
 		return bad("tip failures %d: want at least 1 failed attempt per demo", c.Failures)
 	case c.FailureSteps < 1:

@@ -74,23 +74,34 @@ func ReadRecords(ctx context.Context, env environments.Env, d Demo, mem *memstor
 	for range cfg.Failures {
 		prefixes = append(prefixes, rng.IntN(len(d.Steps)))
 	}
-	all, fail := "read-all|"+p.ns, "read-fail|"+p.ns
+	// attempts[k] is the entries of the attempt deviating at prefixes[k]
+	// (nil when it took no step)
+	attempts := make([][]memstore.Entry, len(prefixes))
 	for k, pre := range prefixes {
 		f, err := DeviatingAttempt(ctx, env, d, pre, cfg.FailureSteps, cfg.Seed, rng)
 		if err != nil {
 			return nil, err
 		}
-		if len(f.Steps) == 0 {
+		if len(f.Steps) > 0 {
+			attempts[k] = demoEntries(p.pc, cfg.Key, f, p.ns+"/dev"+strconv.Itoa(k))
+		}
+	}
+	demo := demoEntries(p.pc, cfg.Key, d, p.ns+"/demo")
+	if cfg.ReadTrials > 0 {
+		return p.trialRecords(ctx, mem, attempts, demo)
+	}
+	all, fail := "read-all|"+p.ns, "read-fail|"+p.ns
+	for _, es := range attempts {
+		if es == nil {
 			continue
 		}
-		es := demoEntries(p.pc, cfg.Key, f, p.ns+"/dev"+strconv.Itoa(k))
 		for _, space := range []string{fail, all} {
 			if _, err := mem.Add(ctx, space, es); err != nil {
 				return nil, fmt.Errorf("%w: storing tips: %w", ErrDemo, err)
 			}
 		}
 	}
-	if _, err := mem.Add(ctx, all, demoEntries(p.pc, cfg.Key, d, p.ns+"/demo")); err != nil {
+	if _, err := mem.Add(ctx, all, demo); err != nil {
 		return nil, fmt.Errorf("%w: storing tips: %w", ErrDemo, err)
 	}
 	first := rng.IntN(2)
@@ -101,6 +112,63 @@ func ReadRecords(ctx context.Context, env environments.Env, d Demo, mem *memstor
 		return all, "read-all"
 	})
 }
+
+// trialRecords is ReadRecords under cfg.ReadTrials n ≥ 1: record r
+// retrieves from a memory of its own, as an adaptation trial's memory
+// holds the trials before it. The records alternate (from a random first)
+// between
+//
+//   - "read-all": the demo (score 100), and — with n ≥ 2, for every other
+//     such record in a random phase — the attempt deviating at the
+//     record's step stored before it (a failed trial, then a successful
+//     one); the answer follows the demo's entry;
+//   - "read-fail": the attempt deviating at the record's step, and — with
+//     n ≥ 2, likewise — one of the other attempts (drawn) stored before it;
+//     the block holds low-score entries only, the deviation at this state
+//     among them, and the answer is not what it did.
+//
+// A record whose own attempt took no step gives no record.
+func (p *readPlan) trialRecords(ctx context.Context, mem *memstore.Store, attempts [][]memstore.Entry, demo []memstore.Entry) ([]sft.ChatRecord, error) {
+	rng, n := p.rng, p.cfg.ReadTrials
+	first, phase := rng.IntN(2), rng.IntN(2)
+	names := make([]string, len(p.steps))
+	for r := range p.steps {
+		own := attempts[r]
+		if own == nil {
+			continue
+		}
+		second := n >= 2 && (r/2+phase)%2 == 1
+		var eps [][]memstore.Entry
+		if (r+first)%2 == 1 {
+			names[r] = "read-fail"
+			if other := rng.IntN(len(attempts)); second && other != r && attempts[other] != nil {
+				eps = append(eps, attempts[other])
+			}
+			eps = append(eps, own)
+		} else {
+			names[r] = "read-all"
+			if second {
+				eps = append(eps, own)
+			}
+			eps = append(eps, demo)
+		}
+		for _, es := range eps {
+			if _, err := mem.Add(ctx, trialSpace(names[r], p.ns, r), es); err != nil {
+				return nil, fmt.Errorf("%w: storing tips: %w", ErrDemo, err)
+			}
+		}
+	}
+	return p.records(ctx, mem, func(r int) (string, string) {
+		if names[r] == "" {
+			return "", ""
+		}
+		return trialSpace(names[r], p.ns, r), names[r]
+	})
+}
+
+// trialSpace is the memory namespace of read record r of the demo with
+// namespace ns under ReadTrials.
+func trialSpace(name, ns string, r int) string { return name + "|" + ns + "|" + strconv.Itoa(r) }
 
 // OwnReadRecords returns up to cfg.Records memory-reading records of d whose
 // blocks come from an existing memory own — the policy's own earlier
@@ -156,6 +224,9 @@ func (p *readPlan) records(ctx context.Context, mem *memstore.Store, space func(
 	var out []sft.ChatRecord
 	for r, i := range p.steps {
 		ns, name := space(r)
+		if ns == "" {
+			continue
+		}
 		msgs, n, err := memoryPrompt(ctx, mem, ns, q, p.pc, p.cfg.TipsIn, p.d, keys, turns, i)
 		if err != nil {
 			return nil, err

@@ -2,9 +2,11 @@ package demos
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -294,4 +296,146 @@ func study3ReadConfig() (rollout.PromptConfig, TipRecordConfig) {
 	cfg := DefaultTipRecordConfig()
 	cfg.Prompt, cfg.Records, cfg.TopK, cfg.Threshold, cfg.Key, cfg.TipsIn = pc, 8, 3, 0.95, rollout.KeyObservation, rollout.TipsLastTurn
 	return pc, cfg
+}
+
+// ReadTrials (issue 36, gate-sized blocks): every record's block comes from
+// a memory of its own with at most n episodes — read-all: the demo (score
+// 100), with n = 2 sometimes after one attempt; read-fail: no demo, the
+// attempt that took another action than the demo's at the record's step
+// among its episodes — and the record's prompt is memoryPrompt's on that
+// memory, answered with the demo's action.
+func TestReadRecordsTrials(t *testing.T) {
+	ctx := context.Background()
+	env, err := textlab.New(environments.Options{Simplifications: "easy"})
+	require.NoError(t, err)
+	pc, cfg := study3ReadConfig()
+	cfg.FailureSteps, cfg.Records = 6, 12
+	for _, n := range []int{1, 2} {
+		cfg.ReadTrials = n
+		seen := map[string]int{}
+		sizes := map[int]int{} // episodes in a record's memory → records
+		for v := range 3 {
+			d, err := Explore(ctx, env, "textlab", "find-living-thing", v, 0)
+			require.NoError(t, err)
+			mem := openTipMem(t)
+			recs, err := ReadRecords(ctx, env, d, mem, cfg)
+			require.NoError(t, err)
+			require.NotEmpty(t, recs)
+			again, err := ReadRecords(ctx, env, d, openTipMem(t), cfg)
+			require.NoError(t, err)
+			require.Equal(t, recs, again, "same inputs, other records")
+			ns := rollout.Job{Task: d.Task, Variation: d.Variation}.Namespace()
+			keys, turns := stepKeys(pc, cfg.Key, d), actionTurns(pc, d)
+			q := memstore.Query{K: cfg.TopK, Threshold: float32(cfg.Threshold), Order: memstore.OrderByScoreStable}
+			for _, r := range recs {
+				i := r.Meta["step"].(int) - 1
+				kind := r.Meta["memory"].(string)
+				seen[kind]++
+				require.Equal(t, d.Steps[i].Action, r.Messages[len(r.Messages)-1].Content)
+				// the record's own memory: a namespace of this kind whose
+				// retrieval renders exactly the record's prompt (several may:
+				// equal entries in two memories) and that holds what it should
+				var found bool
+				var why []string
+				for _, space := range mem.Namespaces() {
+					if !strings.HasPrefix(space, kind+"|"+ns+"|") {
+						continue
+					}
+					want, _, err := memoryPrompt(ctx, mem, space, q, pc, cfg.TipsIn, d, keys, turns, i)
+					require.NoError(t, err)
+					if !assert.ObjectsAreEqual(want, r.Messages[:len(r.Messages)-1]) {
+						continue
+					}
+					es, err := mem.List(ctx, space, 0)
+					require.NoError(t, err)
+					// each episode's actions in step order (List: newest first)
+					acts := map[string][]string{}
+					for k := len(es) - 1; k >= 0; k-- {
+						_, a, _, ok := rollout.ParseTipContent(es[k].Content)
+						require.True(t, ok, es[k].Content)
+						acts[es[k].Episode] = append(acts[es[k].Episode], a)
+					}
+					// an attempt that replays the demo to step i, then does another
+					// thing: the store keeps an episode's first entry of each
+					// action (equal contents are duplicates), so its actions start
+					// with the demo's first i, deduplicated, and the next one
+					// stored, if any, is not the demo's step i
+					var prefix []string
+					for _, a := range d.Actions()[:i] {
+						if !slices.Contains(prefix, a) {
+							prefix = append(prefix, a)
+						}
+					}
+					deviated := false
+					for ep, as := range acts {
+						if ep != ns+"/demo" && len(as) >= len(prefix) && slices.Equal(as[:len(prefix)], prefix) &&
+							(len(as) == len(prefix) || as[len(prefix)] != d.Steps[i].Action) {
+							deviated = true
+						}
+					}
+					_, demo := acts[ns+"/demo"]
+					switch {
+					case len(acts) > n:
+						why = append(why, fmt.Sprintf("%s: a memory of %d episodes", space, len(acts)))
+					case kind == "read-all" && !demo:
+						why = append(why, space+": a read-all memory without the demo")
+					case kind == "read-fail" && demo:
+						why = append(why, space+": a read-fail memory with the demo")
+					case kind == "read-fail" && !deviated:
+						why = append(why, fmt.Sprintf("%s: no attempt took another action than the demo's at step %d: %q", space, i, acts))
+					case kind != "read-all" && kind != "read-fail":
+						t.Fatalf("memory %q", kind)
+					default:
+						sizes[len(acts)]++
+						found = true
+					}
+					if found {
+						break
+					}
+				}
+				require.True(t, found, "step %d (%s): no memory of its own renders the record's prompt and holds what it should: %q", i, kind, why)
+			}
+		}
+		assert.Positive(t, seen["read-all"], "n %d", n)
+		assert.Positive(t, seen["read-fail"], "n %d", n)
+		assert.Positive(t, sizes[1], "n %d: no memory of one episode", n)
+		if n == 2 {
+			assert.Positive(t, sizes[2], "no memory of two episodes")
+		}
+	}
+	// refusals
+	bad := cfg
+	bad.ReadTrials = -1
+	require.ErrorIs(t, bad.Check(), ErrDemo)
+
+	// through demos.Run: the records of ReadRecords under read_trials, and
+	// read_trials refused without read_records or with read_memory
+	dir := t.TempDir()
+	c := DefaultRunConfig()
+	c.Env, c.Tasks, c.Variations, c.Kind = "textlab", []string{"find-living-thing"}, 2, KindExplore
+	c.EnvOptions.Simplifications = "easy"
+	c.Key, c.Threshold, c.TopK, c.TipsIn = rollout.KeyObservation, 0.95, 3, rollout.TipsLastTurn
+	c.ReadRecords, c.ReadTrials, c.TipFailures, c.Out = 6, 2, 3, filepath.Join(dir, "d.jsonl")
+	res, err := Run(ctx, c)
+	require.NoError(t, err)
+	want := 0
+	for v := range 2 {
+		d, err := Explore(ctx, env, "textlab", "find-living-thing", v, 0)
+		require.NoError(t, err)
+		rc := c.tipRecordConfig(pc)
+		rc.Records, rc.FailureTips = c.ReadRecords, false
+		recs, err := ReadRecords(ctx, env, d, openTipMem(t), rc)
+		require.NoError(t, err)
+		want += len(recs)
+	}
+	assert.Equal(t, want, res.ReadRecords)
+	for _, c2 := range []func(*RunConfig){
+		func(c *RunConfig) { c.ReadRecords = 0 },
+		func(c *RunConfig) { c.ReadMemory = filepath.Join(dir, "m.db") },
+		func(c *RunConfig) { c.ReadTrials = -1 },
+	} {
+		b := c
+		c2(&b)
+		require.ErrorContains(t, b.Validate(), "read_trials")
+	}
 }

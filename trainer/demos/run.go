@@ -50,6 +50,7 @@ type RunConfig struct {
 	AttemptTips    int                  `yaml:"attempt_tips" doc:"per episode, also write this many tip-writing records after attempts that go astray (the demo's first actions, then random ones to the step limit), each answered with its true tip"`
 	ReadRecords    int                  `yaml:"read_records" doc:"per episode, also write this many memory-reading records: a step's prompt with the memory block the rollout would show, retrieved from a memory of the demo and of attempts deviating from it (ReadRecords), answered with the demo's action"`
 	ReadMemory     string               `yaml:"read_memory" doc:"with read_records: retrieve the blocks from this tips memory (e.g. a memory-only run's memory.db on the demos' variations: the policy's own attempts and tips, read-only) instead of a memory of the demo and attempts deviating from it; the records answer with the demo's action (OwnReadRecords); empty = none"`
+	ReadTrials     int                  `yaml:"read_trials" doc:"with read_records: 0 = every record's block comes from one memory of the demo and all its deviating attempts; n ≥ 1 = each record has a memory of its own holding at most n episodes (the demo, or the attempt deviating at its step, and with n ≥ 2 sometimes one more), as an adaptation trial's memory holds the trials before it (ReadRecords); not with read_memory"`
 	Key            rollout.KeyKind      `yaml:"key" doc:"retrieval key of tip_records and read_records (memory.key): conversation | observation"`
 
 	// Plan, when set, is told the tasks and variations to play before the
@@ -106,6 +107,7 @@ func (c *RunConfig) tipRecordConfig(pc rollout.PromptConfig) TipRecordConfig {
 	t.Prompt, t.Records, t.Failures = pc, c.TipRecords, c.TipFailures
 	t.TopK, t.Threshold, t.Seed = c.TopK, c.Threshold, c.Seed
 	t.FailureTips, t.TipsIn, t.Key = c.FailureTips, c.TipsIn, c.Key
+	t.ReadTrials = c.ReadTrials
 	return t
 }
 
@@ -158,6 +160,9 @@ func (c *RunConfig) validate() (resolved, error) {
 	if c.SkipVariations < 0 {
 		return r, bad("skip_variations %d is negative", c.SkipVariations)
 	}
+	if c.ReadTrials < 0 {
+		return r, bad("read_trials %d is negative", c.ReadTrials)
+	}
 	r.tips = c.tipRecordConfig(r.pc)
 	if err := r.tips.Check(); err != nil {
 		return r, err
@@ -170,6 +175,9 @@ func (c *RunConfig) validate() (resolved, error) {
 	}
 	if c.ReadMemory != "" && c.ReadRecords == 0 {
 		return r, bad("read_memory %s is used only by read_records: give read_records (--read-records N) too", c.ReadMemory)
+	}
+	if c.ReadTrials != 0 && (c.ReadRecords == 0 || c.ReadMemory != "") {
+		return r, bad("read_trials %d: needs read_records and no read_memory (it shapes the memories read records are built from)", c.ReadTrials)
 	}
 	if c.ReadRecords > 0 {
 		rt := r.tips
