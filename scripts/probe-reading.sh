@@ -10,6 +10,8 @@
 #
 #   scripts/probe-reading.sh NAME   # NAME: base g3 e8 rand3 mix2 mix3 mix5 w96 (w96 after mix3: its data)
 #                                   #   then sf3 dense short short2 short3 fix1 fix2 fix3 fix4, in this order (each uses the last's)
+#                                   #   third round (2026-12-02, 07:00-08:00): c1 c2 (c2g) r1 in this tree (tip first);
+#                                   #   rf1 rf2 rs1 in the score-first worktree (after fix4, short3)
 #
 # sf3 and dense (2026-12-02, second session) ran on a tree with
 # scripts/probe-score-first.patch applied (an entry's code-written score and
@@ -39,7 +41,7 @@ EMPTY='(they may be wrong or incomplete):\\n</memory>'
 # explore demos of find-living-thing train variations 8… (outside the pool)
 rand() {
 	"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 ${4:+--variations $4} --kind explore --tour random \
-		--seed "$1" --simplifications easy "${MEM[@]}" --read-records "$2" -o "$P/rs.tmp.jsonl" >/dev/null
+		--seed "$1" --simplifications easy "${MEM[@]}" --read-records "$2" ${RT:+--read-trials $RT} -o "$P/rs.tmp.jsonl" >/dev/null
 	grep '"memory":"read-all"' "$P/rs.tmp.jsonl" >"$3"
 	rm "$P/rs.tmp.jsonl"
 }
@@ -135,6 +137,74 @@ fix4) # fix3's records with the read-fail blocks trimmed too (1-2 failed entries
 	cat "$P/fix4-doors.jsonl" "$P/fix3-rand.jsonl" | grep -v "$EMPTY" |
 		shuf --random-source=<(yes) >"$P/fix4.jsonl"
 	sft "$P/fix3.gguf" "$P/fix4.jsonl" "$model" 1 "$P/val-new.jsonl" ;;
+c1) # (third round, main's entry format: tip first) the condensed recipe's
+	# first stage: from gate run 3's warm start, short's records (shortened
+	# random-tour room choices, seeds 100-145) + the plain doors demos, 1 epoch
+	: >"$P/c1-raw.jsonl"
+	for s in $(seq 100 145); do rand "$s" 12 "$P/r.jsonl" && { grep "$ROOM" "$P/r.jsonl" >>"$P/c1-raw.jsonl" || true; }; done
+	rm -f "$P/r.jsonl"
+	doors "$P/doors64.jsonl"
+	jq -c -f scripts/probe-shorten.jq <"$P/c1-raw.jsonl" | cat - "$P/doors64.jsonl" | shuf --random-source=<(yes) >"$P/c1.jsonl"
+	sft "$G3/sft.gguf" "$P/c1.jsonl" "$model" 1 ;;
+c2) # from c1: doors-order read records whose blocks come from one- or
+	# two-episode memories (env demos --read-trials 2: what the gate's trials
+	# 2-3 see), 12 per demo (seed 2, with the plain demos), + 300 random-tour
+	# room-choice records built the same way (seeds 11-21), 2 epochs
+	"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore --seed 2 \
+		--simplifications easy "${MEM[@]}" --read-records 12 --read-trials 2 --tip-failures 4 -o "$P/c2-doors.jsonl" >/dev/null
+	: >"$P/c2-rall.jsonl"
+	for s in $(seq 11 21); do RT=2 rand "$s" 12 "$P/r.jsonl" && { grep "$ROOM" "$P/r.jsonl" >>"$P/c2-rall.jsonl" || true; }; done
+	rm -f "$P/r.jsonl"
+	shuf -n 300 --random-source=<(yes) "$P/c2-rall.jsonl" | cat - "$P/c2-doors.jsonl" | shuf --random-source=<(yes) >"$P/c2.jsonl"
+	sft "$P/c1.gguf" "$P/c2.jsonl" "$model" 2 ;;
+c2g) # c2's records and epochs from gate run 3's warm start (no c1): is c1's copy stage needed?
+	sft "$G3/sft.gguf" "$P/c2.jsonl" "$model" 2 ;;
+r1) # (a random-tour policy) from c1: random-tour demos of find-living-thing
+	# train variations 8-71, seeds 11-14 (the policy's own tours become
+	# random), each with 4 read records whose blocks come from one- or
+	# two-episode memories (--read-trials 2; read-all and read-fail), 2 epochs
+	: >"$P/r1.jsonl.tmp"
+	for s in $(seq 11 14); do
+		"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore --tour random \
+			--seed "$s" --simplifications easy "${MEM[@]}" --read-records 4 --read-trials 2 --tip-failures 4 -o "$P/r.jsonl" >/dev/null
+		cat "$P/r.jsonl" >>"$P/r1.jsonl.tmp"
+	done
+	rm -f "$P/r.jsonl"
+	shuf --random-source=<(yes) "$P/r1.jsonl.tmp" >"$P/r1.jsonl" && rm "$P/r1.jsonl.tmp"
+	sft "$P/c1.gguf" "$P/r1.jsonl" "$model" 2 ;;
+rf1) # (score first) fix4, which copies its memory, taught to tour at random:
+	# r1's records (random-tour demos, seeds 11-14, 4 read records each from
+	# one- or two-episode memories), built with the score first, 1 epoch
+	score_first
+	: >"$P/rf1.jsonl.tmp"
+	for s in $(seq 11 14); do
+		"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore --tour random \
+			--seed "$s" --simplifications easy "${MEM[@]}" --read-records 4 --read-trials 2 --tip-failures 4 -o "$P/r.jsonl" >/dev/null
+		cat "$P/r.jsonl" >>"$P/rf1.jsonl.tmp"
+	done
+	rm -f "$P/r.jsonl"
+	shuf --random-source=<(yes) "$P/rf1.jsonl.tmp" >"$P/rf1.jsonl" && rm "$P/rf1.jsonl.tmp"
+	sft "$P/fix4.gguf" "$P/rf1.jsonl" "$model" 1 ;;
+rf2) # (score first) from rf1: more copying per plain tour — random-tour read
+	# records only (seeds 15-16, 12 per demo, one- or two-episode memories)
+	# + the plain random-tour demos of one seed (17), 1 epoch
+	score_first
+	: >"$P/rf2.jsonl.tmp"
+	for s in 15 16; do
+		"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore --tour random \
+			--seed "$s" --simplifications easy "${MEM[@]}" --read-records 12 --read-trials 2 --tip-failures 4 -o "$P/r.jsonl" >/dev/null
+		grep '"read":true' "$P/r.jsonl" >>"$P/rf2.jsonl.tmp"
+	done
+	"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore --tour random \
+		--seed 17 --simplifications easy -o "$P/r.jsonl" >/dev/null
+	cat "$P/r.jsonl" >>"$P/rf2.jsonl.tmp"
+	rm -f "$P/r.jsonl"
+	shuf --random-source=<(yes) "$P/rf2.jsonl.tmp" >"$P/rf2.jsonl" && rm "$P/rf2.jsonl.tmp"
+	sft "$P/rf1.gguf" "$P/rf2.jsonl" "$model" 1 ;;
+rs1) # (score first) rf1's records from short3 (the best reader under teacher
+	# forcing on random tours, whose skills without memory had broken), 1 epoch
+	score_first
+	sft "$P/short3.gguf" "$P/rf1.jsonl" "$model" 1 ;;
 w96) # a wider model with a KV head per head, from scratch on mix3's records
 	# (find-living-thing only): can more capacity learn to read?
 	"$E" model init --force --out "$P/w96-init.gguf" --corpus "$G3/corpus.txt" --vocab 1024 --layers 2 --hidden 96 --heads 4 --kv-heads 4 \

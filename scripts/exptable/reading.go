@@ -28,6 +28,12 @@ import (
 //     and answered it with "teleport to R" — how often R was chosen again,
 //     with memory and in the control (what the policy does there with no
 //     block to read);
+//   - beyond the habit: the two repeat rates' difference (memory on −
+//     control, in points). A policy that repeats trial 1's rooms as often
+//     without a block as with one copies out of habit, not by reading
+//     (correction of 2026-12-02: gate run 5's 96 % "copied" sat beside a
+//     control that repeated 99 %): only this column, or a teacher-forced
+//     loss with and without the block, says whether the block is read;
 //   - the mean score of trials 2…K with memory and without (the gate's
 //     per-seed figure, recomputed from the episodes).
 
@@ -173,8 +179,8 @@ func loadReading(path string) (*readingStats, error) {
 }
 
 func writeReading(w io.Writer, sts []*readingStats) {
-	fmt.Fprintln(w, "| episodes file | trials 2…K, memory on | control | blocks shown | reading steps (best entry scored 100, one action) | copied | room choices among them | room copied | trial 1's room again: memory on | control |")
-	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+	fmt.Fprintln(w, "| episodes file | trials 2…K, memory on | control | blocks shown | reading steps (best entry scored 100, one action) | copied | room choices among them | room copied | trial 1's room again: memory on | control | beyond the habit (on − control, points) |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 	pct := func(a, b int) string {
 		if b == 0 {
 			return "–"
@@ -182,7 +188,11 @@ func writeReading(w io.Writer, sts []*readingStats) {
 		return fmt.Sprintf("%d/%d (%.0f %%)", a, b, 100*float64(a)/float64(b))
 	}
 	for _, s := range sts {
-		fmt.Fprintf(w, "| %s | %.1f | %.1f | %d of %d steps | %d | %s | %d | %s | %s | %s |\n", s.Name, s.OnLater, s.OffLater, s.Blocks, s.Steps,
-			s.Reading, pct(s.Copied, s.Reading), s.Rooms, pct(s.RoomsCopied, s.Rooms), pct(s.OnRepeated, s.OnRooms), pct(s.CtlRepeated, s.CtlRooms))
+		beyond := "–"
+		if s.OnRooms > 0 && s.CtlRooms > 0 {
+			beyond = fmt.Sprintf("%+.0f", 100*(float64(s.OnRepeated)/float64(s.OnRooms)-float64(s.CtlRepeated)/float64(s.CtlRooms)))
+		}
+		fmt.Fprintf(w, "| %s | %.1f | %.1f | %d of %d steps | %d | %s | %d | %s | %s | %s | %s |\n", s.Name, s.OnLater, s.OffLater, s.Blocks, s.Steps,
+			s.Reading, pct(s.Copied, s.Reading), s.Rooms, pct(s.RoomsCopied, s.Rooms), pct(s.OnRepeated, s.OnRooms), pct(s.CtlRepeated, s.CtlRooms), beyond)
 	}
 }

@@ -66,5 +66,5 @@ func TestReading(t *testing.T) {
 	assert.Equal(t, 1, st.OnRepeated)
 	var out bytes.Buffer
 	writeReading(&out, []*readingStats{st})
-	assert.Contains(t, out.String(), "| eps.jsonl | 10.0 | 50.0 | 5 of 10 steps | 3 | 2/3 (67 %) | 2 | 1/2 (50 %) | 1/1 (100 %) | 1/2 (50 %) |")
+	assert.Contains(t, out.String(), "| eps.jsonl | 10.0 | 50.0 | 5 of 10 steps | 3 | 2/3 (67 %) | 2 | 1/2 (50 %) | 1/1 (100 %) | 1/2 (50 %) | +50 |")
 }
