@@ -11,7 +11,7 @@
 #   scripts/probe-reading.sh NAME   # NAME: base g3 e8 rand3 mix2 mix3 mix5 w96 (w96 after mix3: its data)
 #                                   #   then sf3 dense short short2 short3 fix1 fix2 fix3 fix4, in this order (each uses the last's)
 #                                   #   third round (2026-12-02, 07:00-08:00): c1 c2 (c2g) r1 in this tree (tip first);
-#                                   #   rf1 rf2 rs1 in the score-first worktree (after fix4, short3)
+#                                   #   rf1 rf2 rs1 rf3 rf4 rf5 in the score-first worktree (after fix4, short3)
 #
 # sf3 and dense (2026-12-02, second session) ran on a tree with
 # scripts/probe-score-first.patch applied (an entry's code-written score and
@@ -205,6 +205,48 @@ rs1) # (score first) rf1's records from short3 (the best reader under teacher
 	# forcing on random tours, whose skills without memory had broken), 1 epoch
 	score_first
 	sft "$P/short3.gguf" "$P/rf1.jsonl" "$model" 1 ;;
+rf3) # (score first) from rf2 (a random tourer): a dense copy signal on
+	# one- or two-episode memories — random-tour room-choice read-all records
+	# (seeds 100-130, --read-trials 2), shortened (probe-shorten.jq), + the
+	# plain random-tour demos of seed 17, 1 epoch
+	score_first
+	: >"$P/rf3-raw.jsonl"
+	for s in $(seq 100 130); do RT=2 rand "$s" 12 "$P/r.jsonl" && { grep "$ROOM" "$P/r.jsonl" >>"$P/rf3-raw.jsonl" || true; }; done
+	"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore --tour random \
+		--seed 17 --simplifications easy -o "$P/r.jsonl" >/dev/null
+	jq -c -f scripts/probe-shorten.jq <"$P/rf3-raw.jsonl" | cat - "$P/r.jsonl" | shuf --random-source=<(yes) >"$P/rf3.jsonl"
+	rm -f "$P/r.jsonl"
+	sft "$P/rf2.gguf" "$P/rf3.jsonl" "$model" 1 ;;
+rf4) # (score first) from rf3 (reads room choices beyond its habit, but garbles
+	# the steps after the creature is found): full-history random-tour read
+	# records of every step kind (seeds 18-19, 12 per demo, --read-trials 2,
+	# read-all and read-fail, with the plain demos) + 500 of rf3's shortened
+	# room-choice records, 1 epoch
+	score_first
+	: >"$P/rf4.jsonl.tmp"
+	for s in 18 19; do
+		"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore --tour random \
+			--seed "$s" --simplifications easy "${MEM[@]}" --read-records 12 --read-trials 2 --tip-failures 4 -o "$P/r.jsonl" >/dev/null
+		cat "$P/r.jsonl" >>"$P/rf4.jsonl.tmp"
+	done
+	rm -f "$P/r.jsonl"
+	jq -c -f scripts/probe-shorten.jq <"$P/rf3-raw.jsonl" | shuf -n 500 --random-source=<(yes) >>"$P/rf4.jsonl.tmp"
+	shuf --random-source=<(yes) "$P/rf4.jsonl.tmp" >"$P/rf4.jsonl" && rm "$P/rf4.jsonl.tmp"
+	sft "$P/rf3.gguf" "$P/rf4.jsonl" "$model" 1 ;;
+rf5) # (score first) from rf4: rf4's recipe on new seeds (full-history read
+	# records of seeds 20-21 with their plain demos + 500 other shortened
+	# room-choice records of rf3's), 1 epoch
+	score_first
+	: >"$P/rf5.jsonl.tmp"
+	for s in 20 21; do
+		"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore --tour random \
+			--seed "$s" --simplifications easy "${MEM[@]}" --read-records 12 --read-trials 2 --tip-failures 4 -o "$P/r.jsonl" >/dev/null
+		cat "$P/r.jsonl" >>"$P/rf5.jsonl.tmp"
+	done
+	rm -f "$P/r.jsonl"
+	jq -c -f scripts/probe-shorten.jq <"$P/rf3-raw.jsonl" | shuf -n 500 --random-source=<(yes yes) >>"$P/rf5.jsonl.tmp"
+	shuf --random-source=<(yes) "$P/rf5.jsonl.tmp" >"$P/rf5.jsonl" && rm "$P/rf5.jsonl.tmp"
+	sft "$P/rf4.gguf" "$P/rf5.jsonl" "$model" 1 ;;
 w96) # a wider model with a KV head per head, from scratch on mix3's records
 	# (find-living-thing only): can more capacity learn to read?
 	"$E" model init --force --out "$P/w96-init.gguf" --corpus "$G3/corpus.txt" --vocab 1024 --layers 2 --hidden 96 --heads 4 --kv-heads 4 \

@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
-# Gate run 5 (issue 36; docs/experiment.md, "Gate run 5", registered before
-# it ran): the gate's procedure, seeds, sizes and rule, unchanged, on the
-# probe policy build/probe/fix4.gguf (scripts/probe-reading.sh … fix4).
-# That policy was taught on entries with the score before the action, so
+# The gate (issue 36; docs/experiment.md, "The gate") on a probe policy that
+# is not `make experiment`'s warm start: the gate's procedure, seeds, sizes
+# and rule, unchanged (the same eval arguments as scripts/experiment.sh's
+# gate stage at its Study 3 defaults). Gate run 5 (build/probe/fix4.gguf)
+# and gate run 6 (build/probe/rf5.gguf) ran this, each registered first.
+#   scripts/gate-probe.sh MODEL OUT
+# Those policies were taught on entries with the score before the action, so
 # the gate runs in a worktree with scripts/probe-score-first.patch applied
-# (its binary and its exptable), as the probes did (probe-reading.sh's
-# header): cd /tmp/sf && make && scripts/gate-run5.sh
-# Writes build/experiment-gate5: gate/{pool,heldout}-sS.{json,jsonl},
-# gate.md (the verdict, scripts/exptable -gate), gate-reading.md.
+# (its binary and its exptable), as the probes do (probe-reading.sh's
+# header): cd /tmp/sf && make && scripts/gate-probe.sh build/probe/fix4.gguf build/experiment-gate5
+# Writes OUT: gate/{pool,heldout}-sS.{json,jsonl}, gate.md (the verdict,
+# scripts/exptable -gate), gate-reading.md, timing.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 E=${EMPO2:-bin/empo2}
+M=${1:?usage: scripts/gate-probe.sh MODEL OUT}
+G=${2:?usage: scripts/gate-probe.sh MODEL OUT}
 grep -q 'The episode ended with score %s/100; at this step' trainer/rollout/tips.go ||
-	{ echo "gate-run5.sh: run it in a tree with scripts/probe-score-first.patch applied (see the header)" >&2 && exit 2; }
-G=build/experiment-gate5
-M=build/probe/fix4.gguf
+	{ echo "gate-probe.sh: run it in a tree with scripts/probe-score-first.patch applied (see the header)" >&2 && exit 2; }
 export TMPDIR=${TMPDIR:-$PWD/.tmp} CGO_CFLAGS=${CGO_CFLAGS:--O3 -march=native} CGO_CXXFLAGS=${CGO_CXXFLAGS:--O3 -march=native}
 mkdir -p "$TMPDIR" "$G/gate"
 T0=$(date +%s)
