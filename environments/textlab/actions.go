@@ -10,6 +10,10 @@ import (
 
 const msgUnknown = "No known action matches that input."
 
+// UnknownAction is the observation of an action no command matches (as
+// ScienceWorld's): what a malformed answer gets.
+const UnknownAction = msgUnknown
+
 // event is what an action did that a task's scorer may care about.
 type event struct {
 	ok       bool // the action was understood and carried out (time passes)

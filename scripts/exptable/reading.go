@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/empo2/empo2/environments/textlab"
 	"github.com/empo2/empo2/trainer/evaluate"
 	"github.com/empo2/empo2/trainer/rollout"
 )
@@ -34,6 +35,10 @@ import (
 //     (correction of 2026-12-02: gate run 5's 96 % "copied" sat beside a
 //     control that repeated 99 %): only this column, or a teacher-forced
 //     loss with and without the block, says whether the block is read;
+//   - unknown actions: in the trials 2…K, the steps whose observation is
+//     textlab's (and ScienceWorld's) answer to an action no command
+//     matches, with memory and in the control — a block that makes the
+//     policy answer with fragments of tip text shows here (gate run 6);
 //   - the mean score of trials 2…K with memory and without (the gate's
 //     per-seed figure, recomputed from the episodes).
 
@@ -48,8 +53,11 @@ type readingStats struct {
 	CtlRooms, CtlRepeated int
 	// the same with memory on (trials 2…K)
 	OnRooms, OnRepeated int
-	OnLater, OffLater   float64 // mean score of trials 2…K
-	onN, offN           int
+	// steps of the trials 2…K and those answered "no known action", with
+	// memory and in the control
+	OnLaterSteps, OnUnknown, CtlLaterSteps, CtlUnknown int
+	OnLater, OffLater                                  float64 // mean score of trials 2…K
+	onN, offN                                          int
 }
 
 func loadReading(path string) (*readingStats, error) {
@@ -105,8 +113,16 @@ func loadReading(path string) (*readingStats, error) {
 			continue
 		}
 		rooms, repeated := &st.CtlRooms, &st.CtlRepeated
+		steps, unknown := &st.CtlLaterSteps, &st.CtlUnknown
 		if t.Setting == evaluate.MemoryOn {
 			rooms, repeated = &st.OnRooms, &st.OnRepeated
+			steps, unknown = &st.OnLaterSteps, &st.OnUnknown
+		}
+		for _, s := range t.Steps {
+			*steps++
+			if strings.TrimSpace(s.Observation) == textlab.UnknownAction {
+				*unknown++
+			}
 		}
 		m := firstRooms[variation{t.Task, t.Variation}]
 		obs := t.FirstObs
@@ -179,8 +195,8 @@ func loadReading(path string) (*readingStats, error) {
 }
 
 func writeReading(w io.Writer, sts []*readingStats) {
-	fmt.Fprintln(w, "| episodes file | trials 2…K, memory on | control | blocks shown | reading steps (best entry scored 100, one action) | copied | room choices among them | room copied | trial 1's room again: memory on | control | beyond the habit (on − control, points) |")
-	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+	fmt.Fprintln(w, "| episodes file | trials 2…K, memory on | control | blocks shown | reading steps (best entry scored 100, one action) | copied | room choices among them | room copied | trial 1's room again: memory on | control | beyond the habit (on − control, points) | unknown actions, trials 2…K: memory on | control |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 	pct := func(a, b int) string {
 		if b == 0 {
 			return "–"
@@ -192,7 +208,8 @@ func writeReading(w io.Writer, sts []*readingStats) {
 		if s.OnRooms > 0 && s.CtlRooms > 0 {
 			beyond = fmt.Sprintf("%+.0f", 100*(float64(s.OnRepeated)/float64(s.OnRooms)-float64(s.CtlRepeated)/float64(s.CtlRooms)))
 		}
-		fmt.Fprintf(w, "| %s | %.1f | %.1f | %d of %d steps | %d | %s | %d | %s | %s | %s | %s |\n", s.Name, s.OnLater, s.OffLater, s.Blocks, s.Steps,
-			s.Reading, pct(s.Copied, s.Reading), s.Rooms, pct(s.RoomsCopied, s.Rooms), pct(s.OnRepeated, s.OnRooms), pct(s.CtlRepeated, s.CtlRooms), beyond)
+		fmt.Fprintf(w, "| %s | %.1f | %.1f | %d of %d steps | %d | %s | %d | %s | %s | %s | %s | %s | %s |\n", s.Name, s.OnLater, s.OffLater, s.Blocks, s.Steps,
+			s.Reading, pct(s.Copied, s.Reading), s.Rooms, pct(s.RoomsCopied, s.Rooms), pct(s.OnRepeated, s.OnRooms), pct(s.CtlRepeated, s.CtlRooms), beyond,
+			pct(s.OnUnknown, s.OnLaterSteps), pct(s.CtlUnknown, s.CtlLaterSteps))
 	}
 }
