@@ -11,7 +11,7 @@
 #   scripts/probe-reading.sh NAME   # NAME: base g3 e8 rand3 mix2 mix3 mix5 w96 (w96 after mix3: its data)
 #                                   #   then sf3 dense short short2 short3 fix1 fix2 fix3 fix4, in this order (each uses the last's)
 #                                   #   third round (2026-12-02, 07:00-08:00): c1 c2 (c2g) r1 in this tree (tip first);
-#                                   #   rf1 rf2 rs1 rf3 rf4 rf5 in the score-first worktree (after fix4, short3)
+#                                   #   rf1 rf2 rs1 rf3 rf4 rf5 rf6 in the score-first worktree (after fix4, short3)
 #
 # sf3 and dense (2026-12-02, second session) ran on a tree with
 # scripts/probe-score-first.patch applied (an entry's code-written score and
@@ -36,6 +36,8 @@ MEM=(--key observation --threshold 0.95 --top-k 3 --tips-in last-turn)
 # lost every entry (probe-trim.jq)
 ROOM='"content":"teleport to [^"]*"}\]'
 EMPTY='(they may be wrong or incomplete):\\n</memory>'
+# AFTER: a record whose answer is a step after the creature is found
+AFTER='"content":"(focus on|pick up|move) [^"]*"}\]'
 # rand SEED RECORDS OUT: memory-reading records (read-all only: the block
 # holds the demo, score 100, and attempts deviating from it) on random-tour
 # explore demos of find-living-thing train variations 8… (outside the pool)
@@ -247,6 +249,26 @@ rf5) # (score first) from rf4: rf4's recipe on new seeds (full-history read
 	jq -c -f scripts/probe-shorten.jq <"$P/rf3-raw.jsonl" | shuf -n 500 --random-source=<(yes yes) >>"$P/rf5.jsonl.tmp"
 	shuf --random-source=<(yes) "$P/rf5.jsonl.tmp" >"$P/rf5.jsonl" && rm "$P/rf5.jsonl.tmp"
 	sft "$P/rf4.gguf" "$P/rf5.jsonl" "$model" 1 ;;
+rf6) # (score first) from rf4 (reads rooms; garbles the steps after the
+	# creature is found when a block is shown: gate run 6): the read records
+	# of those steps (focus, pick up, move) of seeds 22-25 (20 per demo,
+	# --read-trials 2), every read record of seeds 22-23, the plain demos of
+	# seed 22, 1 epoch
+	score_first
+	: >"$P/rf6.jsonl.tmp"
+	for s in 22 23 24 25; do
+		"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore --tour random \
+			--seed "$s" --simplifications easy "${MEM[@]}" --read-records 20 --read-trials 2 --tip-failures 4 -o "$P/r.jsonl" >/dev/null
+		if ((s <= 23)); then
+			grep '"read":true' "$P/r.jsonl" >>"$P/rf6.jsonl.tmp"
+		else
+			grep '"read":true' "$P/r.jsonl" | grep -E "$AFTER" >>"$P/rf6.jsonl.tmp" || true
+		fi
+		((s != 22)) || grep -v '"read":true' "$P/r.jsonl" >>"$P/rf6.jsonl.tmp"
+	done
+	rm -f "$P/r.jsonl"
+	shuf --random-source=<(yes) "$P/rf6.jsonl.tmp" >"$P/rf6.jsonl" && rm "$P/rf6.jsonl.tmp"
+	sft "$P/rf4.gguf" "$P/rf6.jsonl" "$model" 1 ;;
 w96) # a wider model with a KV head per head, from scratch on mix3's records
 	# (find-living-thing only): can more capacity learn to read?
 	"$E" model init --force --out "$P/w96-init.gguf" --corpus "$G3/corpus.txt" --vocab 1024 --layers 2 --hidden 96 --heads 4 --kv-heads 4 \
