@@ -47,6 +47,15 @@ rand() {
 	grep '"memory":"read-all"' "$P/rs.tmp.jsonl" >"$3"
 	rm "$P/rs.tmp.jsonl"
 }
+# rtour SEED N OUT: random-tour explore demos of find-living-thing train
+# variations 8… (seed SEED), each with N read records whose blocks come from
+# one- or two-episode memories (--read-trials 2); N 0: the plain demos only
+rtour() {
+	local read=()
+	(($2 == 0)) || read=("${MEM[@]}" --read-records "$2" --read-trials 2 --tip-failures 4)
+	"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore --tour random \
+		--seed "$1" --simplifications easy "${read[@]}" -o "$3" >/dev/null
+}
 doors() { "$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore --simplifications easy -o "$1" >/dev/null; }
 sft() { # sft FROM DATA OUT EPOCHS [VAL]
 	"$E" sft --force --full -m "$1" --data "$2" --val "${5:-$G3/rl-dev.jsonl}" -o "$3" --epochs "$4" --lr 1e-3 --min-lr 1e-4 --warmup 5 \
@@ -161,45 +170,26 @@ c2) # from c1: doors-order read records whose blocks come from one- or
 	sft "$P/c1.gguf" "$P/c2.jsonl" "$model" 2 ;;
 c2g) # c2's records and epochs from gate run 3's warm start (no c1): is c1's copy stage needed?
 	sft "$G3/sft.gguf" "$P/c2.jsonl" "$model" 2 ;;
-r1) # (a random-tour policy) from c1: random-tour demos of find-living-thing
-	# train variations 8-71, seeds 11-14 (the policy's own tours become
-	# random), each with 4 read records whose blocks come from one- or
-	# two-episode memories (--read-trials 2; read-all and read-fail), 2 epochs
-	: >"$P/r1.jsonl.tmp"
-	for s in $(seq 11 14); do
-		"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore --tour random \
-			--seed "$s" --simplifications easy "${MEM[@]}" --read-records 4 --read-trials 2 --tip-failures 4 -o "$P/r.jsonl" >/dev/null
-		cat "$P/r.jsonl" >>"$P/r1.jsonl.tmp"
-	done
+r1 | rf1) # random-tour demos of find-living-thing train variations 8-71,
+	# seeds 11-14 (the policy's own tours become random), each with 4 read
+	# records whose blocks come from one- or two-episode memories
+	# (--read-trials 2; read-all and read-fail):
+	# r1: from c1 (tip first), 2 epochs; rf1: (score first) from fix4, which
+	# copies its memory, the same records built with the score first, 1 epoch
+	from=$P/c1.gguf epochs=2
+	[[ $name == rf1 ]] && score_first && from=$P/fix4.gguf epochs=1
+	: >"$P/$name.jsonl.tmp"
+	for s in $(seq 11 14); do rtour "$s" 4 "$P/r.jsonl" && cat "$P/r.jsonl" >>"$P/$name.jsonl.tmp"; done
 	rm -f "$P/r.jsonl"
-	shuf --random-source=<(yes) "$P/r1.jsonl.tmp" >"$P/r1.jsonl" && rm "$P/r1.jsonl.tmp"
-	sft "$P/c1.gguf" "$P/r1.jsonl" "$model" 2 ;;
-rf1) # (score first) fix4, which copies its memory, taught to tour at random:
-	# r1's records (random-tour demos, seeds 11-14, 4 read records each from
-	# one- or two-episode memories), built with the score first, 1 epoch
-	score_first
-	: >"$P/rf1.jsonl.tmp"
-	for s in $(seq 11 14); do
-		"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore --tour random \
-			--seed "$s" --simplifications easy "${MEM[@]}" --read-records 4 --read-trials 2 --tip-failures 4 -o "$P/r.jsonl" >/dev/null
-		cat "$P/r.jsonl" >>"$P/rf1.jsonl.tmp"
-	done
-	rm -f "$P/r.jsonl"
-	shuf --random-source=<(yes) "$P/rf1.jsonl.tmp" >"$P/rf1.jsonl" && rm "$P/rf1.jsonl.tmp"
-	sft "$P/fix4.gguf" "$P/rf1.jsonl" "$model" 1 ;;
+	shuf --random-source=<(yes) "$P/$name.jsonl.tmp" >"$P/$name.jsonl" && rm "$P/$name.jsonl.tmp"
+	sft "$from" "$P/$name.jsonl" "$model" "$epochs" ;;
 rf2) # (score first) from rf1: more copying per plain tour — random-tour read
 	# records only (seeds 15-16, 12 per demo, one- or two-episode memories)
 	# + the plain random-tour demos of one seed (17), 1 epoch
 	score_first
 	: >"$P/rf2.jsonl.tmp"
-	for s in 15 16; do
-		"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore --tour random \
-			--seed "$s" --simplifications easy "${MEM[@]}" --read-records 12 --read-trials 2 --tip-failures 4 -o "$P/r.jsonl" >/dev/null
-		grep '"read":true' "$P/r.jsonl" >>"$P/rf2.jsonl.tmp"
-	done
-	"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore --tour random \
-		--seed 17 --simplifications easy -o "$P/r.jsonl" >/dev/null
-	cat "$P/r.jsonl" >>"$P/rf2.jsonl.tmp"
+	for s in 15 16; do rtour "$s" 12 "$P/r.jsonl" && grep '"read":true' "$P/r.jsonl" >>"$P/rf2.jsonl.tmp"; done
+	rtour 17 0 "$P/r.jsonl" && cat "$P/r.jsonl" >>"$P/rf2.jsonl.tmp"
 	rm -f "$P/r.jsonl"
 	shuf --random-source=<(yes) "$P/rf2.jsonl.tmp" >"$P/rf2.jsonl" && rm "$P/rf2.jsonl.tmp"
 	sft "$P/rf1.gguf" "$P/rf2.jsonl" "$model" 1 ;;
@@ -214,41 +204,25 @@ rf3) # (score first) from rf2 (a random tourer): a dense copy signal on
 	score_first
 	: >"$P/rf3-raw.jsonl"
 	for s in $(seq 100 130); do RT=2 rand "$s" 12 "$P/r.jsonl" && { grep "$ROOM" "$P/r.jsonl" >>"$P/rf3-raw.jsonl" || true; }; done
-	"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore --tour random \
-		--seed 17 --simplifications easy -o "$P/r.jsonl" >/dev/null
+	rtour 17 0 "$P/r.jsonl"
 	jq -c -f scripts/probe-shorten.jq <"$P/rf3-raw.jsonl" | cat - "$P/r.jsonl" | shuf --random-source=<(yes) >"$P/rf3.jsonl"
 	rm -f "$P/r.jsonl"
 	sft "$P/rf2.gguf" "$P/rf3.jsonl" "$model" 1 ;;
-rf4) # (score first) from rf3 (reads room choices beyond its habit, but garbles
-	# the steps after the creature is found): full-history random-tour read
-	# records of every step kind (seeds 18-19, 12 per demo, --read-trials 2,
-	# read-all and read-fail, with the plain demos) + 500 of rf3's shortened
-	# room-choice records, 1 epoch
+rf4 | rf5) # (score first) full-history random-tour read records of every
+	# step kind (12 per demo, --read-trials 2, read-all and read-fail, with
+	# the plain demos) + 500 of rf3's shortened room-choice records, 1 epoch:
+	# rf4: from rf3 (reads room choices beyond its habit, but garbles the
+	# steps after the creature is found), seeds 18-19;
+	# rf5: from rf4, seeds 20-21 and 500 other shortened records
 	score_first
-	: >"$P/rf4.jsonl.tmp"
-	for s in 18 19; do
-		"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore --tour random \
-			--seed "$s" --simplifications easy "${MEM[@]}" --read-records 12 --read-trials 2 --tip-failures 4 -o "$P/r.jsonl" >/dev/null
-		cat "$P/r.jsonl" >>"$P/rf4.jsonl.tmp"
-	done
+	from=$P/rf3.gguf seeds="18 19" src=(yes)
+	[[ $name == rf5 ]] && from=$P/rf4.gguf seeds="20 21" src=(yes yes)
+	: >"$P/$name.jsonl.tmp"
+	for s in $seeds; do rtour "$s" 12 "$P/r.jsonl" && cat "$P/r.jsonl" >>"$P/$name.jsonl.tmp"; done
 	rm -f "$P/r.jsonl"
-	jq -c -f scripts/probe-shorten.jq <"$P/rf3-raw.jsonl" | shuf -n 500 --random-source=<(yes) >>"$P/rf4.jsonl.tmp"
-	shuf --random-source=<(yes) "$P/rf4.jsonl.tmp" >"$P/rf4.jsonl" && rm "$P/rf4.jsonl.tmp"
-	sft "$P/rf3.gguf" "$P/rf4.jsonl" "$model" 1 ;;
-rf5) # (score first) from rf4: rf4's recipe on new seeds (full-history read
-	# records of seeds 20-21 with their plain demos + 500 other shortened
-	# room-choice records of rf3's), 1 epoch
-	score_first
-	: >"$P/rf5.jsonl.tmp"
-	for s in 20 21; do
-		"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore --tour random \
-			--seed "$s" --simplifications easy "${MEM[@]}" --read-records 12 --read-trials 2 --tip-failures 4 -o "$P/r.jsonl" >/dev/null
-		cat "$P/r.jsonl" >>"$P/rf5.jsonl.tmp"
-	done
-	rm -f "$P/r.jsonl"
-	jq -c -f scripts/probe-shorten.jq <"$P/rf3-raw.jsonl" | shuf -n 500 --random-source=<(yes yes) >>"$P/rf5.jsonl.tmp"
-	shuf --random-source=<(yes) "$P/rf5.jsonl.tmp" >"$P/rf5.jsonl" && rm "$P/rf5.jsonl.tmp"
-	sft "$P/rf4.gguf" "$P/rf5.jsonl" "$model" 1 ;;
+	jq -c -f scripts/probe-shorten.jq <"$P/rf3-raw.jsonl" | shuf -n 500 --random-source=<("${src[@]}") >>"$P/$name.jsonl.tmp"
+	shuf --random-source=<(yes) "$P/$name.jsonl.tmp" >"$P/$name.jsonl" && rm "$P/$name.jsonl.tmp"
+	sft "$from" "$P/$name.jsonl" "$model" 1 ;;
 rf6) # (score first) from rf4 (reads rooms; garbles the steps after the
 	# creature is found when a block is shown: gate run 6): the read records
 	# of those steps (focus, pick up, move) of seeds 22-25 (20 per demo,
@@ -257,8 +231,7 @@ rf6) # (score first) from rf4 (reads rooms; garbles the steps after the
 	score_first
 	: >"$P/rf6.jsonl.tmp"
 	for s in 22 23 24 25; do
-		"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore --tour random \
-			--seed "$s" --simplifications easy "${MEM[@]}" --read-records 20 --read-trials 2 --tip-failures 4 -o "$P/r.jsonl" >/dev/null
+		rtour "$s" 20 "$P/r.jsonl"
 		if ((s <= 23)); then
 			grep '"read":true' "$P/r.jsonl" >>"$P/rf6.jsonl.tmp"
 		else

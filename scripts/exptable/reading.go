@@ -118,15 +118,13 @@ func loadReading(path string) (*readingStats, error) {
 			rooms, repeated = &st.OnRooms, &st.OnRepeated
 			steps, unknown = &st.OnLaterSteps, &st.OnUnknown
 		}
+		m := firstRooms[variation{t.Task, t.Variation}]
+		obs := t.FirstObs
 		for _, s := range t.Steps {
 			*steps++
 			if strings.TrimSpace(s.Observation) == textlab.UnknownAction {
 				*unknown++
 			}
-		}
-		m := firstRooms[variation{t.Task, t.Variation}]
-		obs := t.FirstObs
-		for _, s := range t.Steps {
 			if a := m[obs]; a != "" {
 				*rooms++
 				if strings.TrimSpace(s.Action) == a {

@@ -143,19 +143,9 @@ func TestReadRecords(t *testing.T) {
 	var seen = map[string]int{}
 	var avoid, mixed int
 	for v := range 3 {
-		d, err := Explore(ctx, env, "textlab", "find-living-thing", v, 0)
-		require.NoError(t, err)
-		mem := openTipMem(t)
-		recs, err := ReadRecords(ctx, env, d, mem, cfg)
-		require.NoError(t, err)
-		require.NotEmpty(t, recs)
-		again, err := ReadRecords(ctx, env, d, openTipMem(t), cfg)
-		require.NoError(t, err)
-		require.Equal(t, recs, again, "same inputs, other records")
-		ns := rollout.Job{Task: d.Task, Variation: d.Variation}.Namespace()
-		keys, turns := stepKeys(pc, cfg.Key, d), actionTurns(pc, d)
-		q := memstore.Query{K: cfg.TopK, Threshold: float32(cfg.Threshold), Order: memstore.OrderByScoreStable}
-		for _, r := range recs {
+		c := readCaseOf(t, env, v, pc, cfg)
+		d, mem, ns, keys, turns, q := c.d, c.mem, c.ns, c.keys, c.turns, c.q
+		for _, r := range c.recs {
 			require.NoError(t, r.Check())
 			i := r.Meta["step"].(int) - 1
 			space := r.Meta["memory"].(string)
@@ -204,6 +194,37 @@ func TestReadRecords(t *testing.T) {
 	bad.TopK = 0
 	_, err = ReadRecords(ctx, env, d, openTipMem(t), bad)
 	require.ErrorIs(t, err, ErrDemo)
+}
+
+// readCase is ReadRecords' records of find-living-thing variation v's
+// explore demo (not empty, and the same when built again in a fresh memory),
+// the memory they were built in, and what a test needs to render a record's
+// prompt from a namespace of it (memoryPrompt).
+type readCase struct {
+	d     Demo
+	mem   *memstore.Store
+	recs  []sft.ChatRecord
+	ns    string
+	keys  []string
+	turns []rollout.Turn
+	q     memstore.Query
+}
+
+func readCaseOf(t *testing.T, env environments.Env, v int, pc rollout.PromptConfig, cfg TipRecordConfig) readCase {
+	t.Helper()
+	ctx := context.Background()
+	d, err := Explore(ctx, env, "textlab", "find-living-thing", v, 0)
+	require.NoError(t, err)
+	mem := openTipMem(t)
+	recs, err := ReadRecords(ctx, env, d, mem, cfg)
+	require.NoError(t, err)
+	require.NotEmpty(t, recs)
+	again, err := ReadRecords(ctx, env, d, openTipMem(t), cfg)
+	require.NoError(t, err)
+	require.Equal(t, recs, again, "same inputs, other records")
+	return readCase{d: d, mem: mem, recs: recs, ns: rollout.Job{Task: d.Task, Variation: d.Variation}.Namespace(),
+		keys: stepKeys(pc, cfg.Key, d), turns: actionTurns(pc, d),
+		q: memstore.Query{K: cfg.TopK, Threshold: float32(cfg.Threshold), Order: memstore.OrderByScoreStable}}
 }
 
 // quoteAction is an action as TipContent quotes it.
@@ -315,19 +336,9 @@ func TestReadRecordsTrials(t *testing.T) {
 		seen := map[string]int{}
 		sizes := map[int]int{} // episodes in a record's memory → records
 		for v := range 3 {
-			d, err := Explore(ctx, env, "textlab", "find-living-thing", v, 0)
-			require.NoError(t, err)
-			mem := openTipMem(t)
-			recs, err := ReadRecords(ctx, env, d, mem, cfg)
-			require.NoError(t, err)
-			require.NotEmpty(t, recs)
-			again, err := ReadRecords(ctx, env, d, openTipMem(t), cfg)
-			require.NoError(t, err)
-			require.Equal(t, recs, again, "same inputs, other records")
-			ns := rollout.Job{Task: d.Task, Variation: d.Variation}.Namespace()
-			keys, turns := stepKeys(pc, cfg.Key, d), actionTurns(pc, d)
-			q := memstore.Query{K: cfg.TopK, Threshold: float32(cfg.Threshold), Order: memstore.OrderByScoreStable}
-			for _, r := range recs {
+			c := readCaseOf(t, env, v, pc, cfg)
+			d, mem, ns, keys, turns, q := c.d, c.mem, c.ns, c.keys, c.turns, c.q
+			for _, r := range c.recs {
 				i := r.Meta["step"].(int) - 1
 				kind := r.Meta["memory"].(string)
 				seen[kind]++
