@@ -24,7 +24,7 @@ var (
 	demosSkipFlag    = &cli.IntFlag{Name: "skip-variations", Usage: "leave out the first `N` variations of the split per task (e.g. those an RL run trains on)"}
 	demosOutFlag     = &cli.StringFlag{Name: "out", Aliases: []string{"o"}, Usage: "JSONL `FILE` to write (required)"}
 	demosPerStepFlag = &cli.BoolFlag{Name: "per-step", Usage: "one record per step instead of one packed record per episode (last-k history needs this)"}
-	demosTourFlag    = &cli.StringFlag{Name: "tour", Usage: "explore demos' room search order: doors (task-named rooms, then doors as discovered) or random (seeded; only a memory of the tour predicts it: for --read-records that must be read) (tour)", Value: string(demos.TourDoors)}
+	demosTourFlag    = &cli.StringFlag{Name: "tour", Usage: "explore demos' room search order: doors (task-named rooms, then doors as discovered), random (seeded; only a memory of the tour predicts it: for --read-records that must be read) or random-direct (random; a room the task names is reached by one teleport once the work has begun) (tour)", Value: string(demos.TourDoors)}
 	demosKindFlag    = &cli.StringFlag{Name: "kind", Usage: "gold (the environment's gold actions) or explore (gold work, observable room search instead of its moves; needs the teleport simplification, e.g. --simplifications easy)", Value: string(demos.KindGold)}
 	demosNoTipsFlag  = &cli.BoolFlag{Name: "no-tips", Usage: "leave out the tip-writing turn after each episode"}
 	demosHeldFlag    = &cli.BoolFlag{Name: "held-out", Usage: "with no --tasks, also include held-out tasks"}
@@ -39,6 +39,7 @@ var (
 	demosAttemptFlag = &cli.IntFlag{Name: "attempt-tips", Usage: "per episode, also write `N` tip-writing records after attempts that go astray (the demo's first actions, then random ones to the step limit), each answered with its true tip (docs/memory.md)"}
 	demosReadFlag    = &cli.IntFlag{Name: "read-records", Usage: "per episode, also write `N` memory-reading records: a step's prompt with the memory block the rollout would show (from the demo and attempts deviating from it; --key, --threshold, --top-k, --tips-in), answered with the demo's action (docs/sft.md)"}
 	demosReadMemFlag = &cli.StringFlag{Name: "read-memory", Usage: "with --read-records: retrieve the blocks from this tips memory `FILE` (read-only; e.g. a memory-only run's memory.db on the demos' variations: the policy's own attempts and tips) instead of a memory of the demo and attempts deviating from it"}
+	demosShortFlag   = &cli.BoolFlag{Name: "read-short", Usage: "with --read-records: each record keeps only the task's first turn and its own turn with the block, the turns between dropped (a record at the first step is left out) (read_short)"}
 	demosTrialsFlag  = &cli.IntFlag{Name: "read-trials", Usage: "with --read-records: each record's block comes from a memory of its own holding at most `N` episodes (the demo, or an attempt deviating at the record's step, and with N ≥ 2 sometimes one more), as an adaptation trial's memory holds the trials before it (0: one memory of the demo and all its attempts)"}
 	demosKeyFlag     = &cli.StringFlag{Name: "key", Usage: "retrieval key of --tip-records and --read-records (memory.key): conversation or observation", Value: string(demos.DefaultTipRecordConfig().Key)}
 
@@ -56,7 +57,7 @@ var demosShortcuts = []shortcut{
 	{demosHeldFlag, "held_out"}, {demosSeedFlag, "seed"}, {demosTextFlag, "text"}, {demosTipRecFlag, "tip_records"},
 	{demosTipFailFlag, "tip_failures"}, {demosFailTipFlag, "failure_tips"}, {demosThreshFlag, "threshold"},
 	{demosTipsInFlag, "tips_in"}, {demosTopKFlag, "top_k"}, {demosAttemptFlag, "attempt_tips"},
-	{demosReadFlag, "read_records"}, {demosReadMemFlag, "read_memory"}, {demosTrialsFlag, "read_trials"}, {demosKeyFlag, "key"},
+	{demosReadFlag, "read_records"}, {demosReadMemFlag, "read_memory"}, {demosTrialsFlag, "read_trials"}, {demosShortFlag, "read_short"}, {demosKeyFlag, "key"},
 	{promptHistoryFlag, "prompt.history"}, {promptKFlag, "prompt.history_k"}, {promptFormatFlag, "prompt.action_format"},
 	{promptSystemFlag, "prompt.system"},
 	{envDataFlag, "env_options.data_dir"}, {envJarFlag, "env_options.jar"}, {envSimpFlag, "env_options.simplifications"},
@@ -75,7 +76,7 @@ func envDemosCommand() *cli.Command {
 			"from --config FILE and --set KEY=VALUE; the flags are shortcuts. See docs/sft.md.",
 		Flags: append(append(configFlags("demos"), demosTasksFlag, demosSplitFlag, demosVarsFlag, demosSkipFlag, demosOutFlag, demosPerStepFlag, demosKindFlag, demosTourFlag,
 			demosNoTipsFlag, demosHeldFlag, demosSeedFlag, demosTextFlag, demosTipRecFlag, demosTipFailFlag, demosFailTipFlag, demosThreshFlag, demosTopKFlag, demosTipsInFlag, demosAttemptFlag,
-			demosReadFlag, demosReadMemFlag, demosTrialsFlag, demosKeyFlag, promptHistoryFlag, promptKFlag, promptFormatFlag, promptSystemFlag, forceFlag), envOptionFlags()...),
+			demosReadFlag, demosReadMemFlag, demosTrialsFlag, demosShortFlag, demosKeyFlag, promptHistoryFlag, promptKFlag, promptFormatFlag, promptSystemFlag, forceFlag), envOptionFlags()...),
 		Action: envDemos,
 	}
 }

@@ -236,10 +236,19 @@ const (
 	// block, not the history, decide the answer (docs/experiment.md,
 	// Study 3, gate run 5).
 	TourRandom Tour = "random"
+	// TourRandomDirect: TourRandom's search for the rooms the task does
+	// not name; a room the task names (find-living-thing's box room) is
+	// reached by one teleport when the work needs it, never searched for, so
+	// that what follows the search is a function of the task text (the
+	// random tour continues its search with the creature in hand until it
+	// happens on the box's room; docs/experiment.md, gate run 7).
+	TourRandomDirect Tour = "random-direct"
 )
 
 // Valid reports whether t is a known tour ("" counts as TourDoors).
-func (t Tour) Valid() bool { return t == "" || t == TourDoors || t == TourRandom }
+func (t Tour) Valid() bool {
+	return t == "" || t == TourDoors || t == TourRandom || t == TourRandomDirect
+}
 
 // ExploreTour is Explore with the search order tour.
 func ExploreTour(ctx context.Context, env environments.Env, envName, task string, variation int, seed int64, tour Tour) (Demo, error) {
@@ -247,7 +256,7 @@ func ExploreTour(ctx context.Context, env environments.Env, envName, task string
 		panic(fmt.Sprintf("demos: tour %q", tour))
 	}
 	var rng *rand.Rand
-	if tour == TourRandom {
+	if tour == TourRandom || tour == TourRandomDirect {
 		h := fnv.New64a()
 		h.Write([]byte(task))
 		rng = rand.New(rand.NewPCG(rollout.MixSeed(seed, int64(variation)), h.Sum64()))
@@ -295,6 +304,7 @@ func ExploreTour(ctx context.Context, env environments.Env, envName, task string
 		return sr.Done, nil
 	}
 	goldRoom := cur
+	worked := false // a gold action other than a move has been done
 	for _, a := range gold {
 		if m := moveRe.FindStringSubmatch(a); m != nil {
 			goldRoom = m[1]
@@ -304,7 +314,10 @@ func ExploreTour(ctx context.Context, env environments.Env, envName, task string
 			continue // doors are open under the simplifications teleport needs
 		}
 		for cur != goldRoom {
-			if looked[goldRoom] {
+			// random-direct: once the work has begun, a room the task names
+			// is reached by one teleport (before it, a search of a named
+			// room would tell where the thing is)
+			if looked[goldRoom] || tour == TourRandomDirect && worked && strings.Contains(d.Desc, "the "+goldRoom) {
 				done, err := do("teleport to " + goldRoom)
 				if err != nil || done {
 					return d, err
@@ -349,6 +362,7 @@ func ExploreTour(ctx context.Context, env environments.Env, envName, task string
 		if err != nil || done {
 			return d, err
 		}
+		worked = true
 	}
 	return d, nil
 }

@@ -2,6 +2,8 @@ package demos
 
 import (
 	"context"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -251,15 +253,7 @@ func TestExploreRandomTour(t *testing.T) {
 	ctx := context.Background()
 	env, err := textlab.New(environments.Options{Simplifications: "easy"})
 	require.NoError(t, err)
-	tasks, err := textlab.Tasks(environments.Options{})
-	require.NoError(t, err)
-	var tk environments.Task
-	for _, x := range tasks {
-		if x.Name == "find-living-thing" {
-			tk = x
-		}
-	}
-	require.NotEmpty(t, tk.Train)
+	tk := findLivingThing(t)
 	next := map[string]string{}
 	conflicts, differs := 0, 0
 	for _, v := range tk.Train {
@@ -293,4 +287,67 @@ func TestExploreRandomTour(t *testing.T) {
 	}
 	assert.Greater(t, conflicts, len(tk.Train)/4, "random tours are not predictable from the observations")
 	assert.Greater(t, differs, len(tk.Train)/2, "the seed draws the tour")
+}
+
+// TourRandomDirect searches as TourRandom does — the same seed gives the
+// same actions up to the first work action (focus), so a named room is
+// never reached early, which would tell where the creature is — and after
+// the pick-up goes straight to the box's room the task names ("teleport to
+// ROOM", then the move), where TourRandom goes on searching whenever it has
+// not looked at that room yet. Every find-living-thing train variation
+// ends done at score 100, never longer than its random tour.
+func TestExploreRandomDirectTour(t *testing.T) {
+	ctx := context.Background()
+	env, err := textlab.New(environments.Options{Simplifications: "easy"})
+	require.NoError(t, err)
+	tk := findLivingThing(t)
+	boxRoom := regexp.MustCompile(`box in the ([^.]+)\.$`)
+	shorter := 0
+	for _, v := range tk.Train {
+		for _, seed := range []int64{0, 7} {
+			d, err := ExploreTour(ctx, env, "textlab", tk.Name, v, seed, TourRandomDirect)
+			require.NoError(t, err)
+			r, err := ExploreTour(ctx, env, "textlab", tk.Name, v, seed, TourRandom)
+			require.NoError(t, err)
+			assert.True(t, d.Done, "variation %d", v)
+			assert.Equal(t, 100.0, d.Score, "variation %d", v)
+			da, ra := d.Actions(), r.Actions()
+			focus := slices.IndexFunc(da, func(a string) bool { return strings.HasPrefix(a, "focus on ") })
+			require.Positive(t, focus, "variation %d: %q", v, da)
+			assert.Equal(t, ra[:focus+1], da[:focus+1], "variation %d: the search is the random tour's", v)
+			m := boxRoom.FindStringSubmatch(d.Desc)
+			require.NotNil(t, m, d.Desc)
+			require.Greater(t, len(da), focus+2)
+			assert.True(t, strings.HasPrefix(da[focus+1], "pick up "), "variation %d: %q", v, da)
+			// then the move, after one teleport unless the creature sits in
+			// the box's room
+			rest := da[focus+2:]
+			if len(rest) == 2 {
+				assert.Equal(t, "teleport to "+m[1], rest[0], "variation %d: %q", v, da)
+			} else {
+				require.Len(t, rest, 1, "variation %d: %q", v, da)
+			}
+			assert.True(t, strings.HasPrefix(rest[len(rest)-1], "move "), "variation %d: %q", v, da)
+			assert.LessOrEqual(t, len(da), len(ra), "variation %d", v)
+			if len(da) < len(ra) {
+				shorter++
+			}
+		}
+	}
+	assert.Greater(t, shorter, len(tk.Train)/4, "the random tour often searches on with the creature in hand")
+}
+
+// findLivingThing is textlab's find-living-thing task.
+func findLivingThing(t *testing.T) environments.Task {
+	t.Helper()
+	tasks, err := textlab.Tasks(environments.Options{})
+	require.NoError(t, err)
+	for _, x := range tasks {
+		if x.Name == "find-living-thing" {
+			require.NotEmpty(t, x.Train)
+			return x
+		}
+	}
+	t.Fatal("textlab has no find-living-thing")
+	return environments.Task{}
 }

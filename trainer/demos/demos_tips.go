@@ -72,6 +72,11 @@ type TipRecordConfig struct {
 	// retrieves from a memory of its own holding at most n episodes, as the
 	// memory of an adaptation trial k holds the k−1 before it (ReadRecords).
 	ReadTrials int
+	// ReadShort (read records only): each record keeps the task's first
+	// turn (its answer as context) and the record's own turn with its
+	// block; the turns between are dropped (shortRecord). Many short
+	// records cost the tokens of one full-history record each.
+	ReadShort bool
 }
 
 // DefaultTipRecordConfig: no records; when asked for, 2 failed attempts of

@@ -234,9 +234,34 @@ func (p *readPlan) records(ctx context.Context, mem *memstore.Store, space func(
 		if n == 0 {
 			continue
 		}
-		out = append(out, readRecord(p.d, msgs, turns, i, n, name))
+		if p.cfg.ReadShort {
+			if msgs = shortPrompt(msgs); msgs == nil {
+				continue
+			}
+		}
+		rec := readRecord(p.d, msgs, turns, i, n, name)
+		if p.cfg.ReadShort {
+			rec.Meta["short"] = true
+		}
+		out = append(out, rec)
 	}
 	return out, nil
+}
+
+// shortPrompt is a read record's prompt under ReadShort: the system
+// message (if any), the task's first user turn and its answer, and the
+// last user turn (the record's step, with its block); nil when the last
+// user turn is the first (nothing to drop, and no answer to keep).
+func shortPrompt(msgs []llama.Message) []llama.Message {
+	first := 0
+	if len(msgs) > 0 && msgs[0].Role == sft.RoleSystem {
+		first = 1
+	}
+	if len(msgs)-1 <= first+1 {
+		return nil
+	}
+	out := append([]llama.Message(nil), msgs[:first+2]...)
+	return append(out, msgs[len(msgs)-1])
 }
 
 // readDraws is the random stream of d's read records — one of its own

@@ -450,3 +450,59 @@ func TestReadRecordsTrials(t *testing.T) {
 		require.ErrorContains(t, b.Validate(), "read_trials")
 	}
 }
+
+// ReadShort: every short record is the full-history record of the same
+// step and memory with the turns between the task's first answer and the
+// record's own turn dropped — the system message, the first user turn and
+// its answer (context, not trained), the record's user turn with its block
+// unchanged, the demo's action the one trained answer — and a record at the
+// first step (nothing to drop) is left out; demos.Run refuses read_short
+// without read_records.
+func TestReadRecordsShort(t *testing.T) {
+	env, err := textlab.New(environments.Options{Simplifications: "easy"})
+	require.NoError(t, err)
+	pc, cfg := study3ReadConfig()
+	cfg.FailureSteps, cfg.Records, cfg.ReadTrials = 6, 12, 2
+	shortCfg := cfg
+	shortCfg.ReadShort = true
+	var compared, dropped int
+	for v := range 3 {
+		full := readCaseOf(t, env, v, pc, cfg).recs
+		short := readCaseOf(t, env, v, pc, shortCfg).recs
+		byStep := map[int]sft.ChatRecord{}
+		first := 0 // full records at the first step
+		for _, r := range full {
+			byStep[r.Meta["step"].(int)] = r
+			if r.Meta["step"].(int) == 1 {
+				first++
+			}
+		}
+		dropped += first
+		for _, s := range short {
+			step := s.Meta["step"].(int)
+			require.Greater(t, step, 1, "a short record at the first step")
+			require.Equal(t, true, s.Meta["short"])
+			f, ok := byStep[step]
+			require.True(t, ok, "step %d: no full record", step)
+			require.Equal(t, f.Meta["memory"], s.Meta["memory"])
+			fm, sm := f.Messages, s.Messages
+			require.Equal(t, sft.RoleSystem, sm[0].Role)
+			require.Len(t, sm, 5)
+			assert.Equal(t, fm[:3], sm[:3], "system, first turn and its answer")
+			assert.Equal(t, fm[len(fm)-2:], sm[3:], "the record's turn with its block, and the answer")
+			assert.Contains(t, sm[3].Content, "<memory>")
+			assert.True(t, s.IsContext(2) && !s.IsContext(4), "the first answer is context, the last trained")
+			require.NoError(t, s.Check())
+			compared++
+		}
+		assert.Equal(t, len(full), len(short)+first, "variation %d: a short record per full one past the first step", v)
+	}
+	assert.Positive(t, compared)
+	t.Logf("%d short records compared, %d first-step records left out", compared, dropped)
+
+	c := DefaultRunConfig()
+	c.Env, c.Tasks, c.Variations, c.Kind, c.Out = "textlab", []string{"find-living-thing"}, 1, KindExplore, filepath.Join(t.TempDir(), "d.jsonl")
+	c.EnvOptions.Simplifications = "easy"
+	c.ReadShort = true
+	require.ErrorContains(t, c.Validate(), "read_short")
+}

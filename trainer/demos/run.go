@@ -34,7 +34,7 @@ type RunConfig struct {
 	Variations     int                  `yaml:"variations" doc:"at most this many variations per task, the first of the split after skip_variations; 0 = all"`
 	SkipVariations int                  `yaml:"skip_variations" doc:"leave out the first variations of the split per task (e.g. those an RL run trains on)"`
 	Kind           Kind                 `yaml:"kind" doc:"gold (the environment's gold actions) | explore (gold work, observable room search instead of its moves; needs the teleport simplification, e.g. env_options.simplifications easy)"`
-	Tour           Tour                 `yaml:"tour" doc:"explore demos' search order: doors (rooms named in the task, then doors in order of discovery: predictable from the observations) | random (a seeded random order: only a memory of the tour predicts it; for memory-reading records)"`
+	Tour           Tour                 `yaml:"tour" doc:"explore demos' search order: doors (rooms named in the task, then doors in order of discovery: predictable from the observations) | random (a seeded random order: only a memory of the tour predicts it; for memory-reading records) | random-direct (random, but a room the task names is reached by one teleport once the work has begun: find-living-thing's box room)"`
 	PerStep        bool                 `yaml:"per_step" doc:"one record per step instead of one packed record per episode (history last-k needs this)"`
 	NoTips         bool                 `yaml:"no_tips" doc:"leave out the tip-writing turn after each episode"`
 	Seed           int64                `yaml:"seed" doc:"reset seed (the failed attempts and astray attempts draw from it too)"`
@@ -51,6 +51,7 @@ type RunConfig struct {
 	ReadRecords    int                  `yaml:"read_records" doc:"per episode, also write this many memory-reading records: a step's prompt with the memory block the rollout would show, retrieved from a memory of the demo and of attempts deviating from it (ReadRecords), answered with the demo's action"`
 	ReadMemory     string               `yaml:"read_memory" doc:"with read_records: retrieve the blocks from this tips memory (e.g. a memory-only run's memory.db on the demos' variations: the policy's own attempts and tips, read-only) instead of a memory of the demo and attempts deviating from it; the records answer with the demo's action (OwnReadRecords); empty = none"`
 	ReadTrials     int                  `yaml:"read_trials" doc:"with read_records: 0 = every record's block comes from one memory of the demo and all its deviating attempts; n ≥ 1 = each record has a memory of its own holding at most n episodes (the demo, or the attempt deviating at its step, and with n ≥ 2 sometimes one more), as an adaptation trial's memory holds the trials before it (ReadRecords); not with read_memory"`
+	ReadShort      bool                 `yaml:"read_short" doc:"with read_records: each record keeps only the task's first turn (its answer as context) and the record's own turn with its block, the turns between dropped; a record whose step is the first is left out (many short records for the tokens of one full-history record)"`
 	Key            rollout.KeyKind      `yaml:"key" doc:"retrieval key of tip_records and read_records (memory.key): conversation | observation"`
 
 	// Plan, when set, is told the tasks and variations to play before the
@@ -107,7 +108,7 @@ func (c *RunConfig) tipRecordConfig(pc rollout.PromptConfig) TipRecordConfig {
 	t.Prompt, t.Records, t.Failures = pc, c.TipRecords, c.TipFailures
 	t.TopK, t.Threshold, t.Seed = c.TopK, c.Threshold, c.Seed
 	t.FailureTips, t.TipsIn, t.Key = c.FailureTips, c.TipsIn, c.Key
-	t.ReadTrials = c.ReadTrials
+	t.ReadTrials, t.ReadShort = c.ReadTrials, c.ReadShort
 	return t
 }
 
@@ -146,9 +147,9 @@ func (c *RunConfig) validate() (resolved, error) {
 		return r, bad("kind %q: want %s or %s", c.Kind, KindGold, KindExplore)
 	}
 	if !c.Tour.Valid() {
-		return r, bad("tour %q: want %s or %s", c.Tour, TourDoors, TourRandom)
+		return r, bad("tour %q: want %s, %s or %s", c.Tour, TourDoors, TourRandom, TourRandomDirect)
 	}
-	if c.Tour == TourRandom && c.Kind != KindExplore {
+	if (c.Tour == TourRandom || c.Tour == TourRandomDirect) && c.Kind != KindExplore {
 		return r, bad("tour %s orders explore demos' room search: give kind %s (--kind %s)", c.Tour, KindExplore, KindExplore)
 	}
 	if r.pc.History != rollout.HistoryFull && !c.PerStep {
@@ -178,6 +179,9 @@ func (c *RunConfig) validate() (resolved, error) {
 	}
 	if c.ReadTrials != 0 && (c.ReadRecords == 0 || c.ReadMemory != "") {
 		return r, bad("read_trials %d: needs read_records and no read_memory (it shapes the memories read records are built from)", c.ReadTrials)
+	}
+	if c.ReadShort && c.ReadRecords == 0 {
+		return r, bad("read_short shortens read records: give read_records (--read-records N) too")
 	}
 	if c.ReadRecords > 0 {
 		rt := r.tips

@@ -47,7 +47,7 @@ func TestRunConfigValidate(t *testing.T) {
 		{func(c *RunConfig) { c.Out = "" }, "out is required"},
 		{func(c *RunConfig) { c.Split = "nope" }, "unknown split"},
 		{func(c *RunConfig) { c.Kind = "nope" }, `kind "nope"`},
-		{func(c *RunConfig) { c.Kind = KindExplore; c.Tour = "spiral" }, `tour "spiral": want doors or random`},
+		{func(c *RunConfig) { c.Kind = KindExplore; c.Tour = "spiral" }, `tour "spiral": want doors, random or random-direct`},
 		{func(c *RunConfig) { c.Tour = TourRandom }, "tour random orders explore demos' room search: give kind explore"},
 		{func(c *RunConfig) { c.Prompt.History = rollout.HistoryLast }, "set per_step"},
 		{func(c *RunConfig) { c.Variations = -1 }, "variations -1 is negative"},

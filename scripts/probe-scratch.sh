@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Fourth round of probes (issue 36; docs/results.md, "Fourth round"): NOT
+# pre-registered, dev split only. From a fresh model (no earlier probe
+# chain: that chain's artefacts are not in the tree, and make experiment
+# needs a recipe that starts from scratch): random-direct tours of
+# find-living-thing (env demos --tour random-direct), then memory-reading
+# records, short ones (--read-short) among them. Each case writes
+# build/p7/NAME.gguf; `ev MODEL NAME` plays the gate's adaptation trials on
+# 8 dev variations (seed 1, the gate's memory settings) and prints
+# scripts/exptable -reading's row (EXTRA adds eval flags, e.g.
+# EXTRA="--set rollout.oracle_tips=true").
+#
+#   OUT=build/g7base UNTIL=model scripts/experiment.sh gate   # the corpus, the fresh model, the other families' demos
+#   scripts/probe-scratch.sh data1 && scripts/probe-scratch.sh d1   # one stage, 3 epochs
+#   scripts/probe-scratch.sh s1data && scripts/probe-scratch.sh s1  # plain tours only, 6 epochs (19 min)
+#   scripts/probe-scratch.sh s2data && scripts/probe-scratch.sh s2  # from s1: short read records of every kind, 2 epochs
+#   scripts/probe-scratch.sh s3data && scripts/probe-scratch.sh s3  # from s1: short read-all room choices, 2 epochs
+#   s4: s3 with the score before the action (scripts/probe-score-first.patch):
+#     git apply scripts/probe-score-first.patch && go build -o bin/empo2-sf ./cmd/empo2 && git apply -R scripts/probe-score-first.patch
+#     E=bin/empo2-sf SUF=sf scripts/probe-scratch.sh s3data && E=bin/empo2-sf scripts/probe-scratch.sh s4
+#     E=bin/empo2-sf scripts/probe-scratch.sh ev build/p7/s4.gguf s4
+#   scripts/probe-scratch.sh s5data && FROM=s3 scripts/probe-scratch.sh s5   # a denser copy signal, 1 epoch
+#   scripts/probe-scratch.sh ev build/p7/s2.gguf s2
+set -euo pipefail
+cd "$(dirname "$0")/.."
+E=${E:-bin/empo2}
+P=build/p7
+B=build/g7base
+SUF=${SUF:-}
+mkdir -p "$P"
+export TMPDIR=${TMPDIR:-$PWD/.tmp} CGO_CFLAGS=${CGO_CFLAGS:--O3 -march=native} CGO_CXXFLAGS=${CGO_CXXFLAGS:--O3 -march=native}
+mkdir -p "$TMPDIR"
+MEM=(--key observation --threshold 0.95 --top-k 3 --tips-in last-turn)
+ROOM='"content":"teleport to [^"]*"}\]'
+# rtour SEED N OUT: random-direct tours of find-living-thing train
+# variations 8… (seed SEED), each with N read records from one- or
+# two-episode memories (N 0: the plain demos only)
+rtour() {
+	local read=()
+	(($2 == 0)) || read=("${MEM[@]}" --read-records "$2" --read-trials 2 --tip-failures 4)
+	"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore --tour random-direct \
+		--seed "$1" --simplifications easy "${read[@]}" -o "$3" >/dev/null
+}
+# shortread SEED OUT: the short read records (12 per demo) of seed SEED
+shortread() {
+	"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore --tour random-direct \
+		--seed "$1" --simplifications easy "${MEM[@]}" --read-records 12 --read-trials 2 --tip-failures 4 --read-short -o "$2" >/dev/null
+}
+# shortroom FIRST LAST OUT: the read-all room-choice short records of seeds FIRST…LAST
+shortroom() {
+	: >"$3"
+	local s
+	for s in $(seq "$1" "$2"); do
+		shortread "$s" "$P/r.jsonl"
+		grep '"memory":"read-all"' "$P/r.jsonl" | grep "$ROOM" >>"$3" || true
+	done
+}
+sft() { # FROM DATA OUT EPOCHS LR MINLR
+	"$E" sft --force --full -m "$1" --data "$2" --val "$B/rl-dev.jsonl" -o "$3" --epochs "$4" --lr "$5" --min-lr "$6" --warmup 10 \
+		--batch-tokens 2048 --no-pack --max-len 2048 --micro-tokens 4096 --threads 2 --seed 1 --json >"${3%.gguf}-epochs.jsonl" 2>"${3%.gguf}.log"
+}
+mix() { cat "${@:2}" | shuf --random-source=<(yes) >"$1"; }
+name=${1:?usage: scripts/probe-scratch.sh NAME}
+case $name in
+data1) # one stage: the other families, 128 plain tours (seeds 11-12), seed 13's tours with 4 read records each, 1,000 jq-shortened room choices
+	grep -v '"task":"find-living-thing"' "$B/sft-train.jsonl" >"$P/other.jsonl"
+	: >"$P/plain.jsonl"
+	for s in 11 12; do rtour "$s" 0 "$P/r.jsonl" && cat "$P/r.jsonl" >>"$P/plain.jsonl"; done
+	rtour 13 4 "$P/read.jsonl"
+	: >"$P/short-raw.jsonl"
+	for s in $(seq 100 110); do rtour "$s" 12 "$P/r.jsonl" && { grep '"memory":"read-all"' "$P/r.jsonl" | grep "$ROOM" >>"$P/short-raw.jsonl" || true; }; done
+	jq -c -f scripts/probe-shorten.jq <"$P/short-raw.jsonl" | shuf -n 1000 --random-source=<(yes) >"$P/short.jsonl"
+	mix "$P/d1.jsonl" "$P"/other.jsonl "$P"/plain.jsonl "$P"/read.jsonl "$P"/short.jsonl ;;
+d1) sft "$B/model.gguf" "$P/d1.jsonl" "$P/d1.gguf" 3 3e-3 3e-4 ;;
+s1data) # the skills: the other families and 192 plain tours (seeds 11, 12, 14); after data1
+	cp "$P/plain.jsonl" "$P/plain3.jsonl"
+	rtour 14 0 "$P/r.jsonl" && cat "$P/r.jsonl" >>"$P/plain3.jsonl"
+	mix "$P/s1.jsonl" "$P/other.jsonl" "$P/plain3.jsonl" ;;
+s1) sft "$B/model.gguf" "$P/s1.jsonl" "$P/s1.gguf" 6 3e-3 3e-4 ;;
+s2data) # every short read record of seeds 100-101 (all step kinds, read-all and read-fail),
+	# the read-all room choices of seeds 102-104, seed 13's full read records and tours
+	: >"$P/short2.jsonl"
+	for s in 100 101; do shortread "$s" "$P/r.jsonl" && grep '"read":true' "$P/r.jsonl" >>"$P/short2.jsonl"; done
+	shortroom 102 104 "$P/shortroom.jsonl"
+	mix "$P/s2.jsonl" "$P/short2.jsonl" "$P/read.jsonl"
+	mix "$P/s2b.jsonl" "$P/shortroom.jsonl" "$P/s2.jsonl" ;;
+s2) sft "$P/s1.gguf" "$P/s2b.jsonl" "$P/s2.gguf" 2 1e-3 1e-4 ;;
+s3data) # the read-all room choices of seeds 102-110 + seed 13's full read records and tours (SUF names the files)
+	shortroom 102 110 "$P/sroom$SUF.jsonl"
+	rtour 13 4 "$P/read$SUF.jsonl"
+	mix "$P/s3$SUF.jsonl" "$P/sroom$SUF.jsonl" "$P/read$SUF.jsonl" ;;
+s3) sft "$P/s1.gguf" "$P/s3.jsonl" "$P/s3.gguf" 2 1e-3 1e-4 ;;
+s4) sft "$P/s1.gguf" "$P/s3sf.jsonl" "$P/s4.gguf" 2 1e-3 1e-4 ;;
+s5data) # a denser copy signal: the read-all room choices of seeds 111-150 + seed 13's full read records (SUF names the files; after s3data)
+	shortroom 111 150 "$P/sroom5$SUF.jsonl"
+	mix "$P/s5$SUF.jsonl" "$P/sroom5$SUF.jsonl" "$P/read$SUF.jsonl" ;;
+s5) sft "$P/${FROM:?FROM=s3 or s4}.gguf" "$P/s5$SUF.jsonl" "$P/s5$SUF.gguf" 1 1e-3 1e-4 ;;
+ev)
+	"$E" eval --force --env textlab --simplifications easy --temperature 0.4 --seed 1 --threads 2 --ctx 4096 --model "${2:?ev MODEL NAME}" \
+		--tasks find-living-thing --ood --trials 3 --threshold 0.95 --top-k 3 --set memory.tips_in=last-turn --set memory.key=observation \
+		--tip-temperature 0 --split dev --variations 8 ${EXTRA:-} -o "$P/${3:?ev MODEL NAME}-dev.json" --episodes-out "$P/$3-dev.jsonl" >"$P/$3-dev.log" 2>&1
+	go build -o "$P/exptable" ./scripts/exptable
+	"$P/exptable" -reading "$P/$3-dev.jsonl" ;;
+*) echo "unknown probe $name" >&2 && exit 2 ;;
+esac
