@@ -241,13 +241,17 @@ const (
 	// reached by one teleport when the work needs it, never searched for, so
 	// that what follows the search is a function of the task text (the
 	// random tour continues its search with the creature in hand until it
-	// happens on the box's room; docs/experiment.md, gate run 7).
+	// happens on the box's room; docs/results.md, fourth round).
 	TourRandomDirect Tour = "random-direct"
 )
 
+// random reports whether t draws its search order (TourRandom,
+// TourRandomDirect).
+func (t Tour) random() bool { return t == TourRandom || t == TourRandomDirect }
+
 // Valid reports whether t is a known tour ("" counts as TourDoors).
 func (t Tour) Valid() bool {
-	return t == "" || t == TourDoors || t == TourRandom || t == TourRandomDirect
+	return t == "" || t == TourDoors || t.random()
 }
 
 // ExploreTour is Explore with the search order tour.
@@ -256,7 +260,7 @@ func ExploreTour(ctx context.Context, env environments.Env, envName, task string
 		panic(fmt.Sprintf("demos: tour %q", tour))
 	}
 	var rng *rand.Rand
-	if tour == TourRandom || tour == TourRandomDirect {
+	if tour.random() {
 		h := fnv.New64a()
 		h.Write([]byte(task))
 		rng = rand.New(rand.NewPCG(rollout.MixSeed(seed, int64(variation)), h.Sum64()))

@@ -342,12 +342,8 @@ func findLivingThing(t *testing.T) environments.Task {
 	t.Helper()
 	tasks, err := textlab.Tasks(environments.Options{})
 	require.NoError(t, err)
-	for _, x := range tasks {
-		if x.Name == "find-living-thing" {
-			require.NotEmpty(t, x.Train)
-			return x
-		}
-	}
-	t.Fatal("textlab has no find-living-thing")
-	return environments.Task{}
+	tk, err := environments.FindTask(tasks, "find-living-thing")
+	require.NoError(t, err)
+	require.NotEmpty(t, tk.Train)
+	return tk
 }

@@ -74,7 +74,7 @@ type TipRecordConfig struct {
 	ReadTrials int
 	// ReadShort (read records only): each record keeps the task's first
 	// turn (its answer as context) and the record's own turn with its
-	// block; the turns between are dropped (shortRecord). Many short
+	// block; the turns between are dropped (shortPrompt). Many short
 	// records cost the tokens of one full-history record each.
 	ReadShort bool
 }

@@ -149,7 +149,7 @@ func (c *RunConfig) validate() (resolved, error) {
 	if !c.Tour.Valid() {
 		return r, bad("tour %q: want %s, %s or %s", c.Tour, TourDoors, TourRandom, TourRandomDirect)
 	}
-	if (c.Tour == TourRandom || c.Tour == TourRandomDirect) && c.Kind != KindExplore {
+	if c.Tour.random() && c.Kind != KindExplore {
 		return r, bad("tour %s orders explore demos' room search: give kind %s (--kind %s)", c.Tour, KindExplore, KindExplore)
 	}
 	if r.pc.History != rollout.HistoryFull && !c.PerStep {
