@@ -9,6 +9,8 @@
 # the gate runs in a worktree with scripts/probe-score-first.patch applied
 # (its binary and its exptable), as the probes do (probe-reading.sh's
 # header): cd /tmp/sf && make && scripts/gate-probe.sh build/probe/fix4.gguf build/experiment-gate5
+# A policy taught on the tree's own entries (tip first: the fourth and fifth
+# rounds' build/p7 models) runs in this tree with TIP_FIRST=1.
 # Writes OUT: gate/{pool,heldout}-sS.{json,jsonl}, gate.md (the verdict,
 # scripts/exptable -gate), gate-reading.md, timing.txt.
 set -euo pipefail
@@ -16,8 +18,8 @@ cd "$(dirname "$0")/.."
 E=${EMPO2:-bin/empo2}
 M=${1:?usage: scripts/gate-probe.sh MODEL OUT}
 G=${2:?usage: scripts/gate-probe.sh MODEL OUT}
-grep -q 'The episode ended with score %s/100; at this step' trainer/rollout/tips.go ||
-	{ echo "gate-probe.sh: run it in a tree with scripts/probe-score-first.patch applied (see the header)" >&2 && exit 2; }
+[[ ${TIP_FIRST:-0} == 1 ]] || grep -q 'The episode ended with score %s/100; at this step' trainer/rollout/tips.go ||
+	{ echo "gate-probe.sh: run it in a tree with scripts/probe-score-first.patch applied (see the header), or TIP_FIRST=1 for a policy taught on the tree's own entries" >&2 && exit 2; }
 export TMPDIR=${TMPDIR:-$PWD/.tmp} CGO_CFLAGS=${CGO_CFLAGS:--O3 -march=native} CGO_CXXFLAGS=${CGO_CXXFLAGS:--O3 -march=native}
 mkdir -p "$TMPDIR" "$G/gate"
 T0=$(date +%s)

@@ -21,6 +21,10 @@
 #     E=bin/empo2-sf scripts/probe-scratch.sh ev build/p7/s4.gguf s4
 #   scripts/probe-scratch.sh s5data && FROM=s3 scripts/probe-scratch.sh s5   # a denser copy signal, 1 epoch
 #   scripts/probe-scratch.sh ev build/p7/s2.gguf s2
+# Fifth round (docs/results.md, "Fifth round"): tips the policy cannot trust
+# (--read-wrong-tips 0.5: half the stored episodes show another episode's
+# tip) and a copy signal of about twice s5's volume, from s1:
+#   scripts/probe-scratch.sh s6data && scripts/probe-scratch.sh s6
 set -euo pipefail
 cd "$(dirname "$0")/.."
 E=${E:-bin/empo2}
@@ -37,14 +41,15 @@ ROOM='"content":"teleport to [^"]*"}\]'
 # two-episode memories (N 0: the plain demos only)
 rtour() {
 	local read=()
-	(($2 == 0)) || read=("${MEM[@]}" --read-records "$2" --read-trials 2 --tip-failures 4)
+	(($2 == 0)) || read=("${MEM[@]}" --read-records "$2" --read-trials 2 --tip-failures 4 --read-wrong-tips "${WRONG:-0}")
 	"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore --tour random-direct \
 		--seed "$1" --simplifications easy "${read[@]}" -o "$3" >/dev/null
 }
-# shortread SEED OUT: the short read records (12 per demo) of seed SEED
+# shortread SEED OUT: the short read records (12 per demo) of seed SEED (WRONG: --read-wrong-tips, default 0)
 shortread() {
 	"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore --tour random-direct \
-		--seed "$1" --simplifications easy "${MEM[@]}" --read-records 12 --read-trials 2 --tip-failures 4 --read-short -o "$2" >/dev/null
+		--seed "$1" --simplifications easy "${MEM[@]}" --read-records 12 --read-trials 2 --tip-failures 4 --read-short \
+		--read-wrong-tips "${WRONG:-0}" -o "$2" >/dev/null
 }
 # shortroom FIRST LAST OUT: the read-all room-choice short records of seeds FIRST…LAST
 shortroom() {
@@ -95,6 +100,18 @@ s5data) # a denser copy signal: the read-all room choices of seeds 111-150 + see
 	shortroom 111 150 "$P/sroom5$SUF.jsonl"
 	mix "$P/s5$SUF.jsonl" "$P/sroom5$SUF.jsonl" "$P/read$SUF.jsonl" ;;
 s5) sft "$P/${FROM:?FROM=s3 or s4}.gguf" "$P/s5$SUF.jsonl" "$P/s5$SUF.gguf" 1 1e-3 1e-4 ;;
+s6data) # wrong tips in half the stored episodes: the read-all room choices of seeds 200-289,
+	# every short read record of seeds 100-101, full read records (4 per tour) of seeds 13 and 15,
+	# the plain tours of seed 17
+	export WRONG=0.5
+	shortroom 200 289 "$P/sroom6.jsonl"
+	: >"$P/short6.jsonl"
+	for s in 100 101; do shortread "$s" "$P/r.jsonl" && grep '"read":true' "$P/r.jsonl" >>"$P/short6.jsonl"; done
+	: >"$P/read6.jsonl"
+	for s in 13 15; do rtour "$s" 4 "$P/r.jsonl" && cat "$P/r.jsonl" >>"$P/read6.jsonl"; done
+	WRONG=0 rtour 17 0 "$P/plain6.jsonl"
+	mix "$P/s6.jsonl" "$P/sroom6.jsonl" "$P/short6.jsonl" "$P/read6.jsonl" "$P/plain6.jsonl" ;;
+s6) sft "$P/s1.gguf" "$P/s6.jsonl" "$P/s6.gguf" 1 1e-3 1e-4 ;;
 ev)
 	"$E" eval --force --env textlab --simplifications easy --temperature 0.4 --seed 1 --threads 2 --ctx 4096 --model "${2:?ev MODEL NAME}" \
 		--tasks find-living-thing --ood --trials 3 --threshold 0.95 --top-k 3 --set memory.tips_in=last-turn --set memory.key=observation \

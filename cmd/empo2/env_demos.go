@@ -41,6 +41,7 @@ var (
 	demosReadMemFlag = &cli.StringFlag{Name: "read-memory", Usage: "with --read-records: retrieve the blocks from this tips memory `FILE` (read-only; e.g. a memory-only run's memory.db on the demos' variations: the policy's own attempts and tips) instead of a memory of the demo and attempts deviating from it"}
 	demosShortFlag   = &cli.BoolFlag{Name: "read-short", Usage: "with --read-records: each record keeps only the task's first turn and its own turn with the block, the turns between dropped (a record at the first step is left out) (read_short)"}
 	demosTrialsFlag  = &cli.IntFlag{Name: "read-trials", Usage: "with --read-records: each record's block comes from a memory of its own holding at most `N` episodes (the demo, or an attempt deviating at the record's step, and with N ≥ 2 sometimes one more), as an adaptation trial's memory holds the trials before it (0: one memory of the demo and all its attempts)"}
+	demosWrongFlag   = &cli.Float64Flag{Name: "read-wrong-tips", Usage: "with --read-records: the probability `P` that a stored episode shows another episode's tip instead of its own (only the code-written action and score then say what to do) (read_wrong_tips)"}
 	demosKeyFlag     = &cli.StringFlag{Name: "key", Usage: "retrieval key of --tip-records and --read-records (memory.key): conversation or observation", Value: string(demos.DefaultTipRecordConfig().Key)}
 
 	promptHistoryFlag = &cli.StringFlag{Name: "history", Usage: "prompt history: full or last-k", Value: string(rollout.HistoryFull)}
@@ -57,7 +58,8 @@ var demosShortcuts = []shortcut{
 	{demosHeldFlag, "held_out"}, {demosSeedFlag, "seed"}, {demosTextFlag, "text"}, {demosTipRecFlag, "tip_records"},
 	{demosTipFailFlag, "tip_failures"}, {demosFailTipFlag, "failure_tips"}, {demosThreshFlag, "threshold"},
 	{demosTipsInFlag, "tips_in"}, {demosTopKFlag, "top_k"}, {demosAttemptFlag, "attempt_tips"},
-	{demosReadFlag, "read_records"}, {demosReadMemFlag, "read_memory"}, {demosTrialsFlag, "read_trials"}, {demosShortFlag, "read_short"}, {demosKeyFlag, "key"},
+	{demosReadFlag, "read_records"}, {demosReadMemFlag, "read_memory"}, {demosTrialsFlag, "read_trials"}, {demosShortFlag, "read_short"},
+	{demosWrongFlag, "read_wrong_tips"}, {demosKeyFlag, "key"},
 	{promptHistoryFlag, "prompt.history"}, {promptKFlag, "prompt.history_k"}, {promptFormatFlag, "prompt.action_format"},
 	{promptSystemFlag, "prompt.system"},
 	{envDataFlag, "env_options.data_dir"}, {envJarFlag, "env_options.jar"}, {envSimpFlag, "env_options.simplifications"},
@@ -76,7 +78,7 @@ func envDemosCommand() *cli.Command {
 			"from --config FILE and --set KEY=VALUE; the flags are shortcuts. See docs/sft.md.",
 		Flags: append(append(configFlags("demos"), demosTasksFlag, demosSplitFlag, demosVarsFlag, demosSkipFlag, demosOutFlag, demosPerStepFlag, demosKindFlag, demosTourFlag,
 			demosNoTipsFlag, demosHeldFlag, demosSeedFlag, demosTextFlag, demosTipRecFlag, demosTipFailFlag, demosFailTipFlag, demosThreshFlag, demosTopKFlag, demosTipsInFlag, demosAttemptFlag,
-			demosReadFlag, demosReadMemFlag, demosTrialsFlag, demosShortFlag, demosKeyFlag, promptHistoryFlag, promptKFlag, promptFormatFlag, promptSystemFlag, forceFlag), envOptionFlags()...),
+			demosReadFlag, demosReadMemFlag, demosTrialsFlag, demosShortFlag, demosWrongFlag, demosKeyFlag, promptHistoryFlag, promptKFlag, promptFormatFlag, promptSystemFlag, forceFlag), envOptionFlags()...),
 		Action: envDemos,
 	}
 }

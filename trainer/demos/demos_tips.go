@@ -77,6 +77,12 @@ type TipRecordConfig struct {
 	// block; the turns between are dropped (shortPrompt). Many short
 	// records cost the tokens of one full-history record each.
 	ReadShort bool
+	// WrongTips (read records only, not OwnReadRecords): the probability
+	// that a stored episode (the demo or a deviating attempt) shows the
+	// tip of another of the demo's episodes instead of its own, so that
+	// only the code-written action and score say what to do, as with a
+	// policy's own, often false, tips (0: every tip its episode's own).
+	WrongTips float64
 }
 
 // DefaultTipRecordConfig: no records; when asked for, 2 failed attempts of
@@ -99,6 +105,8 @@ func (c TipRecordConfig) Check() error {
 		return bad("failure tips need tip records (a count ≥ 1)")
 	case c.Records == 0:
 		return nil
+	case !(c.WrongTips >= 0 && c.WrongTips <= 1):
+		return bad("wrong tips %g: want a probability in [0, 1]", c.WrongTips)
 	case c.ReadTrials < 0:
 		return bad("read trials %d: want ≥ 0 (0: one memory of every attempt)", c.ReadTrials)
 	case c.Failures < 1:
@@ -152,6 +160,12 @@ func stepKeys(pc rollout.PromptConfig, k rollout.KeyKind, d Demo) []string {
 // conversation, or each under its own key (KeyObservation), as WriteTips
 // stores them.
 func demoEntries(pc rollout.PromptConfig, k rollout.KeyKind, d Demo, episode string) []memstore.Entry {
+	return tipEntries(pc, k, d, Tip(d), episode)
+}
+
+// tipEntries is demoEntries with tip as every entry's tip instead of
+// d's own (read records under TipRecordConfig.WrongTips).
+func tipEntries(pc rollout.PromptConfig, k rollout.KeyKind, d Demo, tip, episode string) []memstore.Entry {
 	keys := stepKeys(pc, k, d)
 	steps := make([]rollout.TipStep, len(d.Steps))
 	for i, s := range d.Steps {
@@ -160,7 +174,7 @@ func demoEntries(pc rollout.PromptConfig, k rollout.KeyKind, d Demo, episode str
 			steps[i].Context = keys[len(d.Steps)]
 		}
 	}
-	return rollout.EpisodeEntries(Tip(d), steps, d.Score, 0, episode)
+	return rollout.EpisodeEntries(tip, steps, d.Score, 0, episode)
 }
 
 // FailedAttempt replays the demo's first prefix actions, then takes up to

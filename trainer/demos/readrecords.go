@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 
 	"github.com/empo2/empo2/environments"
 	"github.com/empo2/empo2/llama"
@@ -76,17 +77,15 @@ func ReadRecords(ctx context.Context, env environments.Env, d Demo, mem *memstor
 	}
 	// attempts[k] is the entries of the attempt deviating at prefixes[k]
 	// (nil when it took no step)
-	attempts := make([][]memstore.Entry, len(prefixes))
+	played := make([]Demo, len(prefixes))
 	for k, pre := range prefixes {
 		f, err := DeviatingAttempt(ctx, env, d, pre, cfg.FailureSteps, cfg.Seed, rng)
 		if err != nil {
 			return nil, err
 		}
-		if len(f.Steps) > 0 {
-			attempts[k] = demoEntries(p.pc, cfg.Key, f, p.ns+"/dev"+strconv.Itoa(k))
-		}
+		played[k] = f
 	}
-	demo := demoEntries(p.pc, cfg.Key, d, p.ns+"/demo")
+	attempts, demo := p.entries(played)
 	if cfg.ReadTrials > 0 {
 		return p.trialRecords(ctx, mem, attempts, demo)
 	}
@@ -112,6 +111,65 @@ func ReadRecords(ctx context.Context, env environments.Env, d Demo, mem *memstor
 		return all, "read-all"
 	})
 }
+
+// entries stores-to-be the deviating attempts played (attempts[k] is nil
+// for an attempt that took no step) and the demo, one entry per step
+// (demoEntries), each episode with its own true tip — or, under
+// cfg.WrongTips, with probability WrongTips the tip of another of these
+// episodes whose tip text differs (drawn from a stream of its own, so
+// that WrongTips 0 leaves every record as it was). An episode given a
+// foreign tip has WrongTipSuffix on its entries' Episode.
+func (p *readPlan) entries(played []Demo) (attempts [][]memstore.Entry, demo []memstore.Entry) {
+	eps := make([]Demo, 0, len(played)+1)
+	names := make([]string, 0, len(played)+1)
+	for k, f := range played {
+		if len(f.Steps) > 0 {
+			eps, names = append(eps, f), append(names, p.ns+"/dev"+strconv.Itoa(k))
+		}
+	}
+	eps, names = append(eps, p.d), append(names, p.ns+"/demo")
+	tips := make([]string, len(eps))
+	for i, e := range eps {
+		tips[i] = Tip(e)
+	}
+	shown := append([]string(nil), tips...)
+	if p.cfg.WrongTips > 0 {
+		wrng := rand.New(rand.NewPCG(rollout.MixSeed(p.cfg.Seed, int64(p.d.Variation)), rollout.MixSeed(int64(len(p.d.Task)), wrongTipStream)))
+		for i := range eps {
+			if wrng.Float64() >= p.cfg.WrongTips {
+				continue
+			}
+			var others []int
+			for j := range eps {
+				if tips[j] != tips[i] {
+					others = append(others, j)
+				}
+			}
+			if len(others) > 0 {
+				shown[i], names[i] = tips[others[wrng.IntN(len(others))]], names[i]+WrongTipSuffix
+			}
+		}
+	}
+	out := make([][]memstore.Entry, len(eps))
+	for i, e := range eps {
+		out[i] = tipEntries(p.pc, p.cfg.Key, e, shown[i], names[i])
+	}
+	attempts = make([][]memstore.Entry, len(played))
+	i := 0
+	for k, f := range played {
+		if len(f.Steps) > 0 {
+			attempts[k], i = out[i], i+1
+		}
+	}
+	return attempts, out[i]
+}
+
+// WrongTipSuffix ends the Episode of a read-record memory entry whose tip
+// is another episode's (TipRecordConfig.WrongTips).
+const WrongTipSuffix = "/wrong-tip"
+
+// wrongTipStream names the random stream of TipRecordConfig.WrongTips.
+const wrongTipStream = 0x77726f6e67
 
 // trialRecords is ReadRecords under cfg.ReadTrials n ≥ 1: record r
 // retrieves from a memory of its own, as an adaptation trial's memory
@@ -227,10 +285,11 @@ func (p *readPlan) records(ctx context.Context, mem *memstore.Store, space func(
 		if ns == "" {
 			continue
 		}
-		msgs, n, err := memoryPrompt(ctx, mem, ns, q, p.pc, p.cfg.TipsIn, p.d, keys, turns, i)
+		msgs, block, err := memoryBlock(ctx, mem, ns, q, p.pc, p.cfg.TipsIn, p.d, keys, turns, i)
 		if err != nil {
 			return nil, err
 		}
+		n := len(block)
 		if n == 0 {
 			continue
 		}
@@ -242,6 +301,15 @@ func (p *readPlan) records(ctx context.Context, mem *memstore.Store, space func(
 		rec := readRecord(p.d, msgs, turns, i, n, name)
 		if p.cfg.ReadShort {
 			rec.Meta["short"] = true
+		}
+		if p.cfg.WrongTips > 0 {
+			wrong := 0
+			for _, m := range block {
+				if strings.HasSuffix(m.Episode, WrongTipSuffix) {
+					wrong++
+				}
+			}
+			rec.Meta["wrong_tips"] = wrong
 		}
 		out = append(out, rec)
 	}
@@ -289,6 +357,14 @@ func readRecord(d Demo, msgs []llama.Message, turns []rollout.Turn, i, n int, me
 // (0: none, and no prompt is worth writing).
 func memoryPrompt(ctx context.Context, mem *memstore.Store, space string, q memstore.Query, pc rollout.PromptConfig,
 	tipsIn rollout.TipsIn, d Demo, keys []string, turns []rollout.Turn, i int) (msgs []llama.Message, n int, err error) {
+	msgs, block, err := memoryBlock(ctx, mem, space, q, pc, tipsIn, d, keys, turns, i)
+	return msgs, len(block), err
+}
+
+// memoryBlock is memoryPrompt with step i's retrieved entries (block)
+// instead of their number.
+func memoryBlock(ctx context.Context, mem *memstore.Store, space string, q memstore.Query, pc rollout.PromptConfig,
+	tipsIn rollout.TipsIn, d Demo, keys []string, turns []rollout.Turn, i int) (msgs []llama.Message, block []memstore.Match, err error) {
 	blocks := make([]string, i+1)
 	for j := range blocks {
 		if j < i && tipsIn != rollout.TipsEveryTurn {
@@ -296,16 +372,16 @@ func memoryPrompt(ctx context.Context, mem *memstore.Store, space string, q mems
 		}
 		res, err := mem.RetrieveText(ctx, space, keys[j], q)
 		if err != nil {
-			return nil, 0, fmt.Errorf("%w: retrieval: %w", ErrDemo, err)
+			return nil, nil, fmt.Errorf("%w: retrieval: %w", ErrDemo, err)
 		}
-		blocks[j], n = rollout.FormatTips(res.Entries), len(res.Entries)
+		blocks[j], block = rollout.FormatTips(res.Entries), res.Entries
 	}
-	if n == 0 {
-		return nil, 0, nil
+	if len(block) == 0 {
+		return nil, nil, nil
 	}
 	shown := append([]rollout.Turn(nil), turns[:i]...)
 	for j := range shown {
 		shown[j].Tips = blocks[j]
 	}
-	return rollout.Messages(pc, d.Desc, d.FirstObs, shown, blocks[i]), n, nil
+	return rollout.Messages(pc, d.Desc, d.FirstObs, shown, blocks[i]), block, nil
 }

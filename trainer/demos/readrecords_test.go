@@ -506,3 +506,130 @@ func TestReadRecordsShort(t *testing.T) {
 	c.ReadShort = true
 	require.ErrorContains(t, c.Validate(), "read_short")
 }
+
+// blockLines are the entries (tip, action, score) of the memory block that
+// ends a record's last user turn, parsed from its text.
+func blockLines(t *testing.T, r sft.ChatRecord) (tips, rest []string) {
+	t.Helper()
+	u := r.Messages[len(r.Messages)-2].Content
+	b := u[strings.Index(u, rollout.TipsBegin):]
+	for _, line := range strings.Split(b, "\n") {
+		if !strings.HasPrefix(line, "- ") {
+			continue
+		}
+		tip, a, s, ok := rollout.ParseTipContent(line)
+		require.True(t, ok, "block line %q", line)
+		tips, rest = append(tips, tip), append(rest, fmt.Sprintf("%s %g", a, s))
+	}
+	return tips, rest
+}
+
+// WrongTips (the fifth round of probes, issue 36): with a probability, a
+// stored episode shows another episode's tip. The records are the same
+// records (steps, memories, answers; the blocks the same entries in the
+// same order, code-written action and score) as without, only the tips of
+// some entries differ; an entry marked wrong shows a tip that is not its
+// episode's, the others their own; the records' meta count the wrong
+// entries of their block; among them score-100 entries with a failed
+// attempt's tip; about the given share of episodes is rewritten. Out of
+// range and without read records it is refused.
+func TestReadRecordsWrongTips(t *testing.T) {
+	env, err := textlab.New(environments.Options{Simplifications: "easy"})
+	require.NoError(t, err)
+	pc, cfg := study3ReadConfig()
+	cfg.FailureSteps, cfg.Records, cfg.ReadTrials = 6, 12, 2
+	wrongCfg := cfg
+	wrongCfg.WrongTips = 0.5
+	var recs, withWrong, hundredWrong, entries, wrongEntries int
+	for v := range 6 {
+		base := readCaseOf(t, env, v, pc, cfg).recs
+		wc := readCaseOf(t, env, v, pc, wrongCfg)
+		require.Len(t, wc.recs, len(base), "variation %d", v)
+		for i, w := range wc.recs {
+			b := base[i]
+			_, hasMeta := b.Meta["wrong_tips"]
+			require.False(t, hasMeta, "wrong_tips meta without WrongTips")
+			require.Equal(t, b.Meta["step"], w.Meta["step"])
+			require.Equal(t, b.Meta["memory"], w.Meta["memory"])
+			require.Equal(t, b.Messages[len(b.Messages)-1], w.Messages[len(w.Messages)-1], "the answer")
+			bt, brest := blockLines(t, b)
+			wt, wrest := blockLines(t, w)
+			require.Equal(t, brest, wrest, "variation %d step %v: the block's actions and scores", v, w.Meta["step"])
+			changed := 0
+			for k := range bt {
+				if bt[k] != wt[k] {
+					changed++
+					if strings.HasSuffix(wrest[k], " 100") {
+						hundredWrong++
+					}
+				}
+			}
+			n := w.Meta["wrong_tips"].(int)
+			assert.Equal(t, changed, n, "variation %d step %v: the entries with a foreign tip", v, w.Meta["step"])
+			recs++
+			if n > 0 {
+				withWrong++
+			}
+		}
+		// every stored episode: a wrong one shows another episode's tip, the
+		// others their own (the base memory's), one tip per episode
+		baseTips, _ := storedTips(t, readCaseOf(t, env, v, pc, cfg))
+		tips, n := storedTips(t, wc)
+		for ep, tip := range tips {
+			own, ok := baseTips[strings.TrimSuffix(ep, WrongTipSuffix)]
+			require.True(t, ok, "episode %s not in the memory without wrong tips", ep)
+			if strings.HasSuffix(ep, WrongTipSuffix) {
+				assert.NotEqual(t, own, tip, "episode %s: marked wrong, its own tip", ep)
+				wrongEntries += n[ep]
+			} else {
+				assert.Equal(t, own, tip, "episode %s", ep)
+			}
+			entries += n[ep]
+		}
+	}
+	t.Logf("%d records, %d with a foreign tip in their block, %d score-100 entries shown with another episode's tip; %d of %d stored entries wrong",
+		recs, withWrong, hundredWrong, wrongEntries, entries)
+	assert.Positive(t, hundredWrong, "a successful entry with a failed attempt's tip")
+	assert.Less(t, withWrong, recs, "some blocks keep their own tips")
+	assert.InDelta(t, 0.5, float64(wrongEntries)/float64(entries), 0.2, "about half the entries rewritten")
+
+	c := DefaultRunConfig()
+	c.Env, c.Tasks, c.Variations, c.Kind, c.Out = "textlab", []string{"find-living-thing"}, 1, KindExplore, filepath.Join(t.TempDir(), "d.jsonl")
+	c.EnvOptions.Simplifications = "easy"
+	c.ReadWrongTips = 0.5
+	require.ErrorContains(t, c.Validate(), "read_wrong_tips")
+	c.ReadRecords, c.ReadWrongTips = 2, 1.5
+	require.ErrorContains(t, c.Validate(), "wrong tips 1.5")
+}
+
+// storedTips is the tip every stored episode of a read case's memories
+// shows (one per episode: the test fails otherwise) and its entries.
+func storedTips(t *testing.T, c readCase) (tips map[string]string, entries map[string]int) {
+	t.Helper()
+	ctx := context.Background()
+	tips, entries = map[string]string{}, map[string]int{}
+	seen := map[int64]bool{}
+	for r := range 64 { // every record's own memory (ReadTrials: trialSpace r, r < Records)
+		for _, name := range []string{"read-all", "read-fail"} {
+			for _, k := range c.keys {
+				res, err := c.mem.RetrieveText(ctx, trialSpace(name, c.ns, r), k, memstore.Query{K: 1000, Threshold: -1})
+				require.NoError(t, err)
+				for _, m := range res.Entries {
+					if seen[m.ID] {
+						continue
+					}
+					seen[m.ID] = true
+					tip, _, _, ok := rollout.ParseTipContent(m.Content)
+					require.True(t, ok)
+					if prev, ok := tips[m.Episode]; ok {
+						require.Equal(t, prev, tip, "one tip per stored episode %s", m.Episode)
+					}
+					tips[m.Episode] = tip
+					entries[m.Episode]++
+				}
+			}
+		}
+	}
+	require.NotEmpty(t, tips)
+	return tips, entries
+}

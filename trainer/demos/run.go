@@ -52,6 +52,7 @@ type RunConfig struct {
 	ReadMemory     string               `yaml:"read_memory" doc:"with read_records: retrieve the blocks from this tips memory (e.g. a memory-only run's memory.db on the demos' variations: the policy's own attempts and tips, read-only) instead of a memory of the demo and attempts deviating from it; the records answer with the demo's action (OwnReadRecords); empty = none"`
 	ReadTrials     int                  `yaml:"read_trials" doc:"with read_records: 0 = every record's block comes from one memory of the demo and all its deviating attempts; n ≥ 1 = each record has a memory of its own holding at most n episodes (the demo, or the attempt deviating at its step, and with n ≥ 2 sometimes one more), as an adaptation trial's memory holds the trials before it (ReadRecords); not with read_memory"`
 	ReadShort      bool                 `yaml:"read_short" doc:"with read_records: each record keeps only the task's first turn (its answer as context) and the record's own turn with its block, the turns between dropped; a record whose step is the first is left out (many short records for the tokens of one full-history record)"`
+	ReadWrongTips  float64              `yaml:"read_wrong_tips" doc:"with read_records (not read_memory): the probability that a stored episode (the demo or an attempt) shows another of the demo's episodes' tips instead of its own, so that only the entries' code-written action and score say what to do; the records' meta count such entries in their block (wrong_tips); 0 = every tip its own"`
 	Key            rollout.KeyKind      `yaml:"key" doc:"retrieval key of tip_records and read_records (memory.key): conversation | observation"`
 
 	// Plan, when set, is told the tasks and variations to play before the
@@ -108,7 +109,7 @@ func (c *RunConfig) tipRecordConfig(pc rollout.PromptConfig) TipRecordConfig {
 	t.Prompt, t.Records, t.Failures = pc, c.TipRecords, c.TipFailures
 	t.TopK, t.Threshold, t.Seed = c.TopK, c.Threshold, c.Seed
 	t.FailureTips, t.TipsIn, t.Key = c.FailureTips, c.TipsIn, c.Key
-	t.ReadTrials, t.ReadShort = c.ReadTrials, c.ReadShort
+	t.ReadTrials, t.ReadShort, t.WrongTips = c.ReadTrials, c.ReadShort, c.ReadWrongTips
 	return t
 }
 
@@ -182,6 +183,9 @@ func (c *RunConfig) validate() (resolved, error) {
 	}
 	if c.ReadShort && c.ReadRecords == 0 {
 		return r, bad("read_short shortens read records: give read_records (--read-records N) too")
+	}
+	if c.ReadWrongTips != 0 && (c.ReadRecords == 0 || c.ReadMemory != "") {
+		return r, bad("read_wrong_tips %g: needs read_records and no read_memory (it rewrites the tips of the memories read records are built from)", c.ReadWrongTips)
 	}
 	if c.ReadRecords > 0 {
 		rt := r.tips
