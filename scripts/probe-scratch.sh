@@ -25,6 +25,7 @@
 # (--read-wrong-tips 0.5: half the stored episodes show another episode's
 # tip) and a copy signal of about twice s5's volume, from s1:
 #   scripts/probe-scratch.sh s6data && scripts/probe-scratch.sh s6
+#   scripts/probe-scratch.sh s7data && scripts/probe-scratch.sh s7   # from s6: short read records of every step kind
 set -euo pipefail
 cd "$(dirname "$0")/.."
 E=${E:-bin/empo2}
@@ -112,6 +113,17 @@ s6data) # wrong tips in half the stored episodes: the read-all room choices of s
 	WRONG=0 rtour 17 0 "$P/plain6.jsonl"
 	mix "$P/s6.jsonl" "$P/sroom6.jsonl" "$P/short6.jsonl" "$P/read6.jsonl" "$P/plain6.jsonl" ;;
 s6) sft "$P/s1.gguf" "$P/s6.jsonl" "$P/s6.gguf" 1 1e-3 1e-4 ;;
+s7data) # s6 answers a block with a teleport where its entry says "look around" or "pick up":
+	# every short read record (all step kinds, read-all and read-fail) of seeds 300-319, full read
+	# records of seeds 18-19, all with wrong tips at 0.5, and the plain tours of seed 20
+	export WRONG=0.5
+	: >"$P/short7.jsonl"
+	for s in $(seq 300 319); do shortread "$s" "$P/r.jsonl" && grep '"read":true' "$P/r.jsonl" >>"$P/short7.jsonl"; done
+	: >"$P/read7.jsonl"
+	for s in 18 19; do rtour "$s" 4 "$P/r.jsonl" && cat "$P/r.jsonl" >>"$P/read7.jsonl"; done
+	WRONG=0 rtour 20 0 "$P/plain7.jsonl"
+	mix "$P/s7.jsonl" "$P/short7.jsonl" "$P/read7.jsonl" "$P/plain7.jsonl" ;;
+s7) sft "$P/s6.gguf" "$P/s7.jsonl" "$P/s7.gguf" 1 1e-3 1e-4 ;;
 ev)
 	"$E" eval --force --env textlab --simplifications easy --temperature 0.4 --seed 1 --threads 2 --ctx 4096 --model "${2:?ev MODEL NAME}" \
 		--tasks find-living-thing --ood --trials 3 --threshold 0.95 --top-k 3 --set memory.tips_in=last-turn --set memory.key=observation \

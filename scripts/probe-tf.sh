@@ -12,6 +12,9 @@
 # names its records in build/probe.
 #   scripts/probe-tf.sh . main build/probe/c2.gguf
 #   scripts/probe-tf.sh /tmp/sf sf build/probe/fix4.gguf
+# TOUR (default random) is the tours' order; ONE (default build/probe/doors64.jsonl)
+# a JSONL whose first record is the one trained at lr 1e-9 (any chat):
+#   TOUR=random-direct ONE=build/p7/plain6.jsonl scripts/probe-tf.sh . rd build/p7/s1.gguf build/p7/s6.gguf
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tree=$(cd "${1:?usage: scripts/probe-tf.sh TREE TAG MODEL...}" && pwd) tag=${2:?TAG}
@@ -20,15 +23,16 @@ export TMPDIR=${TMPDIR:-$PWD/.tmp}
 mkdir -p "$TMPDIR"
 P=build/probe E=$tree/bin/empo2
 ROOM='"content":"teleport to [^"]*"}\]'
+mkdir -p "$P"
 if [[ ! -f $P/tf-$tag-block.jsonl ]]; then
-	"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore --tour random --seed 99 \
+	"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore --tour "${TOUR:-random}" --seed 99 \
 		--simplifications easy --key observation --threshold 0.95 --top-k 3 --tips-in last-turn --read-records 12 --read-trials 2 --tip-failures 4 \
 		-o "$P/tf.tmp.jsonl" >/dev/null 2>&1
 	grep '"memory":"read-all"' "$P/tf.tmp.jsonl" | grep "$ROOM" | head -150 >"$P/tf-$tag-block.jsonl"
 	jq -c '.messages[-2].content |= sub("\n\n<memory>[\\s\\S]*</memory>"; "")' "$P/tf-$tag-block.jsonl" >"$P/tf-$tag-blind.jsonl"
 	rm "$P/tf.tmp.jsonl"
 fi
-head -1 "$P/doors64.jsonl" >"$P/one.jsonl"
+head -1 "${ONE:-$P/doors64.jsonl}" >"$P/one.jsonl"
 for m in "$@"; do
 	for v in block blind; do
 		l=$("$E" sft --force --full -m "$m" --data "$P/one.jsonl" --val "$P/tf-$tag-$v.jsonl" -o "$P/tf.tmp.gguf" --epochs 1 --lr 1e-9 --min-lr 1e-9 --warmup 0 \
