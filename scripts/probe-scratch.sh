@@ -26,6 +26,8 @@
 # tip) and a copy signal of about twice s5's volume, from s1:
 #   scripts/probe-scratch.sh s6data && scripts/probe-scratch.sh s6
 #   scripts/probe-scratch.sh s7data && scripts/probe-scratch.sh s7   # from s6: short read records of every step kind
+#   scripts/probe-scratch.sh s8data && scripts/probe-scratch.sh s8   # from s7: read records from its own memory, not room choices
+#   EXTRA="--step-limit 15" scripts/probe-scratch.sh ev build/p7/s8.gguf s8l15   # 15-step episodes
 set -euo pipefail
 cd "$(dirname "$0")/.."
 E=${E:-bin/empo2}
@@ -124,6 +126,30 @@ s7data) # s6 answers a block with a teleport where its entry says "look around" 
 	WRONG=0 rtour 20 0 "$P/plain7.jsonl"
 	mix "$P/s7.jsonl" "$P/short7.jsonl" "$P/read7.jsonl" "$P/plain7.jsonl" ;;
 s7) sft "$P/s6.gguf" "$P/s7.jsonl" "$P/s7.gguf" 1 1e-3 1e-4 ;;
+s8data) # s7 copies (69 %) but answers with fragments of its own tips ("move turtle to yellow box in
+	# the living room"): its own memory (a memory-only run of s7 on train variations 8-39, 15-step
+	# episodes, 4 steps of 16 tasks x 4), read records from it at the demos' steps that are not room
+	# choices (the answer is never the tip's text), + every short read record of seeds 320-334 and
+	# the full read records of seed 22 (wrong tips 0.5), + the plain tours of seed 21
+	rm -rf "$P/own8"
+	"$E" train --preset memory-only --model "$P/s7.gguf" --env textlab --tasks "$(seq -s, -f 'find-living-thing/%g' 8 39)" --steps 4 --seed 1 \
+		--threads 2 --run-dir "$P/own8" --set batch.tasks=16 --set batch.rollouts=4 --set context=4096 --set env_options.simplifications=easy \
+		--set env_options.step_limit=15 --set memory.key=observation --set memory.threshold=0.95 --set memory.top_k=3 \
+		--set memory.tips_in=last-turn --set rollout.temperature=0.4 --set rollout.tip_temperature=0 >"$P/own8.log" 2>&1
+	: >"$P/own8.jsonl"
+	for short in "" --read-short; do
+		"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --variations 32 --kind explore \
+			--tour random-direct --seed 23 --simplifications easy "${MEM[@]}" --read-records 24 --read-memory "$P/own8/memory.db" $short \
+			-o "$P/r.jsonl" >/dev/null
+		grep '"read":true' "$P/r.jsonl" | grep -v "$ROOM" >>"$P/own8.jsonl" || true
+	done
+	export WRONG=0.5
+	: >"$P/short8.jsonl"
+	for s in $(seq 320 334); do shortread "$s" "$P/r.jsonl" && grep '"read":true' "$P/r.jsonl" >>"$P/short8.jsonl"; done
+	rtour 22 4 "$P/read8.jsonl"
+	WRONG=0 rtour 21 0 "$P/plain8.jsonl"
+	mix "$P/s8.jsonl" "$P/own8.jsonl" "$P/short8.jsonl" "$P/read8.jsonl" "$P/plain8.jsonl" ;;
+s8) sft "$P/s7.gguf" "$P/s8.jsonl" "$P/s8.gguf" 1 1e-3 1e-4 ;;
 ev)
 	"$E" eval --force --env textlab --simplifications easy --temperature 0.4 --seed 1 --threads 2 --ctx 4096 --model "${2:?ev MODEL NAME}" \
 		--tasks find-living-thing --ood --trials 3 --threshold 0.95 --top-k 3 --set memory.tips_in=last-turn --set memory.key=observation \
