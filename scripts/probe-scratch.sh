@@ -28,6 +28,7 @@
 #   scripts/probe-scratch.sh s7data && scripts/probe-scratch.sh s7   # from s6: short read records of every step kind
 #   scripts/probe-scratch.sh s8data && scripts/probe-scratch.sh s8   # from s7: read records from its own memory, not room choices
 #   EXTRA="--step-limit 15" scripts/probe-scratch.sh ev build/p7/s8.gguf s8l15   # 15-step episodes
+#   scripts/probe-scratch.sh s9data && scripts/probe-scratch.sh s9   # from s8: copy records under its own tips (probe-owncopy.jq)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 E=${E:-bin/empo2}
@@ -150,6 +151,31 @@ s8data) # s7 copies (69 %) but answers with fragments of its own tips ("move tur
 	WRONG=0 rtour 21 0 "$P/plain8.jsonl"
 	mix "$P/s8.jsonl" "$P/own8.jsonl" "$P/short8.jsonl" "$P/read8.jsonl" "$P/plain8.jsonl" ;;
 s8) sft "$P/s7.gguf" "$P/s8.jsonl" "$P/s8.gguf" 1 1e-3 1e-4 ;;
+s9data) # copying under its own tips: s8's own memory (memory-only, train variations 8-71,
+	# 30-step episodes, 4 steps of 16 x 4), read records from it (full and short, demo seeds 23-25) turned
+	# into copy records by scripts/probe-owncopy.jq (a room choice answered with the block's
+	# last score-100 room, other steps with the demo's action), + every short read record of seeds
+	# 340-349 (wrong tips 0.5), the plain tours of seed 24
+	rm -rf "$P/own9"
+	"$E" train --preset memory-only --model "$P/s8.gguf" --env textlab --tasks "$(seq -s, -f 'find-living-thing/%g' 8 71)" --steps 4 --seed 1 \
+		--threads 2 --run-dir "$P/own9" --set batch.tasks=16 --set batch.rollouts=4 --set context=4096 --set env_options.simplifications=easy \
+		--set memory.key=observation --set memory.threshold=0.95 --set memory.top_k=3 \
+		--set memory.tips_in=last-turn --set rollout.temperature=0.4 --set rollout.tip_temperature=0 >"$P/own9.log" 2>&1
+	: >"$P/own9.jsonl"
+	for seed in 23 24 25; do
+		for short in "" --read-short; do
+			"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore \
+				--tour random-direct --seed "$seed" --simplifications easy "${MEM[@]}" --read-records 24 --read-memory "$P/own9/memory.db" $short \
+				-o "$P/r.jsonl" >/dev/null
+			grep '"read":true' "$P/r.jsonl" | jq -c -f scripts/probe-owncopy.jq >>"$P/own9.jsonl"
+		done
+	done
+	export WRONG=0.5
+	: >"$P/short9.jsonl"
+	for s in $(seq 340 349); do shortread "$s" "$P/r.jsonl" && grep '"read":true' "$P/r.jsonl" >>"$P/short9.jsonl"; done
+	WRONG=0 rtour 24 0 "$P/plain9.jsonl"
+	mix "$P/s9.jsonl" "$P/own9.jsonl" "$P/short9.jsonl" "$P/plain9.jsonl" ;;
+s9) sft "$P/s8.gguf" "$P/s9.jsonl" "$P/s9.gguf" 1 1e-3 1e-4 ;;
 ev)
 	"$E" eval --force --env textlab --simplifications easy --temperature 0.4 --seed 1 --threads 2 --ctx 4096 --model "${2:?ev MODEL NAME}" \
 		--tasks find-living-thing --ood --trials 3 --threshold 0.95 --top-k 3 --set memory.tips_in=last-turn --set memory.key=observation \
