@@ -29,6 +29,7 @@
 #   scripts/probe-scratch.sh s8data && scripts/probe-scratch.sh s8   # from s7: read records from its own memory, not room choices
 #   EXTRA="--step-limit 15" scripts/probe-scratch.sh ev build/p7/s8.gguf s8l15   # 15-step episodes
 #   scripts/probe-scratch.sh s9data && scripts/probe-scratch.sh s9   # from s8: copy records under its own tips (probe-owncopy.jq)
+#   scripts/probe-scratch.sh s10data && scripts/probe-scratch.sh s10 # from s9: go to the room a successful tip names (probe-tipdirect.jq)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 E=${E:-bin/empo2}
@@ -176,6 +177,16 @@ s9data) # copying under its own tips: s8's own memory (memory-only, train variat
 	WRONG=0 rtour 24 0 "$P/plain9.jsonl"
 	mix "$P/s9.jsonl" "$P/own9.jsonl" "$P/short9.jsonl" "$P/plain9.jsonl" ;;
 s9) sft "$P/s8.gguf" "$P/s9.jsonl" "$P/s9.gguf" 1 1e-3 1e-4 ;;
+s10data) # reading the tip, not the walk: every short read record of seeds 400-419 (wrong tips 0.5) and
+	# s9's records from s8's own memory (own9.jsonl), a room choice at a listing answered with the room
+	# a score-100 entry's tip names (scripts/probe-tipdirect.jq), + the plain tours of seed 25
+	export WRONG=0.5
+	: >"$P/short10.jsonl"
+	for s in $(seq 400 419); do shortread "$s" "$P/r.jsonl" && grep '"read":true' "$P/r.jsonl" | jq -c -f scripts/probe-tipdirect.jq >>"$P/short10.jsonl"; done
+	jq -c -f scripts/probe-tipdirect.jq <"$P/own9.jsonl" >"$P/own10.jsonl"
+	WRONG=0 rtour 25 0 "$P/plain10.jsonl"
+	mix "$P/s10.jsonl" "$P/short10.jsonl" "$P/own10.jsonl" "$P/plain10.jsonl" ;;
+s10) sft "$P/s9.gguf" "$P/s10.jsonl" "$P/s10.gguf" 1 1e-3 1e-4 ;;
 ev)
 	"$E" eval --force --env textlab --simplifications easy --temperature 0.4 --seed 1 --threads 2 --ctx 4096 --model "${2:?ev MODEL NAME}" \
 		--tasks find-living-thing --ood --trials 3 --threshold 0.95 --top-k 3 --set memory.tips_in=last-turn --set memory.key=observation \
