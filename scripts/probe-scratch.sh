@@ -30,6 +30,7 @@
 #   EXTRA="--step-limit 15" scripts/probe-scratch.sh ev build/p7/s8.gguf s8l15   # 15-step episodes
 #   scripts/probe-scratch.sh s9data && scripts/probe-scratch.sh s9   # from s8: copy records under its own tips (probe-owncopy.jq)
 #   scripts/probe-scratch.sh s10data && scripts/probe-scratch.sh s10 # from s9: go to the room a successful tip names (probe-tipdirect.jq)
+#   scripts/probe-scratch.sh s11data && scripts/probe-scratch.sh s11 # from s10: focus at that room's listing
 set -euo pipefail
 cd "$(dirname "$0")/.."
 E=${E:-bin/empo2}
@@ -187,6 +188,16 @@ s10data) # reading the tip, not the walk: every short read record of seeds 400-4
 	WRONG=0 rtour 25 0 "$P/plain10.jsonl"
 	mix "$P/s10.jsonl" "$P/short10.jsonl" "$P/own10.jsonl" "$P/plain10.jsonl" ;;
 s10) sft "$P/s9.gguf" "$P/s10.jsonl" "$P/s10.gguf" 1 1e-3 1e-4 ;;
+s11data) # s10 goes to the tip's room and then teleports to it again at its listing instead of focusing:
+	# s10's records answered "focus on …" at a listing with a block, three times over, + every short
+	# read record of seeds 420-429 (wrong tips 0.5) through probe-tipdirect.jq, + s10's own-memory records
+	export WRONG=0.5
+	: >"$P/short11.jsonl"
+	for s in $(seq 420 429); do shortread "$s" "$P/r.jsonl" && grep '"read":true' "$P/r.jsonl" | jq -c -f scripts/probe-tipdirect.jq >>"$P/short11.jsonl"; done
+	jq -c 'select((.messages[-1].content | startswith("focus on")) and (.messages[-2].content | startswith("This room is called"))
+		and (.messages[-2].content | test("<memory>")))' "$P/s10.jsonl" >"$P/focus11.jsonl"
+	mix "$P/s11.jsonl" "$P/short11.jsonl" "$P/own10.jsonl" "$P/focus11.jsonl" "$P/focus11.jsonl" "$P/focus11.jsonl" ;;
+s11) sft "$P/s10.gguf" "$P/s11.jsonl" "$P/s11.gguf" 1 1e-3 1e-4 ;;
 ev)
 	"$E" eval --force --env textlab --simplifications easy --temperature 0.4 --seed 1 --threads 2 --ctx 4096 --model "${2:?ev MODEL NAME}" \
 		--tasks find-living-thing --ood --trials 3 --threshold 0.95 --top-k 3 --set memory.tips_in=last-turn --set memory.key=observation \
