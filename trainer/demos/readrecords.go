@@ -112,7 +112,7 @@ func ReadRecords(ctx context.Context, env environments.Env, d Demo, mem *memstor
 	})
 }
 
-// entries stores-to-be the deviating attempts played (attempts[k] is nil
+// entries are the memory entries of the deviating attempts played (attempts[k] is nil
 // for an attempt that took no step) and the demo, one entry per step
 // (demoEntries), each episode with its own true tip — or, under
 // cfg.WrongTips, with probability WrongTips the tip of another of these
