@@ -31,6 +31,7 @@
 #   scripts/probe-scratch.sh s9data && scripts/probe-scratch.sh s9   # from s8: copy records under its own tips (probe-owncopy.jq)
 #   scripts/probe-scratch.sh s10data && scripts/probe-scratch.sh s10 # from s9: go to the room a successful tip names (probe-tipdirect.jq)
 #   scripts/probe-scratch.sh s11data && scripts/probe-scratch.sh s11 # from s10: focus at that room's listing
+#   scripts/probe-scratch.sh s12data && scripts/probe-scratch.sh s12 # s11 at lr 3e-4, the focus records once
 set -euo pipefail
 cd "$(dirname "$0")/.."
 E=${E:-bin/empo2}
@@ -198,6 +199,9 @@ s11data) # s10 goes to the tip's room and then teleports to it again at its list
 		and (.messages[-2].content | test("<memory>")))' "$P/s10.jsonl" >"$P/focus11.jsonl"
 	mix "$P/s11.jsonl" "$P/short11.jsonl" "$P/own10.jsonl" "$P/focus11.jsonl" "$P/focus11.jsonl" "$P/focus11.jsonl" ;;
 s11) sft "$P/s10.gguf" "$P/s11.jsonl" "$P/s11.gguf" 1 1e-3 1e-4 ;;
+s12data) # s11's records with the focus records once (after s11data)
+	mix "$P/s12.jsonl" "$P/short11.jsonl" "$P/own10.jsonl" "$P/focus11.jsonl" ;;
+s12) sft "$P/s10.gguf" "$P/s12.jsonl" "$P/s12.gguf" 1 3e-4 3e-5 ;;
 ev)
 	"$E" eval --force --env textlab --simplifications easy --temperature 0.4 --seed 1 --threads 2 --ctx 4096 --model "${2:?ev MODEL NAME}" \
 		--tasks find-living-thing --ood --trials 3 --threshold 0.95 --top-k 3 --set memory.tips_in=last-turn --set memory.key=observation \
