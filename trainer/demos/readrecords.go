@@ -112,36 +112,31 @@ func ReadRecords(ctx context.Context, env environments.Env, d Demo, mem *memstor
 	})
 }
 
-// entries are the memory entries of the deviating attempts played (attempts[k] is nil
-// for an attempt that took no step) and the demo, one entry per step
-// (demoEntries), each episode with its own true tip — or, under
-// cfg.WrongTips, with probability WrongTips the tip of another of these
-// episodes whose tip text differs (drawn from a stream of its own, so
-// that WrongTips 0 leaves every record as it was). An episode given a
-// foreign tip has WrongTipSuffix on its entries' Episode.
+// entries are the memory entries of the deviating attempts played
+// (attempts[k] is nil for an attempt that took no step) and of the demo,
+// one entry per step (tipEntries), each episode with its own true tip —
+// or, under cfg.WrongTips, with probability WrongTips the tip of another
+// of these episodes whose tip text differs (drawn from a stream of its
+// own, so that WrongTips 0 leaves every record as it was). An episode
+// given a foreign tip has WrongTipSuffix on its entries' Episode.
 func (p *readPlan) entries(played []Demo) (attempts [][]memstore.Entry, demo []memstore.Entry) {
-	eps := make([]Demo, 0, len(played)+1)
-	names := make([]string, 0, len(played)+1)
-	for k, f := range played {
-		if len(f.Steps) > 0 {
-			eps, names = append(eps, f), append(names, p.ns+"/dev"+strconv.Itoa(k))
-		}
-	}
-	eps, names = append(eps, p.d), append(names, p.ns+"/demo")
-	tips := make([]string, len(eps))
+	eps := append(append([]Demo(nil), played...), p.d) // the demo last; an attempt without steps stores nothing
+	stored := func(i int) bool { return len(eps[i].Steps) > 0 }
+	tips, shown, names := make([]string, len(eps)), make([]string, len(eps)), make([]string, len(eps))
 	for i, e := range eps {
-		tips[i] = Tip(e)
+		tips[i], names[i] = Tip(e), p.ns+"/dev"+strconv.Itoa(i)
 	}
-	shown := append([]string(nil), tips...)
+	names[len(eps)-1] = p.ns + "/demo"
+	copy(shown, tips)
 	if p.cfg.WrongTips > 0 {
 		wrng := rand.New(rand.NewPCG(rollout.MixSeed(p.cfg.Seed, int64(p.d.Variation)), rollout.MixSeed(int64(len(p.d.Task)), wrongTipStream)))
 		for i := range eps {
-			if wrng.Float64() >= p.cfg.WrongTips {
+			if !stored(i) || wrng.Float64() >= p.cfg.WrongTips {
 				continue
 			}
 			var others []int
 			for j := range eps {
-				if tips[j] != tips[i] {
+				if stored(j) && tips[j] != tips[i] {
 					others = append(others, j)
 				}
 			}
@@ -150,18 +145,14 @@ func (p *readPlan) entries(played []Demo) (attempts [][]memstore.Entry, demo []m
 			}
 		}
 	}
-	out := make([][]memstore.Entry, len(eps))
-	for i, e := range eps {
-		out[i] = tipEntries(p.pc, p.cfg.Key, e, shown[i], names[i])
-	}
 	attempts = make([][]memstore.Entry, len(played))
-	i := 0
-	for k, f := range played {
-		if len(f.Steps) > 0 {
-			attempts[k], i = out[i], i+1
+	for k := range played {
+		if stored(k) {
+			attempts[k] = tipEntries(p.pc, p.cfg.Key, eps[k], shown[k], names[k])
 		}
 	}
-	return attempts, out[i]
+	last := len(eps) - 1
+	return attempts, tipEntries(p.pc, p.cfg.Key, p.d, shown[last], names[last])
 }
 
 // WrongTipSuffix ends the Episode of a read-record memory entry whose tip

@@ -312,6 +312,19 @@ func TestOwnReadRecords(t *testing.T) {
 // study3ReadConfig: 8 read records per demo with Study 3's memory settings
 // (observation key, threshold 0.95, top-k 3, last-turn blocks) in the
 // default prompt format.
+// trialReadSetup is the textlab environment (easy) and Study 3's read
+// config with one- or two-episode memories (ReadTrials 2), 12 records
+// and 6-step deviations per demo: the setting the short and wrong-tip
+// records are compared in.
+func trialReadSetup(t *testing.T) (environments.Env, rollout.PromptConfig, TipRecordConfig) {
+	t.Helper()
+	env, err := textlab.New(environments.Options{Simplifications: "easy"})
+	require.NoError(t, err)
+	pc, cfg := study3ReadConfig()
+	cfg.FailureSteps, cfg.Records, cfg.ReadTrials = 6, 12, 2
+	return env, pc, cfg
+}
+
 func study3ReadConfig() (rollout.PromptConfig, TipRecordConfig) {
 	pc := rollout.DefaultPromptConfig()
 	cfg := DefaultTipRecordConfig()
@@ -459,10 +472,7 @@ func TestReadRecordsTrials(t *testing.T) {
 // first step (nothing to drop) is left out; demos.Run refuses read_short
 // without read_records.
 func TestReadRecordsShort(t *testing.T) {
-	env, err := textlab.New(environments.Options{Simplifications: "easy"})
-	require.NoError(t, err)
-	pc, cfg := study3ReadConfig()
-	cfg.FailureSteps, cfg.Records, cfg.ReadTrials = 6, 12, 2
+	env, pc, cfg := trialReadSetup(t)
 	shortCfg := cfg
 	shortCfg.ReadShort = true
 	var compared, dropped int
@@ -534,15 +544,13 @@ func blockLines(t *testing.T, r sft.ChatRecord) (tips, rest []string) {
 // attempt's tip; about the given share of episodes is rewritten. Out of
 // range and without read records it is refused.
 func TestReadRecordsWrongTips(t *testing.T) {
-	env, err := textlab.New(environments.Options{Simplifications: "easy"})
-	require.NoError(t, err)
-	pc, cfg := study3ReadConfig()
-	cfg.FailureSteps, cfg.Records, cfg.ReadTrials = 6, 12, 2
+	env, pc, cfg := trialReadSetup(t)
 	wrongCfg := cfg
 	wrongCfg.WrongTips = 0.5
 	var recs, withWrong, hundredWrong, entries, wrongEntries int
 	for v := range 6 {
-		base := readCaseOf(t, env, v, pc, cfg).recs
+		bc := readCaseOf(t, env, v, pc, cfg)
+		base := bc.recs
 		wc := readCaseOf(t, env, v, pc, wrongCfg)
 		require.Len(t, wc.recs, len(base), "variation %d", v)
 		for i, w := range wc.recs {
@@ -573,7 +581,7 @@ func TestReadRecordsWrongTips(t *testing.T) {
 		}
 		// every stored episode: a wrong one shows another episode's tip, the
 		// others their own (the base memory's), one tip per episode
-		baseTips, _ := storedTips(t, readCaseOf(t, env, v, pc, cfg))
+		baseTips, _ := storedTips(t, bc)
 		tips, n := storedTips(t, wc)
 		for ep, tip := range tips {
 			own, ok := baseTips[strings.TrimSuffix(ep, WrongTipSuffix)]
