@@ -58,6 +58,20 @@ shortread() {
 		--seed "$1" --simplifications easy "${MEM[@]}" --read-records 12 --read-trials 2 --tip-failures 4 --read-short \
 		--read-wrong-tips "${WRONG:-0}" -o "$2" >/dev/null
 }
+# shortall FIRST LAST OUT [JQ]: every short read record of seeds FIRST…LAST (all step kinds,
+# read-all and read-fail), each through the jq program file JQ when given
+shortall() {
+	: >"$3"
+	local s
+	for s in $(seq "$1" "$2"); do
+		shortread "$s" "$P/r.jsonl"
+		if [[ -n ${4:-} ]]; then
+			grep '"read":true' "$P/r.jsonl" | jq -c -f "$4" >>"$3"
+		else
+			grep '"read":true' "$P/r.jsonl" >>"$3"
+		fi
+	done
+}
 # shortroom FIRST LAST OUT: the read-all room-choice short records of seeds FIRST…LAST
 shortroom() {
 	: >"$3"
@@ -91,8 +105,7 @@ s1data) # the skills: the other families and 192 plain tours (seeds 11, 12, 14);
 s1) sft "$B/model.gguf" "$P/s1.jsonl" "$P/s1.gguf" 6 3e-3 3e-4 ;;
 s2data) # every short read record of seeds 100-101 (all step kinds, read-all and read-fail),
 	# the read-all room choices of seeds 102-104, seed 13's full read records and tours
-	: >"$P/short2.jsonl"
-	for s in 100 101; do shortread "$s" "$P/r.jsonl" && grep '"read":true' "$P/r.jsonl" >>"$P/short2.jsonl"; done
+	shortall 100 101 "$P/short2.jsonl"
 	shortroom 102 104 "$P/shortroom.jsonl"
 	mix "$P/s2.jsonl" "$P/short2.jsonl" "$P/read.jsonl"
 	mix "$P/s2b.jsonl" "$P/shortroom.jsonl" "$P/s2.jsonl" ;;
@@ -112,8 +125,7 @@ s6data) # wrong tips in half the stored episodes: the read-all room choices of s
 	# the plain tours of seed 17
 	export WRONG=0.5
 	shortroom 200 289 "$P/sroom6.jsonl"
-	: >"$P/short6.jsonl"
-	for s in 100 101; do shortread "$s" "$P/r.jsonl" && grep '"read":true' "$P/r.jsonl" >>"$P/short6.jsonl"; done
+	shortall 100 101 "$P/short6.jsonl"
 	: >"$P/read6.jsonl"
 	for s in 13 15; do rtour "$s" 4 "$P/r.jsonl" && cat "$P/r.jsonl" >>"$P/read6.jsonl"; done
 	WRONG=0 rtour 17 0 "$P/plain6.jsonl"
@@ -123,8 +135,7 @@ s7data) # s6 answers a block with a teleport where its entry says "look around" 
 	# every short read record (all step kinds, read-all and read-fail) of seeds 300-319, full read
 	# records of seeds 18-19, all with wrong tips at 0.5, and the plain tours of seed 20
 	export WRONG=0.5
-	: >"$P/short7.jsonl"
-	for s in $(seq 300 319); do shortread "$s" "$P/r.jsonl" && grep '"read":true' "$P/r.jsonl" >>"$P/short7.jsonl"; done
+	shortall 300 319 "$P/short7.jsonl"
 	: >"$P/read7.jsonl"
 	for s in 18 19; do rtour "$s" 4 "$P/r.jsonl" && cat "$P/r.jsonl" >>"$P/read7.jsonl"; done
 	WRONG=0 rtour 20 0 "$P/plain7.jsonl"
@@ -148,8 +159,7 @@ s8data) # s7 copies (69 %) but answers with fragments of its own tips ("move tur
 		grep '"read":true' "$P/r.jsonl" | grep -v "$ROOM" >>"$P/own8.jsonl" || true
 	done
 	export WRONG=0.5
-	: >"$P/short8.jsonl"
-	for s in $(seq 320 334); do shortread "$s" "$P/r.jsonl" && grep '"read":true' "$P/r.jsonl" >>"$P/short8.jsonl"; done
+	shortall 320 334 "$P/short8.jsonl"
 	rtour 22 4 "$P/read8.jsonl"
 	WRONG=0 rtour 21 0 "$P/plain8.jsonl"
 	mix "$P/s8.jsonl" "$P/own8.jsonl" "$P/short8.jsonl" "$P/read8.jsonl" "$P/plain8.jsonl" ;;
@@ -174,8 +184,7 @@ s9data) # copying under its own tips: s8's own memory (memory-only, train variat
 		done
 	done
 	export WRONG=0.5
-	: >"$P/short9.jsonl"
-	for s in $(seq 340 349); do shortread "$s" "$P/r.jsonl" && grep '"read":true' "$P/r.jsonl" >>"$P/short9.jsonl"; done
+	shortall 340 349 "$P/short9.jsonl"
 	WRONG=0 rtour 24 0 "$P/plain9.jsonl"
 	mix "$P/s9.jsonl" "$P/own9.jsonl" "$P/short9.jsonl" "$P/plain9.jsonl" ;;
 s9) sft "$P/s8.gguf" "$P/s9.jsonl" "$P/s9.gguf" 1 1e-3 1e-4 ;;
@@ -183,8 +192,7 @@ s10data) # reading the tip, not the walk: every short read record of seeds 400-4
 	# s9's records from s8's own memory (own9.jsonl), a room choice at a listing answered with the room
 	# a score-100 entry's tip names (scripts/probe-tipdirect.jq), + the plain tours of seed 25
 	export WRONG=0.5
-	: >"$P/short10.jsonl"
-	for s in $(seq 400 419); do shortread "$s" "$P/r.jsonl" && grep '"read":true' "$P/r.jsonl" | jq -c -f scripts/probe-tipdirect.jq >>"$P/short10.jsonl"; done
+	shortall 400 419 "$P/short10.jsonl" scripts/probe-tipdirect.jq
 	jq -c -f scripts/probe-tipdirect.jq <"$P/own9.jsonl" >"$P/own10.jsonl"
 	WRONG=0 rtour 25 0 "$P/plain10.jsonl"
 	mix "$P/s10.jsonl" "$P/short10.jsonl" "$P/own10.jsonl" "$P/plain10.jsonl" ;;
@@ -193,8 +201,7 @@ s11data) # s10 goes to the tip's room and then teleports to it again at its list
 	# s10's records answered "focus on …" at a listing with a block, three times over, + every short
 	# read record of seeds 420-429 (wrong tips 0.5) through probe-tipdirect.jq, + s10's own-memory records
 	export WRONG=0.5
-	: >"$P/short11.jsonl"
-	for s in $(seq 420 429); do shortread "$s" "$P/r.jsonl" && grep '"read":true' "$P/r.jsonl" | jq -c -f scripts/probe-tipdirect.jq >>"$P/short11.jsonl"; done
+	shortall 420 429 "$P/short11.jsonl" scripts/probe-tipdirect.jq
 	jq -c 'select((.messages[-1].content | startswith("focus on")) and (.messages[-2].content | startswith("This room is called"))
 		and (.messages[-2].content | test("<memory>")))' "$P/s10.jsonl" >"$P/focus11.jsonl"
 	mix "$P/s11.jsonl" "$P/short11.jsonl" "$P/own10.jsonl" "$P/focus11.jsonl" "$P/focus11.jsonl" "$P/focus11.jsonl" ;;
