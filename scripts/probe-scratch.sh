@@ -32,6 +32,9 @@
 #   scripts/probe-scratch.sh s10data && scripts/probe-scratch.sh s10 # from s9: go to the room a successful tip names (probe-tipdirect.jq)
 #   scripts/probe-scratch.sh s11data && scripts/probe-scratch.sh s11 # from s10: focus at that room's listing
 #   scripts/probe-scratch.sh s12data && scripts/probe-scratch.sh s12 # s11 at lr 3e-4, the focus records once
+# Sixth round (docs/experiment.md): from s10, its own memory, the focus records once more, tip-writing tours kept
+#   scripts/probe-scratch.sh s13data && scripts/probe-scratch.sh s13
+#   for l in 30 15; do for s in 1 2 3; do EXTRA="--step-limit $l --seed $s" scripts/probe-scratch.sh ev build/p7/s13.gguf s13l${l}s$s; done; done
 set -euo pipefail
 cd "$(dirname "$0")/.."
 E=${E:-bin/empo2}
@@ -209,6 +212,32 @@ s11) sft "$P/s10.gguf" "$P/s11.jsonl" "$P/s11.gguf" 1 1e-3 1e-4 ;;
 s12data) # s11's records with the focus records once (after s11data)
 	mix "$P/s12.jsonl" "$P/short11.jsonl" "$P/own10.jsonl" "$P/focus11.jsonl" ;;
 s12) sft "$P/s10.gguf" "$P/s12.jsonl" "$P/s12.gguf" 1 3e-4 3e-5 ;;
+s13data) # the sixth round: s10's own memory (memory-only, train variations 8-71, 30-step episodes) read at the
+	# demos' states of seeds 26-28 (full and short) through probe-tipdirect.jq, every short read record of
+	# seeds 430-439 (wrong tips 0.5) through it, the records at a listing answered "focus on" once more,
+	# and the plain tours (tip writing) of seeds 26-27
+	rm -rf "$P/own13"
+	"$E" train --preset memory-only --model "$P/s10.gguf" --env textlab --tasks "$(seq -s, -f 'find-living-thing/%g' 8 71)" --steps 4 --seed 1 \
+		--threads 2 --run-dir "$P/own13" --set batch.tasks=16 --set batch.rollouts=4 --set context=4096 --set env_options.simplifications=easy \
+		--set memory.key=observation --set memory.threshold=0.95 --set memory.top_k=3 \
+		--set memory.tips_in=last-turn --set rollout.temperature=0.4 --set rollout.tip_temperature=0 >"$P/own13.log" 2>&1
+	: >"$P/own13.jsonl"
+	for seed in 26 27 28; do
+		for short in "" --read-short; do
+			"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore \
+				--tour random-direct --seed "$seed" --simplifications easy "${MEM[@]}" --read-records 24 --read-memory "$P/own13/memory.db" $short \
+				-o "$P/r.jsonl" >/dev/null
+			grep '"read":true' "$P/r.jsonl" | jq -c -f scripts/probe-tipdirect.jq >>"$P/own13.jsonl"
+		done
+	done
+	export WRONG=0.5
+	shortall 430 439 "$P/short13.jsonl" scripts/probe-tipdirect.jq
+	cat "$P/own13.jsonl" "$P/short13.jsonl" | jq -c 'select((.messages[-1].content | startswith("focus on"))
+		and (.messages[-2].content | startswith("This room is called")) and (.messages[-2].content | test("<memory>")))' >"$P/focus13.jsonl"
+	: >"$P/plain13.jsonl"
+	for s in 26 27; do WRONG=0 rtour "$s" 0 "$P/r.jsonl" && cat "$P/r.jsonl" >>"$P/plain13.jsonl"; done
+	mix "$P/s13.jsonl" "$P/own13.jsonl" "$P/short13.jsonl" "$P/focus13.jsonl" "$P/plain13.jsonl" ;;
+s13) sft "$P/s10.gguf" "$P/s13.jsonl" "$P/s13.gguf" 1 3e-4 3e-5 ;;
 ev)
 	"$E" eval --force --env textlab --simplifications easy --temperature 0.4 --seed 1 --threads 2 --ctx 4096 --model "${2:?ev MODEL NAME}" \
 		--tasks find-living-thing --ood --trials 3 --threshold 0.95 --top-k 3 --set memory.tips_in=last-turn --set memory.key=observation \
