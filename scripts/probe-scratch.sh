@@ -35,6 +35,7 @@
 # Sixth round (docs/experiment.md): from s10, its own memory, the focus records once more, tip-writing tours kept
 #   scripts/probe-scratch.sh s13data && scripts/probe-scratch.sh s13
 #   for l in 30 15; do for s in 1 2 3; do EXTRA="--step-limit $l --seed $s" scripts/probe-scratch.sh ev build/p7/s13.gguf s13l${l}s$s; done; done
+#   scripts/probe-scratch.sh s14data && scripts/probe-scratch.sh s14   # from s13: failed attempts' blocks (own memory at 15 steps, probe-avoid.jq)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 E=${E:-bin/empo2}
@@ -238,6 +239,35 @@ s13data) # the sixth round: s10's own memory (memory-only, train variations 8-71
 	for s in 26 27; do WRONG=0 rtour "$s" 0 "$P/r.jsonl" && cat "$P/r.jsonl" >>"$P/plain13.jsonl"; done
 	mix "$P/s13.jsonl" "$P/own13.jsonl" "$P/short13.jsonl" "$P/focus13.jsonl" "$P/plain13.jsonl" ;;
 s13) sft "$P/s10.gguf" "$P/s13.jsonl" "$P/s13.gguf" 1 3e-4 3e-5 ;;
+s14data) # s13 reads a successful trial (100 after a success on dev) and is led astray after a failed one:
+	# its own memory from 15-step episodes (memory-only, train variations 8-71: failed attempts whose tips
+	# name rooms they never found the creature in) read at the demos' states of seeds 29-31 (full and
+	# short), every short read record of seeds 440-449 (wrong tips 0.5), all through probe-tipdirect.jq and
+	# probe-avoid.jq, the records at a listing whose block holds no score-100 entry once more, and the
+	# plain tours of seeds 28-29
+	rm -rf "$P/own14"
+	"$E" train --preset memory-only --model "$P/s13.gguf" --env textlab --tasks "$(seq -s, -f 'find-living-thing/%g' 8 71)" --steps 4 --seed 1 \
+		--threads 2 --run-dir "$P/own14" --set batch.tasks=16 --set batch.rollouts=4 --set context=4096 --set env_options.simplifications=easy \
+		--set env_options.step_limit=15 --set memory.key=observation --set memory.threshold=0.95 --set memory.top_k=3 \
+		--set memory.tips_in=last-turn --set rollout.temperature=0.4 --set rollout.tip_temperature=0 >"$P/own14.log" 2>&1
+	: >"$P/own14.jsonl"
+	for seed in 29 30 31; do
+		for short in "" --read-short; do
+			"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore \
+				--tour random-direct --seed "$seed" --simplifications easy "${MEM[@]}" --read-records 24 --read-memory "$P/own14/memory.db" $short \
+				-o "$P/r.jsonl" >/dev/null
+			grep '"read":true' "$P/r.jsonl" | jq -c -f scripts/probe-tipdirect.jq | jq -c -f scripts/probe-avoid.jq >>"$P/own14.jsonl"
+		done
+	done
+	export WRONG=0.5
+	shortall 440 449 "$P/short14raw.jsonl" scripts/probe-tipdirect.jq
+	jq -c -f scripts/probe-avoid.jq <"$P/short14raw.jsonl" >"$P/short14.jsonl"
+	cat "$P/own14.jsonl" "$P/short14.jsonl" | jq -c 'select((.messages[-2].content | startswith("This room is called"))
+		and (.messages[-2].content | test("<memory>")) and (.messages[-2].content | test("ended with score 100/100") | not))' >"$P/fail14.jsonl"
+	: >"$P/plain14.jsonl"
+	for s in 28 29; do WRONG=0 rtour "$s" 0 "$P/r.jsonl" && cat "$P/r.jsonl" >>"$P/plain14.jsonl"; done
+	mix "$P/s14.jsonl" "$P/own14.jsonl" "$P/short14.jsonl" "$P/fail14.jsonl" "$P/plain14.jsonl" ;;
+s14) sft "$P/s13.gguf" "$P/s14.jsonl" "$P/s14.gguf" 1 3e-4 3e-5 ;;
 ev)
 	"$E" eval --force --env textlab --simplifications easy --temperature 0.4 --seed 1 --threads 2 --ctx 4096 --model "${2:?ev MODEL NAME}" \
 		--tasks find-living-thing --ood --trials 3 --threshold 0.95 --top-k 3 --set memory.tips_in=last-turn --set memory.key=observation \
