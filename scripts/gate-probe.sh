@@ -11,7 +11,8 @@
 # header): cd /tmp/sf && make && scripts/gate-probe.sh build/probe/fix4.gguf build/experiment-gate5
 # A policy taught on the tree's own entries (tip first: the fourth and fifth
 # rounds' build/p7 models) runs in this tree with TIP_FIRST=1. STEP_LIMIT=N
-# plays N-step episodes (a change of the gate's setting: registered first).
+# plays N-step episodes and THRESHOLD=T retrieves at cosine T instead of 0.95
+# (changes of the gate's setting: registered first).
 # Writes OUT: gate/{pool,heldout}-sS.{json,jsonl}, gate.md (the verdict,
 # scripts/exptable -gate), gate-reading.md, timing.txt.
 set -euo pipefail
@@ -26,7 +27,7 @@ mkdir -p "$TMPDIR" "$G/gate"
 T0=$(date +%s)
 for s in 1 2 3; do
 	common=(--force --env textlab --simplifications easy --temperature 0.4 --seed "$s" --threads 2 --ctx 4096 --model "$M"
-		--tasks find-living-thing --ood --trials 3 --threshold 0.95 --top-k 3 --set memory.tips_in=last-turn
+		--tasks find-living-thing --ood --trials 3 --threshold "${THRESHOLD:-0.95}" --top-k 3 --set memory.tips_in=last-turn
 		--set memory.key=observation --tip-temperature 0 ${STEP_LIMIT:+--step-limit "$STEP_LIMIT"})
 	"$E" eval "${common[@]}" --split train --variations 8 -o "$G/gate/pool-s$s.json" --episodes-out "$G/gate/pool-s$s.jsonl" >>"$G/gate/eval.log" 2>&1
 	"$E" eval "${common[@]}" --split test --variations 4 -o "$G/gate/heldout-s$s.json" --episodes-out "$G/gate/heldout-s$s.jsonl" >>"$G/gate/eval.log" 2>&1
