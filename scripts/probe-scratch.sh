@@ -36,6 +36,8 @@
 #   scripts/probe-scratch.sh s13data && scripts/probe-scratch.sh s13
 #   for l in 30 15; do for s in 1 2 3; do EXTRA="--step-limit $l --seed $s" scripts/probe-scratch.sh ev build/p7/s13.gguf s13l${l}s$s; done; done
 #   scripts/probe-scratch.sh s14data && scripts/probe-scratch.sh s14   # from s13: failed attempts' blocks (own memory at 15 steps, probe-avoid.jq)
+#   scripts/probe-scratch.sh s15data && scripts/probe-scratch.sh s15   # from s14 at threshold 0.99: + probe-explore.jq
+#   EXTRA="--variations 36 --threshold 0.99 --step-limit 15 --seed 1" scripts/probe-scratch.sh ev build/p7/s15.gguf NAME   # all 36 dev variations
 set -euo pipefail
 cd "$(dirname "$0")/.."
 E=${E:-bin/empo2}
@@ -45,7 +47,7 @@ SUF=${SUF:-}
 mkdir -p "$P"
 export TMPDIR=${TMPDIR:-$PWD/.tmp} CGO_CFLAGS=${CGO_CFLAGS:--O3 -march=native} CGO_CXXFLAGS=${CGO_CXXFLAGS:--O3 -march=native}
 mkdir -p "$TMPDIR"
-MEM=(--key observation --threshold 0.95 --top-k 3 --tips-in last-turn)
+MEM=(--key observation --threshold "${TH:-0.95}" --top-k 3 --tips-in last-turn)
 ROOM='"content":"teleport to [^"]*"}\]'
 # rtour SEED N OUT: random-direct tours of find-living-thing train
 # variations 8… (seed SEED), each with N read records from one- or
@@ -268,6 +270,36 @@ s14data) # s13 reads a successful trial (100 after a success on dev) and is led 
 	for s in 28 29; do WRONG=0 rtour "$s" 0 "$P/r.jsonl" && cat "$P/r.jsonl" >>"$P/plain14.jsonl"; done
 	mix "$P/s14.jsonl" "$P/own14.jsonl" "$P/short14.jsonl" "$P/fail14.jsonl" "$P/plain14.jsonl" ;;
 s14) sft "$P/s13.gguf" "$P/s14.jsonl" "$P/s14.gguf" 1 3e-4 3e-5 ;;
+s15data) # from s14, at threshold 0.99 (TH): its own memory from 15-step episodes (memory-only, train
+	# variations 8-71) read at the demos' states of seeds 32-34 (full and short), every short read record of
+	# seeds 450-459 (wrong tips 0.5), all through probe-tipdirect.jq, probe-avoid.jq and probe-explore.jq
+	# (a block of failed attempts answered with a room they did not look at), the records at a listing
+	# whose block holds no score-100 entry once more, the plain tours of seeds 30-31
+	export TH=0.99
+	rm -rf "$P/own15"
+	"$E" train --preset memory-only --model "$P/s14.gguf" --env textlab --tasks "$(seq -s, -f 'find-living-thing/%g' 8 71)" --steps 4 --seed 1 \
+		--threads 2 --run-dir "$P/own15" --set batch.tasks=16 --set batch.rollouts=4 --set context=4096 --set env_options.simplifications=easy \
+		--set env_options.step_limit=15 --set memory.key=observation --set memory.threshold=$TH --set memory.top_k=3 \
+		--set memory.tips_in=last-turn --set rollout.temperature=0.4 --set rollout.tip_temperature=0 >"$P/own15.log" 2>&1
+	filt() { jq -c -f scripts/probe-tipdirect.jq | jq -c -f scripts/probe-avoid.jq | jq -c -f scripts/probe-explore.jq; }
+	: >"$P/own15.jsonl"
+	for seed in 32 33 34; do
+		for short in "" --read-short; do
+			"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore \
+				--tour random-direct --seed "$seed" --simplifications easy "${MEM[@]}" --read-records 24 --read-memory "$P/own15/memory.db" $short \
+				-o "$P/r.jsonl" >/dev/null
+			grep '"read":true' "$P/r.jsonl" | filt >>"$P/own15.jsonl"
+		done
+	done
+	export WRONG=0.5
+	shortall 450 459 "$P/short15raw.jsonl"
+	filt <"$P/short15raw.jsonl" >"$P/short15.jsonl"
+	cat "$P/own15.jsonl" "$P/short15.jsonl" | jq -c 'select((.messages[-2].content | startswith("This room is called"))
+		and (.messages[-2].content | test("<memory>")) and (.messages[-2].content | test("ended with score 100/100") | not))' >"$P/fail15.jsonl"
+	: >"$P/plain15.jsonl"
+	for s in 30 31; do WRONG=0 rtour "$s" 0 "$P/r.jsonl" && cat "$P/r.jsonl" >>"$P/plain15.jsonl"; done
+	mix "$P/s15.jsonl" "$P/own15.jsonl" "$P/short15.jsonl" "$P/fail15.jsonl" "$P/plain15.jsonl" ;;
+s15) sft "$P/s14.gguf" "$P/s15.jsonl" "$P/s15.gguf" 1 3e-4 3e-5 ;;
 ev)
 	"$E" eval --force --env textlab --simplifications easy --temperature 0.4 --seed 1 --threads 2 --ctx 4096 --model "${2:?ev MODEL NAME}" \
 		--tasks find-living-thing --ood --trials 3 --threshold 0.95 --top-k 3 --set memory.tips_in=last-turn --set memory.key=observation \
