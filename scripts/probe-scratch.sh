@@ -37,6 +37,7 @@
 #   for l in 30 15; do for s in 1 2 3; do EXTRA="--step-limit $l --seed $s" scripts/probe-scratch.sh ev build/p7/s13.gguf s13l${l}s$s; done; done
 #   scripts/probe-scratch.sh s14data && scripts/probe-scratch.sh s14   # from s13: failed attempts' blocks (own memory at 15 steps, probe-avoid.jq)
 #   scripts/probe-scratch.sh s15data && scripts/probe-scratch.sh s15   # from s14 at threshold 0.99: + probe-explore.jq
+#   scripts/probe-scratch.sh s16data && scripts/probe-scratch.sh s16   # from s13: true tips after failed 15-step attempts (--attempt-tips)
 #   EXTRA="--variations 36 --threshold 0.99 --step-limit 15 --seed 1" scripts/probe-scratch.sh ev build/p7/s15.gguf NAME   # all 36 dev variations
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -300,6 +301,40 @@ s15data) # from s14, at threshold 0.99 (TH): its own memory from 15-step episode
 	for s in 30 31; do WRONG=0 rtour "$s" 0 "$P/r.jsonl" && cat "$P/r.jsonl" >>"$P/plain15.jsonl"; done
 	mix "$P/s15.jsonl" "$P/own15.jsonl" "$P/short15.jsonl" "$P/fail15.jsonl" "$P/plain15.jsonl" ;;
 s15) sft "$P/s14.gguf" "$P/s15.jsonl" "$P/s15.gguf" 1 3e-4 3e-5 ;;
+s16data) # honest tips after failures: s13 writes success-style tips after a failed episode ("focus on frog in
+	# the bathroom", score 0) and then believes them. From s13, at threshold 0.99 (TH): the tip turns after
+	# astray attempts of 15-step episodes with their true tips (--attempt-tips 4, seeds 35-37) and those
+	# seeds' demos, s13's own memory from 15-step episodes read at the demos' states of seeds 38-39 and every
+	# short read record of seeds 460-469 (wrong tips 0.5), through tipdirect, avoid and explore, the plain
+	# tours of seed 40
+	export TH=0.99
+	: >"$P/attempt16.jsonl"
+	for s in 35 36 37; do
+		"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore --tour random-direct \
+			--seed "$s" --simplifications easy --attempt-tips 4 --step-limit 15 -o "$P/r.jsonl" >/dev/null
+		cat "$P/r.jsonl" >>"$P/attempt16.jsonl"
+	done
+	rm -rf "$P/own16"
+	"$E" train --preset memory-only --model "$P/s13.gguf" --env textlab --tasks "$(seq -s, -f 'find-living-thing/%g' 8 71)" --steps 4 --seed 1 \
+		--threads 2 --run-dir "$P/own16" --set batch.tasks=16 --set batch.rollouts=4 --set context=4096 --set env_options.simplifications=easy \
+		--set env_options.step_limit=15 --set memory.key=observation --set memory.threshold=$TH --set memory.top_k=3 \
+		--set memory.tips_in=last-turn --set rollout.temperature=0.4 --set rollout.tip_temperature=0 >"$P/own16.log" 2>&1
+	filt() { jq -c -f scripts/probe-tipdirect.jq | jq -c -f scripts/probe-avoid.jq | jq -c -f scripts/probe-explore.jq; }
+	: >"$P/own16.jsonl"
+	for seed in 38 39; do
+		for short in "" --read-short; do
+			"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore \
+				--tour random-direct --seed "$seed" --simplifications easy "${MEM[@]}" --read-records 24 --read-memory "$P/own16/memory.db" $short \
+				-o "$P/r.jsonl" >/dev/null
+			grep '"read":true' "$P/r.jsonl" | filt >>"$P/own16.jsonl"
+		done
+	done
+	export WRONG=0.5
+	shortall 460 469 "$P/short16raw.jsonl"
+	filt <"$P/short16raw.jsonl" >"$P/short16.jsonl"
+	WRONG=0 rtour 40 0 "$P/plain16.jsonl"
+	mix "$P/s16.jsonl" "$P/attempt16.jsonl" "$P/own16.jsonl" "$P/short16.jsonl" "$P/plain16.jsonl" ;;
+s16) sft "$P/s13.gguf" "$P/s16.jsonl" "$P/s16.gguf" 1 3e-4 3e-5 ;;
 ev)
 	"$E" eval --force --env textlab --simplifications easy --temperature 0.4 --seed 1 --threads 2 --ctx 4096 --model "${2:?ev MODEL NAME}" \
 		--tasks find-living-thing --ood --trials 3 --threshold 0.95 --top-k 3 --set memory.tips_in=last-turn --set memory.key=observation \
