@@ -38,6 +38,7 @@
 #   scripts/probe-scratch.sh s14data && scripts/probe-scratch.sh s14   # from s13: failed attempts' blocks (own memory at 15 steps, probe-avoid.jq)
 #   scripts/probe-scratch.sh s15data && scripts/probe-scratch.sh s15   # from s14 at threshold 0.99: + probe-explore.jq
 #   scripts/probe-scratch.sh s16data && scripts/probe-scratch.sh s16   # from s13: true tips after failed 15-step attempts (--attempt-tips)
+#   scripts/probe-scratch.sh s17data && scripts/probe-scratch.sh s17   # from s10: s13 and s16 in one stage
 #   EXTRA="--variations 36 --threshold 0.99 --step-limit 15 --seed 1" scripts/probe-scratch.sh ev build/p7/s15.gguf NAME   # all 36 dev variations
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -335,6 +336,10 @@ s16data) # honest tips after failures: s13 writes success-style tips after a fai
 	WRONG=0 rtour 40 0 "$P/plain16.jsonl"
 	mix "$P/s16.jsonl" "$P/attempt16.jsonl" "$P/own16.jsonl" "$P/short16.jsonl" "$P/plain16.jsonl" ;;
 s16) sft "$P/s13.gguf" "$P/s16.jsonl" "$P/s16.gguf" 1 3e-4 3e-5 ;;
+s17data) # one stage instead of two (a step towards a condensed recipe): s13's records and s16's that do not
+	# come from s13's memory (the attempt tips with their demos, the short read records, the plain tours)
+	mix "$P/s17.jsonl" "$P/s13.jsonl" "$P/attempt16.jsonl" "$P/short16.jsonl" "$P/plain16.jsonl" ;;
+s17) sft "$P/s10.gguf" "$P/s17.jsonl" "$P/s17.gguf" 1 3e-4 3e-5 ;;
 ev)
 	"$E" eval --force --env textlab --simplifications easy --temperature 0.4 --seed 1 --threads 2 --ctx 4096 --model "${2:?ev MODEL NAME}" \
 		--tasks find-living-thing --ood --trials 3 --threshold 0.95 --top-k 3 --set memory.tips_in=last-turn --set memory.key=observation \
