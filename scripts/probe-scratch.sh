@@ -89,6 +89,42 @@ shortroom() {
 		grep '"memory":"read-all"' "$P/r.jsonl" | grep "$ROOM" >>"$3" || true
 	done
 }
+# ownmem MODEL RUN [STEP_LIMIT]: a memory-only run of build/p7/MODEL.gguf on train variations 8-71
+# (4 steps of 16 tasks x 4, the gate's memory settings at threshold TH) into build/p7/RUN: its own memory
+ownmem() {
+	local lim=()
+	[[ -z ${3:-} ]] || lim=(--set env_options.step_limit="$3")
+	rm -rf "$P/$2"
+	"$E" train --preset memory-only --model "$P/$1.gguf" --env textlab --tasks "$(seq -s, -f 'find-living-thing/%g' 8 71)" --steps 4 --seed 1 \
+		--threads 2 --run-dir "$P/$2" --set batch.tasks=16 --set batch.rollouts=4 --set context=4096 --set env_options.simplifications=easy \
+		"${lim[@]}" --set memory.key=observation --set memory.threshold="${TH:-0.95}" --set memory.top_k=3 \
+		--set memory.tips_in=last-turn --set rollout.temperature=0.4 --set rollout.tip_temperature=0 >"$P/$2.log" 2>&1
+}
+# ownread RUN OUT FILTER SEED…: read records (24 per demo, full and short) at the demos' states of each
+# SEED with blocks from build/p7/RUN's memory, each through the shell function FILTER, into build/p7/OUT
+ownread() {
+	local run=$1 out=$2 filter=$3 seed short
+	shift 3
+	: >"$P/$out"
+	for seed in "$@"; do
+		for short in "" --read-short; do
+			"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore \
+				--tour random-direct --seed "$seed" --simplifications easy "${MEM[@]}" --read-records 24 --read-memory "$P/$run/memory.db" $short \
+				-o "$P/r.jsonl" >/dev/null
+			grep '"read":true' "$P/r.jsonl" | "$filter" >>"$P/$out"
+		done
+	done
+}
+# the jq filters on read records (scripts/probe-*.jq), alone and chained as the probes used them
+owncopy() { jq -c -f scripts/probe-owncopy.jq; }
+tipdirect() { jq -c -f scripts/probe-tipdirect.jq; }
+tipavoid() { tipdirect | jq -c -f scripts/probe-avoid.jq; }
+filt() { tipavoid | jq -c -f scripts/probe-explore.jq; }
+# failblocks IN…: the records at a room listing whose block holds no score-100 entry
+failblocks() {
+	cat "$@" | jq -c 'select((.messages[-2].content | startswith("This room is called"))
+		and (.messages[-2].content | test("<memory>")) and (.messages[-2].content | test("ended with score 100/100") | not))'
+}
 sft() { # FROM DATA OUT EPOCHS LR MINLR
 	"$E" sft --force --full -m "$1" --data "$2" --val "$B/rl-dev.jsonl" -o "$3" --epochs "$4" --lr "$5" --min-lr "$6" --warmup 10 \
 		--batch-tokens 2048 --no-pack --max-len 2048 --micro-tokens 4096 --threads 2 --seed 1 --json >"${3%.gguf}-epochs.jsonl" 2>"${3%.gguf}.log"
@@ -177,20 +213,8 @@ s9data) # copying under its own tips: s8's own memory (memory-only, train variat
 	# into copy records by scripts/probe-owncopy.jq (a room choice answered with the block's
 	# last score-100 room, other steps with the demo's action), + every short read record of seeds
 	# 340-349 (wrong tips 0.5), the plain tours of seed 24
-	rm -rf "$P/own9"
-	"$E" train --preset memory-only --model "$P/s8.gguf" --env textlab --tasks "$(seq -s, -f 'find-living-thing/%g' 8 71)" --steps 4 --seed 1 \
-		--threads 2 --run-dir "$P/own9" --set batch.tasks=16 --set batch.rollouts=4 --set context=4096 --set env_options.simplifications=easy \
-		--set memory.key=observation --set memory.threshold=0.95 --set memory.top_k=3 \
-		--set memory.tips_in=last-turn --set rollout.temperature=0.4 --set rollout.tip_temperature=0 >"$P/own9.log" 2>&1
-	: >"$P/own9.jsonl"
-	for seed in 23 24 25; do
-		for short in "" --read-short; do
-			"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore \
-				--tour random-direct --seed "$seed" --simplifications easy "${MEM[@]}" --read-records 24 --read-memory "$P/own9/memory.db" $short \
-				-o "$P/r.jsonl" >/dev/null
-			grep '"read":true' "$P/r.jsonl" | jq -c -f scripts/probe-owncopy.jq >>"$P/own9.jsonl"
-		done
-	done
+	ownmem s8 own9
+	ownread own9 own9.jsonl owncopy 23 24 25
 	export WRONG=0.5
 	shortall 340 349 "$P/short9.jsonl"
 	WRONG=0 rtour 24 0 "$P/plain9.jsonl"
@@ -221,20 +245,8 @@ s13data) # the sixth round: s10's own memory (memory-only, train variations 8-71
 	# demos' states of seeds 26-28 (full and short) through probe-tipdirect.jq, every short read record of
 	# seeds 430-439 (wrong tips 0.5) through it, the records at a listing answered "focus on" once more,
 	# and the plain tours (tip writing) of seeds 26-27
-	rm -rf "$P/own13"
-	"$E" train --preset memory-only --model "$P/s10.gguf" --env textlab --tasks "$(seq -s, -f 'find-living-thing/%g' 8 71)" --steps 4 --seed 1 \
-		--threads 2 --run-dir "$P/own13" --set batch.tasks=16 --set batch.rollouts=4 --set context=4096 --set env_options.simplifications=easy \
-		--set memory.key=observation --set memory.threshold=0.95 --set memory.top_k=3 \
-		--set memory.tips_in=last-turn --set rollout.temperature=0.4 --set rollout.tip_temperature=0 >"$P/own13.log" 2>&1
-	: >"$P/own13.jsonl"
-	for seed in 26 27 28; do
-		for short in "" --read-short; do
-			"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore \
-				--tour random-direct --seed "$seed" --simplifications easy "${MEM[@]}" --read-records 24 --read-memory "$P/own13/memory.db" $short \
-				-o "$P/r.jsonl" >/dev/null
-			grep '"read":true' "$P/r.jsonl" | jq -c -f scripts/probe-tipdirect.jq >>"$P/own13.jsonl"
-		done
-	done
+	ownmem s10 own13
+	ownread own13 own13.jsonl tipdirect 26 27 28
 	export WRONG=0.5
 	shortall 430 439 "$P/short13.jsonl" scripts/probe-tipdirect.jq
 	cat "$P/own13.jsonl" "$P/short13.jsonl" | jq -c 'select((.messages[-1].content | startswith("focus on"))
@@ -249,25 +261,12 @@ s14data) # s13 reads a successful trial (100 after a success on dev) and is led 
 	# short), every short read record of seeds 440-449 (wrong tips 0.5), all through probe-tipdirect.jq and
 	# probe-avoid.jq, the records at a listing whose block holds no score-100 entry once more, and the
 	# plain tours of seeds 28-29
-	rm -rf "$P/own14"
-	"$E" train --preset memory-only --model "$P/s13.gguf" --env textlab --tasks "$(seq -s, -f 'find-living-thing/%g' 8 71)" --steps 4 --seed 1 \
-		--threads 2 --run-dir "$P/own14" --set batch.tasks=16 --set batch.rollouts=4 --set context=4096 --set env_options.simplifications=easy \
-		--set env_options.step_limit=15 --set memory.key=observation --set memory.threshold=0.95 --set memory.top_k=3 \
-		--set memory.tips_in=last-turn --set rollout.temperature=0.4 --set rollout.tip_temperature=0 >"$P/own14.log" 2>&1
-	: >"$P/own14.jsonl"
-	for seed in 29 30 31; do
-		for short in "" --read-short; do
-			"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore \
-				--tour random-direct --seed "$seed" --simplifications easy "${MEM[@]}" --read-records 24 --read-memory "$P/own14/memory.db" $short \
-				-o "$P/r.jsonl" >/dev/null
-			grep '"read":true' "$P/r.jsonl" | jq -c -f scripts/probe-tipdirect.jq | jq -c -f scripts/probe-avoid.jq >>"$P/own14.jsonl"
-		done
-	done
+	ownmem s13 own14 15
+	ownread own14 own14.jsonl tipavoid 29 30 31
 	export WRONG=0.5
 	shortall 440 449 "$P/short14raw.jsonl" scripts/probe-tipdirect.jq
 	jq -c -f scripts/probe-avoid.jq <"$P/short14raw.jsonl" >"$P/short14.jsonl"
-	cat "$P/own14.jsonl" "$P/short14.jsonl" | jq -c 'select((.messages[-2].content | startswith("This room is called"))
-		and (.messages[-2].content | test("<memory>")) and (.messages[-2].content | test("ended with score 100/100") | not))' >"$P/fail14.jsonl"
+	failblocks "$P/own14.jsonl" "$P/short14.jsonl" >"$P/fail14.jsonl"
 	: >"$P/plain14.jsonl"
 	for s in 28 29; do WRONG=0 rtour "$s" 0 "$P/r.jsonl" && cat "$P/r.jsonl" >>"$P/plain14.jsonl"; done
 	mix "$P/s14.jsonl" "$P/own14.jsonl" "$P/short14.jsonl" "$P/fail14.jsonl" "$P/plain14.jsonl" ;;
@@ -278,26 +277,12 @@ s15data) # from s14, at threshold 0.99 (TH): its own memory from 15-step episode
 	# (a block of failed attempts answered with a room they did not look at), the records at a listing
 	# whose block holds no score-100 entry once more, the plain tours of seeds 30-31
 	export TH=0.99
-	rm -rf "$P/own15"
-	"$E" train --preset memory-only --model "$P/s14.gguf" --env textlab --tasks "$(seq -s, -f 'find-living-thing/%g' 8 71)" --steps 4 --seed 1 \
-		--threads 2 --run-dir "$P/own15" --set batch.tasks=16 --set batch.rollouts=4 --set context=4096 --set env_options.simplifications=easy \
-		--set env_options.step_limit=15 --set memory.key=observation --set memory.threshold=$TH --set memory.top_k=3 \
-		--set memory.tips_in=last-turn --set rollout.temperature=0.4 --set rollout.tip_temperature=0 >"$P/own15.log" 2>&1
-	filt() { jq -c -f scripts/probe-tipdirect.jq | jq -c -f scripts/probe-avoid.jq | jq -c -f scripts/probe-explore.jq; }
-	: >"$P/own15.jsonl"
-	for seed in 32 33 34; do
-		for short in "" --read-short; do
-			"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore \
-				--tour random-direct --seed "$seed" --simplifications easy "${MEM[@]}" --read-records 24 --read-memory "$P/own15/memory.db" $short \
-				-o "$P/r.jsonl" >/dev/null
-			grep '"read":true' "$P/r.jsonl" | filt >>"$P/own15.jsonl"
-		done
-	done
+	ownmem s14 own15 15
+	ownread own15 own15.jsonl filt 32 33 34
 	export WRONG=0.5
 	shortall 450 459 "$P/short15raw.jsonl"
 	filt <"$P/short15raw.jsonl" >"$P/short15.jsonl"
-	cat "$P/own15.jsonl" "$P/short15.jsonl" | jq -c 'select((.messages[-2].content | startswith("This room is called"))
-		and (.messages[-2].content | test("<memory>")) and (.messages[-2].content | test("ended with score 100/100") | not))' >"$P/fail15.jsonl"
+	failblocks "$P/own15.jsonl" "$P/short15.jsonl" >"$P/fail15.jsonl"
 	: >"$P/plain15.jsonl"
 	for s in 30 31; do WRONG=0 rtour "$s" 0 "$P/r.jsonl" && cat "$P/r.jsonl" >>"$P/plain15.jsonl"; done
 	mix "$P/s15.jsonl" "$P/own15.jsonl" "$P/short15.jsonl" "$P/fail15.jsonl" "$P/plain15.jsonl" ;;
@@ -315,21 +300,8 @@ s16data) # honest tips after failures: s13 writes success-style tips after a fai
 			--seed "$s" --simplifications easy --attempt-tips 4 --step-limit 15 -o "$P/r.jsonl" >/dev/null
 		cat "$P/r.jsonl" >>"$P/attempt16.jsonl"
 	done
-	rm -rf "$P/own16"
-	"$E" train --preset memory-only --model "$P/s13.gguf" --env textlab --tasks "$(seq -s, -f 'find-living-thing/%g' 8 71)" --steps 4 --seed 1 \
-		--threads 2 --run-dir "$P/own16" --set batch.tasks=16 --set batch.rollouts=4 --set context=4096 --set env_options.simplifications=easy \
-		--set env_options.step_limit=15 --set memory.key=observation --set memory.threshold=$TH --set memory.top_k=3 \
-		--set memory.tips_in=last-turn --set rollout.temperature=0.4 --set rollout.tip_temperature=0 >"$P/own16.log" 2>&1
-	filt() { jq -c -f scripts/probe-tipdirect.jq | jq -c -f scripts/probe-avoid.jq | jq -c -f scripts/probe-explore.jq; }
-	: >"$P/own16.jsonl"
-	for seed in 38 39; do
-		for short in "" --read-short; do
-			"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore \
-				--tour random-direct --seed "$seed" --simplifications easy "${MEM[@]}" --read-records 24 --read-memory "$P/own16/memory.db" $short \
-				-o "$P/r.jsonl" >/dev/null
-			grep '"read":true' "$P/r.jsonl" | filt >>"$P/own16.jsonl"
-		done
-	done
+	ownmem s13 own16 15
+	ownread own16 own16.jsonl filt 38 39
 	export WRONG=0.5
 	shortall 460 469 "$P/short16raw.jsonl"
 	filt <"$P/short16raw.jsonl" >"$P/short16.jsonl"
