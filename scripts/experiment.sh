@@ -15,7 +15,9 @@
 #   scripts/experiment.sh gate       # the warm start and its gate only, at the gate run's sizes (docs/experiment.md)
 #   OUT=dir SEEDS="1 2" ARMS="grpo empo2" STEPS=20 scripts/experiment.sh
 #   RESUME=1 scripts/experiment.sh   # continue in an existing OUT, skipping finished stages
-#   UNTIL=warmstart scripts/experiment.sh  # stop after a stage (demos model sft readsft gate warmstart runs report)
+#   UNTIL=warmstart scripts/experiment.sh  # stop after a stage (demos model sft readsft | warm, gate warmstart runs report)
+#   WARM=build/p7/s17.gguf scripts/experiment.sh  # a given warm start (a full-SFT base model) instead of
+#                                    # building one: the demos/model/sft/readsft stages become one "warm" stage
 #
 # Everything is written under $OUT (default build/experiment, quick:
 # build/experiment-quick); OUT/table.md is the results table, OUT/report/
@@ -88,7 +90,7 @@ else
 	RL_SFT_VARS=${RL_SFT_VARS:-16}
 	SFT_EPOCHS=${SFT_EPOCHS:-16}
 	SEEDS=${SEEDS:-1 2 3}
-	STEPS=${STEPS:-24} # ≥ 15 off-policy updates per EMPO² seed expected ≈ 33 (docs/experiment.md, Study 3)
+	STEPS=${STEPS:-48} # ≥ 15 off-policy updates per EMPO² seed: probability ≈ 0.9986 per seed (docs/experiment.md, gate run 9 and Study 3)
 	BATCH_TASKS=${BATCH_TASKS:-4}
 	BATCH_ROLLOUTS=${BATCH_ROLLOUTS:-4}
 	POOL=${POOL:-8}
@@ -108,8 +110,10 @@ RL_LR=${RL_LR:-3e-3}                 # LoRA lr of the RL updates (constant; KL �
 MINI_BATCHES=${MINI_BATCHES:-4} # mini-batches per PPO epoch (update.mini_batches): PPO_EPOCHS × this = 8 updates per step in every arm (Study 3)
 PPO_EPOCHS=${PPO_EPOCHS:-2}
 OLD_LOGP=${OLD_LOGP:-rollout} # π_old from the rollout's own log-probs (no recompute pass; docs/experiment.md)
+WARM=${WARM:-} # a warm start to use as OUT/sft.gguf instead of building one (the probe chain's build/p7/s17.gguf in Study 3's run)
+STEP_LIMIT=${STEP_LIMIT:-15} # episode length in simulator moves, in runs, evaluations and the gate (Study 3: 15, as gate runs 7-9; 0: the task's own 30)
 KEY=${KEY:-observation}     # memory.key of runs, eval and the SFT's memory records (docs/experiment.md, Study 3: memory settings)
-THRESHOLD=${THRESHOLD:-0.95} # retrieval threshold: observation keys of the same state ≥ 0.97, other rooms' listings ≤ 0.92 (docs/experiment.md, Study 3)
+THRESHOLD=${THRESHOLD:-0.99} # retrieval threshold: observation keys of the same state ≥ 0.97, other rooms' listings ≤ 0.92; 0.99 since gate run 7 (docs/experiment.md, Study 3)
 TIPS_IN=${TIPS_IN:-last-turn} # memory.tips_in of runs and eval (Study 3; Study 2's runs: every-turn with TOP_K=1)
 SFT_TIPS_IN=${SFT_TIPS_IN:-$TIPS_IN} # placement in the SFT's memory records
 CTX=${CTX:-4096}
@@ -124,7 +128,7 @@ TIP_RECORDS=${TIP_RECORDS:-0}         # per RL-family SFT episode: Study 2's rec
 SFT_TIP_RECORDS=${SFT_TIP_RECORDS:-0} # the same for the other SFT families
 READ_RECORDS=${READ_RECORDS:-8}       # per RL-family SFT episode: memory-reading records (env demos --read-records; docs/experiment.md, Study 3)
 SFT_READ_RECORDS=${SFT_READ_RECORDS:-2} # the same for the other SFT families
-GATE_SEEDS=${GATE_SEEDS:-1 2 3}       # evaluation seeds of the gate (docs/experiment.md, Study 3)
+GATE_SEEDS=${GATE_SEEDS:-$(seq -s ' ' 1 10)} # evaluation seeds of the gate: the paired rule needs 10 (docs/experiment.md, gate run 9)
 GATE_TRIALS=${GATE_TRIALS:-3}         # adaptation trials per variation in the gate (trials 2…K decide)
 GATE_POOL=${GATE_POOL:-$POOL}         # training-pool variations of the gate
 GATE_HELDOUT=${GATE_HELDOUT:-4}       # held-out variations of the gate's adaptation test
@@ -137,6 +141,8 @@ ATTEMPT_TIPS=${ATTEMPT_TIPS:-8}       # per RL-family SFT demo: tip turns after 
 RESUME=${RESUME:-0}
 UNTIL=${UNTIL:-} # stop after this stage (then RESUME=1 continues)
 SIMP=(--simplifications easy) # explore demos need "teleport to"; every phase uses the same world
+LIMIT=()                      # --step-limit of the RL family's evaluations and the gate; runs get env_options.step_limit
+((STEP_LIMIT == 0)) || LIMIT=(--step-limit "$STEP_LIMIT")
 
 die() {
 	echo "experiment.sh: $*" >&2
@@ -282,19 +288,20 @@ evaluate() {
 	shift 2
 	local common=(--force --env textlab "${SIMP[@]}" --temperature "$EVAL_TEMP" --seed 1 --threads "$threads"
 		--ctx "$CTX" --threshold "$THRESHOLD" --top-k "$TOP_K" --set "memory.tips_in=$TIPS_IN" --set "memory.key=$KEY" --tip-temperature "$TIP_TEMP" "$@")
+	local rl=("${common[@]}" "${LIMIT[@]}") # the RL family at the runs' episode length; boil/freeze at their own
 	local memboth=(--memory off)
 	[[ "$*" == *--run* ]] && memboth=(--memory both)
 	mkdir -p "$dir/eval"
 	# held-out variations of the RL family, memory off (the paper's main claim)
 	# shellcheck disable=SC2046
-	"$EMPO2" eval "${common[@]}" --tasks "$RL_TASK" --split test --memory off $(vars_flag "$TEST_VARS") \
+	"$EMPO2" eval "${rl[@]}" --tasks "$RL_TASK" --split test --memory off $(vars_flag "$TEST_VARS") \
 		-o "$dir/eval/test-off.json" || return 1
 	# the training pool, memory off and (for runs) on with the run's memory
-	"$EMPO2" eval "${common[@]}" --tasks "$RL_TASK" --split train --variations "$POOL" "${memboth[@]}" \
+	"$EMPO2" eval "${rl[@]}" --tasks "$RL_TASK" --split train --variations "$POOL" "${memboth[@]}" \
 		-o "$dir/eval/pool.json" || return 1
 	# adaptation on held-out variations: K trials, fresh memory vs control
 	# shellcheck disable=SC2046
-	"$EMPO2" eval "${common[@]}" --ood --tasks "$RL_TASK" --split test $(vars_flag "$OOD_RL_VARS") \
+	"$EMPO2" eval "${rl[@]}" --ood --tasks "$RL_TASK" --split test $(vars_flag "$OOD_RL_VARS") \
 		--trials "$TRIALS" -o "$dir/eval/ood-rl-test.json" || return 1
 	# OOD families boil and freeze (the held-out tasks)
 	# shellcheck disable=SC2046
@@ -324,7 +331,7 @@ gate() {
 	for s in $GATE_SEEDS; do
 		local common=(--force --env textlab "${SIMP[@]}" --temperature "$EVAL_TEMP" --seed "$s" --threads "$THREADS"
 			--ctx "$CTX" --threshold "$THRESHOLD" --top-k "$TOP_K" --set "memory.tips_in=$TIPS_IN" --set "memory.key=$KEY"
-			--tip-temperature "$TIP_TEMP" --model "$OUT/sft.gguf" --tasks "$RL_TASK" --ood --trials "$GATE_TRIALS")
+			--tip-temperature "$TIP_TEMP" "${LIMIT[@]}" --model "$OUT/sft.gguf" --tasks "$RL_TASK" --ood --trials "$GATE_TRIALS")
 		[[ -f "$OUT/gate/pool-s$s.json" ]] ||
 			"$EMPO2" eval "${common[@]}" --split train --variations "$GATE_POOL" -o "$OUT/gate/pool-s$s.json.tmp" \
 				--episodes-out "$OUT/gate/pool-s$s.jsonl" >>"$OUT/gate/eval.log" 2>&1 ||
@@ -389,7 +396,8 @@ run_one() {
 				--set "context=$CTX" --set env_options.simplifications=easy \
 				--set "memory.threshold=$THRESHOLD" --set "memory.tips_in=$TIPS_IN" --set "memory.key=$KEY" --set "update.lr=$RL_LR" \
 				--set "update.mini_batches=$MINI_BATCHES" --set "update.ppo_epochs=$PPO_EPOCHS" \
-				--set "update.old_logp=$OLD_LOGP" --set "rollout.tip_temperature=$TIP_TEMP" >>"$dir.train.log" 2>&1 || return 1
+				--set "update.old_logp=$OLD_LOGP" --set "rollout.tip_temperature=$TIP_TEMP" \
+				--set "env_options.step_limit=$STEP_LIMIT" >>"$dir.train.log" 2>&1 || return 1
 			cat "$dir.train.log" >>"$dir/train.log" && rm "$dir.train.log"
 		fi
 		touch "$dir/.trained"
@@ -436,10 +444,24 @@ table() {
 	"$OUT/exptable" -out "$OUT" -diagnosis "$OUT/diagnosis.md" >"$OUT/table.md"
 }
 
-stage demos demos
-stage model model
-stage sft sft
-stage readsft readsft
+# ---- 1-3 instead: a given warm start (WARM) ---------------------------------
+warm() {
+	[[ -f "$WARM" ]] || die "WARM=$WARM: no such file"
+	cp "$WARM" "$OUT/sft.gguf"
+	{
+		echo "warm start: $WARM"
+		sha256sum "$OUT/sft.gguf"
+	} >"$OUT/warm.txt"
+}
+
+if [[ -n "$WARM" ]]; then
+	stage warm warm
+else
+	stage demos demos
+	stage model model
+	stage sft sft
+	stage readsft readsft
+fi
 stage gate gate
 gate_verdict
 stage warmstart warmstart

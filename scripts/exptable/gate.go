@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -19,13 +20,19 @@ import (
 // earlier trials, no weight update, and the same trials without memory)
 // and GATE/heldout-sS.json (the same on held-out variations). Per seed,
 // the score of trials 2…K (trial 1 has an empty memory in both settings)
-// is averaged; with the per-seed values:
+// is averaged; with the per-seed values, two rules (docs/experiment.md):
 //
-//	(1) pool:     D = mean(memory on) − mean(control), SE = sqrt(s_on²/n + s_off²/n);
-//	              passes iff D > 2·SE
+// paired (gate run 9 on, the default): both settings play each seed's
+// trial 1 alike, so the unit is the seed's difference d_s = on_s − off_s:
+//
+//	(1) pool:     D = mean(d_s), SE = sd(d_s)/√n; passes iff D > 2·SE
 //	(2) held-out: passes iff D ≥ −2·SE (memory does not detectably fall below the control)
+//	needs n ≥ 10 seeds (an SE from fewer differences is too rough to decide on)
 //
-// The gate passes iff both do and there are at least 3 seeds.
+// unpaired (gate runs 1–8): SE = sqrt(s_on²/n + s_off²/n), the same two
+// tests, n ≥ 3 seeds.
+//
+// The gate passes iff both tests do and there are enough seeds.
 
 // Gate verdicts.
 const (
@@ -51,7 +58,23 @@ func loadGate(dir string) (map[string]*gateSeries, error) {
 		return nil, fmt.Errorf("exptable: %w", err)
 	}
 	out := map[string]*gateSeries{}
-	sort.Slice(ents, func(i, j int) bool { return ents[i].Name() < ents[j].Name() })
+	// by kind, then by seed number (s2 before s10)
+	key := func(name string) (string, int) {
+		m := gateFile.FindStringSubmatch(name)
+		if m == nil {
+			return name, -1
+		}
+		n, _ := strconv.Atoi(m[2])
+		return m[1], n
+	}
+	sort.Slice(ents, func(i, j int) bool {
+		ki, ni := key(ents[i].Name())
+		kj, nj := key(ents[j].Name())
+		if ki != kj {
+			return ki < kj
+		}
+		return ni < nj
+	})
 	for _, e := range ents {
 		m := gateFile.FindStringSubmatch(e.Name())
 		if m == nil {
@@ -95,23 +118,63 @@ func loadGate(dir string) (map[string]*gateSeries, error) {
 	return out, nil
 }
 
+// The gate's rules (the -gate-rule flag).
+const (
+	RulePaired   = "paired"
+	RuleUnpaired = "unpaired"
+)
+
+// minSeeds is the fewest seeds each rule decides on.
+var minSeeds = map[string]int{RulePaired: 10, RuleUnpaired: 3}
+
 // gateResult is the gate's computation.
 type gateResult struct {
-	Pool, Held       decision
+	Rule             string
+	Pool, Held       decision // by Rule
+	PoolU, HeldU     decision // unpaired, shown beside the paired rule
 	PoolOK, HeldOK   bool
 	HaveHeld, Enough bool
 	Verdict          string
 }
 
-func computeGate(g map[string]*gateSeries) gateResult {
-	var r gateResult
+// decidePaired is D = mean(a_i − b_i), SE = sd(a_i − b_i)/√n (n ≥ 2; NaN SE below).
+func decidePaired(a, b []float64) decision {
+	if len(a) != len(b) {
+		panic("exptable: decidePaired: unequal lengths")
+	}
+	d := make([]float64, len(a))
+	for i := range a {
+		d[i] = a[i] - b[i]
+	}
+	out := decision{NA: len(a), NB: len(b), D: math.NaN(), SE: math.NaN()}
+	if len(d) == 0 {
+		return out
+	}
+	m, sd := meanStd(d)
+	out.D = m
+	if len(d) >= 2 {
+		out.SE = sd / math.Sqrt(float64(len(d)))
+	}
+	return out
+}
+
+func computeGate(g map[string]*gateSeries, rule string) gateResult {
+	r := gateResult{Rule: rule}
+	pick := decide
+	switch rule {
+	case RulePaired:
+		pick = decidePaired
+	case RuleUnpaired:
+	default:
+		panic("exptable: unknown gate rule " + rule)
+	}
 	p := g["pool"]
-	r.Pool = decide(p.On, p.Off)
+	r.Pool, r.PoolU = pick(p.On, p.Off), decide(p.On, p.Off)
 	r.PoolOK = !math.IsNaN(r.Pool.SE) && r.Pool.D > 2*r.Pool.SE
-	r.Enough = len(p.On) >= 3
+	r.Enough = len(p.On) >= minSeeds[rule]
 	if h := g["heldout"]; h != nil {
 		r.HaveHeld = true
-		r.Held = decide(h.On, h.Off)
+		r.Held, r.HeldU = pick(h.On, h.Off), decide(h.On, h.Off)
 		r.HeldOK = !math.IsNaN(r.Held.SE) && r.Held.D >= -2*r.Held.SE
 	}
 	r.Verdict = GateFail
@@ -123,8 +186,8 @@ func computeGate(g map[string]*gateSeries) gateResult {
 
 // writeGate prints the gate's table and verdict; its last line is
 // "gate: PASS" or "gate: FAIL (reasons)".
-func writeGate(w io.Writer, g map[string]*gateSeries) gateResult {
-	r := computeGate(g)
+func writeGate(w io.Writer, g map[string]*gateSeries, rule string) gateResult {
+	r := computeGate(g, rule)
 	fmt.Fprintln(w, "## The gate: can the warm start use its memory? (pre-registered, docs/experiment.md, Study 3)")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Adaptation trials with no weight update: a fresh memory per variation, filled by the policy's own earlier trials (a tip after each), against the same trials without memory (the control, same seeds). Per evaluation seed, the mean score of trials 2…K (trial 1 has no memory in either setting).")
@@ -145,18 +208,24 @@ func writeGate(w io.Writer, g map[string]*gateSeries) gateResult {
 		fmt.Fprintf(w, "| %s | mean ± std | %.1f ± %.1f | %.1f ± %.1f | | | |\n", name, mOn, sOn, mOff, sOff)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| test | n | D = on − control | SE | rule | passes |")
-	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- |")
-	fmt.Fprintf(w, "| (1) training pool: memory helps | %d | %+.2f | %.2f | D > 2·SE = %.2f | %s |\n", r.Pool.NA, r.Pool.D, r.Pool.SE, 2*r.Pool.SE, yesNo(r.PoolOK))
-	if r.HaveHeld {
-		fmt.Fprintf(w, "| (2) held-out: memory does not fall below the control | %d | %+.2f | %.2f | D ≥ −2·SE = %.2f | %s |\n", r.Held.NA, r.Held.D, r.Held.SE, -2*r.Held.SE, yesNo(r.HeldOK))
+	if rule == RulePaired {
+		fmt.Fprintln(w, "Rule: **paired** (docs/experiment.md, gate run 9 on): SE = sd over seeds of the per-seed difference / √n, at least 10 seeds; the unpaired SE of gate runs 1–8 is shown beside it, not decided on.")
 	} else {
-		fmt.Fprintln(w, "| (2) held-out: memory does not fall below the control | 0 | | | no heldout-sS.json | no |")
+		fmt.Fprintln(w, "Rule: **unpaired** (gate runs 1–8): SE = sqrt(s_on²/n + s_off²/n), at least 3 seeds.")
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| test | n | D = on − control | SE | rule | passes | unpaired SE |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- |")
+	fmt.Fprintf(w, "| (1) training pool: memory helps | %d | %+.2f | %.2f | D > 2·SE = %.2f | %s | %.2f |\n", r.Pool.NA, r.Pool.D, r.Pool.SE, 2*r.Pool.SE, yesNo(r.PoolOK), r.PoolU.SE)
+	if r.HaveHeld {
+		fmt.Fprintf(w, "| (2) held-out: memory does not fall below the control | %d | %+.2f | %.2f | D ≥ −2·SE = %.2f | %s | %.2f |\n", r.Held.NA, r.Held.D, r.Held.SE, -2*r.Held.SE, yesNo(r.HeldOK), r.HeldU.SE)
+	} else {
+		fmt.Fprintln(w, "| (2) held-out: memory does not fall below the control | 0 | | | no heldout-sS.json | no | |")
 	}
 	fmt.Fprintln(w)
 	var why []string
 	if !r.Enough {
-		why = append(why, fmt.Sprintf("%d seeds (the rule needs 3)", len(g["pool"].On)))
+		why = append(why, fmt.Sprintf("%d seeds (the %s rule needs %d)", len(g["pool"].On), rule, minSeeds[rule]))
 	}
 	if !r.PoolOK {
 		why = append(why, "memory does not raise the pool score by more than 2·SE")

@@ -132,6 +132,7 @@ func main() {
 	out := flag.String("out", "", "experiment output `DIR` (scripts/experiment.sh's OUT)")
 	diag := flag.String("diagnosis", "", "also write the diagnosis page to `FILE`")
 	gate := flag.String("gate", "", "instead: the pre-registered gate's table and verdict from `DIR` (OUT/gate: pool-sS.json, heldout-sS.json; gate.go)")
+	gateRule := flag.String("gate-rule", RulePaired, "the gate's `rule`: paired (gate run 9 on: per-seed differences, ≥ 10 seeds) or unpaired (gate runs 1–8; gate.go)")
 	reading := flag.Bool("reading", false, "instead: does the policy read its memory? from the episodes files given as arguments (eval --ood --episodes-out; reading.go)")
 	flag.Parse()
 	if *reading {
@@ -153,7 +154,11 @@ func main() {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
-		writeGate(os.Stdout, g)
+		if _, ok := minSeeds[*gateRule]; !ok {
+			fmt.Fprintf(os.Stderr, "exptable: -gate-rule %q: want %s or %s\n", *gateRule, RulePaired, RuleUnpaired)
+			os.Exit(2)
+		}
+		writeGate(os.Stdout, g, *gateRule)
 		return
 	}
 	if *out == "" {
