@@ -40,6 +40,9 @@
 #   scripts/probe-scratch.sh s16data && scripts/probe-scratch.sh s16   # from s13: true tips after failed 15-step attempts (--attempt-tips)
 #   scripts/probe-scratch.sh s17data && scripts/probe-scratch.sh s17   # from s10: s13 and s16 in one stage
 #   EXTRA="--variations 36 --threshold 0.99 --step-limit 15 --seed 1" scripts/probe-scratch.sh ev build/p7/s15.gguf NAME   # all 36 dev variations
+# Seventh round (docs/experiment.md, "Condensing the chain"): s1 → c2 → c3, three SFT stages instead of ten
+#   scripts/probe-scratch.sh c2data && scripts/probe-scratch.sh c2   # from s1: s6's, s7's and s10's code-written records in one epoch
+#   scripts/probe-scratch.sh c3data && scripts/probe-scratch.sh c3   # from c2: s17's recipe on c2's own memory
 set -euo pipefail
 cd "$(dirname "$0")/.."
 E=${E:-bin/empo2}
@@ -312,6 +315,22 @@ s17data) # one stage instead of two (a step towards a condensed recipe): s13's r
 	# come from s13's memory (the attempt tips with their demos, the short read records, the plain tours)
 	mix "$P/s17.jsonl" "$P/s13.jsonl" "$P/attempt16.jsonl" "$P/short16.jsonl" "$P/plain16.jsonl" ;;
 s17) sft "$P/s10.gguf" "$P/s17.jsonl" "$P/s17.gguf" 1 3e-4 3e-5 ;;
+c2data) # s6, s7 and s10 in one stage (no own-memory records: s8's and s9's came from s7's and s8's memory):
+	# s6's and s7's records (wrong tips 0.5, room choices, every short kind, full read records, plain tours)
+	# and s10's short read records through probe-tipdirect.jq with its plain tours
+	mix "$P/c2.jsonl" "$P/s6.jsonl" "$P/s7.jsonl" "$P/short10.jsonl" "$P/plain10.jsonl" ;;
+c2) sft "$P/s1.gguf" "$P/c2.jsonl" "$P/c2.gguf" 1 1e-3 1e-4 ;;
+c3data) # s17's records with the own-memory part from c2's memory: c2's own memory (memory-only, train variations 8-71,
+	# 30-step episodes) read at the demos' states of seeds 26-28 through probe-tipdirect.jq, s13's short read
+	# records (seeds 430-439), the records at a listing answered "focus on", s13's plain tours, and s16's
+	# attempt tips, short records and plain tours
+	ownmem c2 ownc3
+	ownread ownc3 ownc3.jsonl tipdirect 26 27 28
+	cat "$P/ownc3.jsonl" "$P/short13.jsonl" | jq -c 'select((.messages[-1].content | startswith("focus on"))
+		and (.messages[-2].content | startswith("This room is called")) and (.messages[-2].content | test("<memory>")))' >"$P/focusc3.jsonl"
+	mix "$P/c3.jsonl" "$P/ownc3.jsonl" "$P/short13.jsonl" "$P/focusc3.jsonl" "$P/plain13.jsonl" \
+		"$P/attempt16.jsonl" "$P/short16.jsonl" "$P/plain16.jsonl" ;;
+c3) sft "$P/c2.gguf" "$P/c3.jsonl" "$P/c3.gguf" 1 3e-4 3e-5 ;;
 ev)
 	"$E" eval --force --env textlab --simplifications easy --temperature 0.4 --seed 1 --threads 2 --ctx 4096 --model "${2:?ev MODEL NAME}" \
 		--tasks find-living-thing --ood --trials 3 --threshold 0.95 --top-k 3 --set memory.tips_in=last-turn --set memory.key=observation \
