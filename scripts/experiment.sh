@@ -142,7 +142,6 @@ RESUME=${RESUME:-0}
 UNTIL=${UNTIL:-} # stop after this stage (then RESUME=1 continues)
 SIMP=(--simplifications easy) # explore demos need "teleport to"; every phase uses the same world
 LIMIT=()                      # --step-limit of the RL family's evaluations and the gate; runs get env_options.step_limit
-((STEP_LIMIT == 0)) || LIMIT=(--step-limit "$STEP_LIMIT")
 
 die() {
 	echo "experiment.sh: $*" >&2
@@ -151,6 +150,9 @@ die() {
 log() { printf '%s  %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 
 ((POOL <= RL_SFT_FROM || RL_SFT_VARS == 0)) || die "POOL=$POOL overlaps the RL-family SFT demonstrations (variations $RL_SFT_FROM…): raise RL_SFT_FROM"
+[[ "$STEP_LIMIT" =~ ^[0-9]+$ ]] || die "STEP_LIMIT=$STEP_LIMIT: want a whole number of moves (0: the task's own)"
+[[ -z "$WARM" || -f "$WARM" ]] || die "WARM=$WARM: no such file (a full-SFT base model, e.g. build/p7/s17.gguf)"
+((STEP_LIMIT == 0)) || LIMIT=(--step-limit "$STEP_LIMIT")
 [[ -x "$EMPO2" ]] || die "$EMPO2 not found: run 'make build' first (or set EMPO2=path)"
 for c in train eval sft report; do
 	"$EMPO2" "$c" --help >/dev/null 2>&1 || die "'$EMPO2 $c' is not available in this build"
