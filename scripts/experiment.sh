@@ -447,8 +447,7 @@ table() {
 }
 
 # ---- 1-3 instead: a given warm start (WARM) ---------------------------------
-warm() {
-	[[ -f "$WARM" ]] || die "WARM=$WARM: no such file"
+warm() { # WARM was checked at the start
 	cp "$WARM" "$OUT/sft.gguf"
 	{
 		echo "warm start: $WARM"

@@ -5,7 +5,7 @@
 # "failed". The numbers in docs/results.md, "Sixth round", came from this.
 #   scripts/probe-failtips.sh build/p7/d36-s16-t99-l15-s1-dev.jsonl …
 for f in "$@"; do
-jq -s -r --arg f "$(basename $f)" '[.[] | select(.setting=="on" and .score < 100 and (.tip // "") != "")] as $e
+jq -s -r --arg f "$(basename "$f")" '[.[] | select(.setting=="on" and .score < 100 and (.tip // "") != "")] as $e
  | ($e | map(select(.tip | test("focus on [a-z ]+? in the [a-z ]+"))) | length) as $n
  | "\($f): \($n)/\($e|length) failed episodes tips name a room; \($e | map(select(.tip | test("not complete|failed"))) | length) say not complete/failed"' "$f"
 done

@@ -128,6 +128,11 @@ failblocks() {
 	cat "$@" | jq -c 'select((.messages[-2].content | startswith("This room is called"))
 		and (.messages[-2].content | test("<memory>")) and (.messages[-2].content | test("ended with score 100/100") | not))'
 }
+# focusrecs IN…: the records at a room listing with a block answered "focus on …"
+focusrecs() {
+	cat "$@" | jq -c 'select((.messages[-1].content | startswith("focus on"))
+		and (.messages[-2].content | startswith("This room is called")) and (.messages[-2].content | test("<memory>")))'
+}
 sft() { # FROM DATA OUT EPOCHS LR MINLR
 	"$E" sft --force --full -m "$1" --data "$2" --val "$B/rl-dev.jsonl" -o "$3" --epochs "$4" --lr "$5" --min-lr "$6" --warmup 10 \
 		--batch-tokens 2048 --no-pack --max-len 2048 --micro-tokens 4096 --threads 2 --seed 1 --json >"${3%.gguf}-epochs.jsonl" 2>"${3%.gguf}.log"
@@ -237,8 +242,7 @@ s11data) # s10 goes to the tip's room and then teleports to it again at its list
 	# read record of seeds 420-429 (wrong tips 0.5) through probe-tipdirect.jq, + s10's own-memory records
 	export WRONG=0.5
 	shortall 420 429 "$P/short11.jsonl" scripts/probe-tipdirect.jq
-	jq -c 'select((.messages[-1].content | startswith("focus on")) and (.messages[-2].content | startswith("This room is called"))
-		and (.messages[-2].content | test("<memory>")))' "$P/s10.jsonl" >"$P/focus11.jsonl"
+	focusrecs "$P/s10.jsonl" >"$P/focus11.jsonl"
 	mix "$P/s11.jsonl" "$P/short11.jsonl" "$P/own10.jsonl" "$P/focus11.jsonl" "$P/focus11.jsonl" "$P/focus11.jsonl" ;;
 s11) sft "$P/s10.gguf" "$P/s11.jsonl" "$P/s11.gguf" 1 1e-3 1e-4 ;;
 s12data) # s11's records with the focus records once (after s11data)
@@ -252,8 +256,7 @@ s13data) # the sixth round: s10's own memory (memory-only, train variations 8-71
 	ownread own13 own13.jsonl tipdirect 26 27 28
 	export WRONG=0.5
 	shortall 430 439 "$P/short13.jsonl" scripts/probe-tipdirect.jq
-	cat "$P/own13.jsonl" "$P/short13.jsonl" | jq -c 'select((.messages[-1].content | startswith("focus on"))
-		and (.messages[-2].content | startswith("This room is called")) and (.messages[-2].content | test("<memory>")))' >"$P/focus13.jsonl"
+	focusrecs "$P/own13.jsonl" "$P/short13.jsonl" >"$P/focus13.jsonl"
 	: >"$P/plain13.jsonl"
 	for s in 26 27; do WRONG=0 rtour "$s" 0 "$P/r.jsonl" && cat "$P/r.jsonl" >>"$P/plain13.jsonl"; done
 	mix "$P/s13.jsonl" "$P/own13.jsonl" "$P/short13.jsonl" "$P/focus13.jsonl" "$P/plain13.jsonl" ;;
@@ -326,8 +329,7 @@ c3data) # s17's records with the own-memory part from c2's memory: c2's own memo
 	# attempt tips, short records and plain tours
 	ownmem c2 ownc3
 	ownread ownc3 ownc3.jsonl tipdirect 26 27 28
-	cat "$P/ownc3.jsonl" "$P/short13.jsonl" | jq -c 'select((.messages[-1].content | startswith("focus on"))
-		and (.messages[-2].content | startswith("This room is called")) and (.messages[-2].content | test("<memory>")))' >"$P/focusc3.jsonl"
+	focusrecs "$P/ownc3.jsonl" "$P/short13.jsonl" >"$P/focusc3.jsonl"
 	mix "$P/c3.jsonl" "$P/ownc3.jsonl" "$P/short13.jsonl" "$P/focusc3.jsonl" "$P/plain13.jsonl" \
 		"$P/attempt16.jsonl" "$P/short16.jsonl" "$P/plain16.jsonl" ;;
 c3) sft "$P/c2.gguf" "$P/c3.jsonl" "$P/c3.gguf" 1 3e-4 3e-5 ;;

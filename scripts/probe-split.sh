@@ -5,7 +5,7 @@
 # docs/results.md, "Sixth round", came from this.
 #   scripts/probe-split.sh build/p7/d36-s16-t99-l15-s1-dev.jsonl …
 for f in "$@"; do
-jq -s -r --arg f "$(basename $f)" '
+jq -s -r --arg f "$(basename "$f")" '
   (map(select(.trial==1)) | map({key:"\(.setting) \(.variation)", value:(.score>=100)}) | from_entries) as $t1
   | map(select(.trial>1)) | group_by(.setting)[] | . as $g
   | ($g[0].setting) as $set

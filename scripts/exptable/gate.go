@@ -58,29 +58,26 @@ func loadGate(dir string) (map[string]*gateSeries, error) {
 		return nil, fmt.Errorf("exptable: %w", err)
 	}
 	out := map[string]*gateSeries{}
-	// by kind, then by seed number (s2 before s10)
-	key := func(name string) (string, int) {
-		m := gateFile.FindStringSubmatch(name)
-		if m == nil {
-			return name, -1
-		}
-		n, _ := strconv.Atoi(m[2])
-		return m[1], n
+	// the gate's files, parsed once, by kind then seed number (s2 before s10)
+	type gateEnt struct {
+		name, kind, seed string
+		n                int
 	}
-	sort.Slice(ents, func(i, j int) bool {
-		ki, ni := key(ents[i].Name())
-		kj, nj := key(ents[j].Name())
-		if ki != kj {
-			return ki < kj
-		}
-		return ni < nj
-	})
+	var files []gateEnt
 	for _, e := range ents {
-		m := gateFile.FindStringSubmatch(e.Name())
-		if m == nil {
-			continue
+		if m := gateFile.FindStringSubmatch(e.Name()); m != nil {
+			n, _ := strconv.Atoi(m[2])
+			files = append(files, gateEnt{e.Name(), m[1], m[2], n})
 		}
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+	}
+	sort.Slice(files, func(i, j int) bool {
+		if files[i].kind != files[j].kind {
+			return files[i].kind < files[j].kind
+		}
+		return files[i].n < files[j].n
+	})
+	for _, e := range files {
+		b, err := os.ReadFile(filepath.Join(dir, e.name))
 		if err != nil {
 			return nil, fmt.Errorf("exptable: %w", err)
 		}
@@ -93,21 +90,21 @@ func loadGate(dir string) (map[string]*gateSeries, error) {
 			MemoryOff series `json:"memory_off"`
 		}
 		if err := json.Unmarshal(b, &f); err != nil {
-			return nil, fmt.Errorf("exptable: %s: %w", e.Name(), err)
+			return nil, fmt.Errorf("exptable: %s: %w", e.name, err)
 		}
 		on, off := f.MemoryOn.ScorePerTrial, f.MemoryOff.ScorePerTrial
 		if len(on) < 2 || len(off) != len(on) {
-			return nil, fmt.Errorf("%w: %s: want ≥ 2 trials in both settings (trial 1 has no memory), got %d and %d", ErrLayout, e.Name(), len(on), len(off))
+			return nil, fmt.Errorf("%w: %s: want ≥ 2 trials in both settings (trial 1 has no memory), got %d and %d", ErrLayout, e.name, len(on), len(off))
 		}
-		s := out[m[1]]
+		s := out[e.kind]
 		if s == nil {
 			s = &gateSeries{}
-			out[m[1]] = s
+			out[e.kind] = s
 		}
 		mOn, _ := meanStd(on[1:])
 		mOff, _ := meanStd(off[1:])
 		tips, _ := meanStd(f.MemoryOn.TipsPerTrial)
-		s.Seeds = append(s.Seeds, m[2])
+		s.Seeds = append(s.Seeds, e.seed)
 		s.On, s.Off = append(s.On, mOn), append(s.Off, mOff)
 		s.OnK, s.OffK = append(s.OnK, on), append(s.OffK, off)
 		s.Tips = append(s.Tips, tips)
@@ -124,8 +121,14 @@ const (
 	RuleUnpaired = "unpaired"
 )
 
-// minSeeds is the fewest seeds each rule decides on.
-var minSeeds = map[string]int{RulePaired: 10, RuleUnpaired: 3}
+// gateRules: each rule's test statistic and the fewest seeds it decides on.
+var gateRules = map[string]struct {
+	decide   func(on, off []float64) decision
+	minSeeds int
+}{
+	RulePaired:   {decidePaired, 10},
+	RuleUnpaired: {decide, 3},
+}
 
 // gateResult is the gate's computation.
 type gateResult struct {
@@ -160,18 +163,15 @@ func decidePaired(a, b []float64) decision {
 
 func computeGate(g map[string]*gateSeries, rule string) gateResult {
 	r := gateResult{Rule: rule}
-	pick := decide
-	switch rule {
-	case RulePaired:
-		pick = decidePaired
-	case RuleUnpaired:
-	default:
+	gr, ok := gateRules[rule]
+	if !ok {
 		panic("exptable: unknown gate rule " + rule)
 	}
+	pick := gr.decide
 	p := g["pool"]
 	r.Pool, r.PoolU = pick(p.On, p.Off), decide(p.On, p.Off)
 	r.PoolOK = !math.IsNaN(r.Pool.SE) && r.Pool.D > 2*r.Pool.SE
-	r.Enough = len(p.On) >= minSeeds[rule]
+	r.Enough = len(p.On) >= gr.minSeeds
 	if h := g["heldout"]; h != nil {
 		r.HaveHeld = true
 		r.Held, r.HeldU = pick(h.On, h.Off), decide(h.On, h.Off)
@@ -225,7 +225,7 @@ func writeGate(w io.Writer, g map[string]*gateSeries, rule string) gateResult {
 	fmt.Fprintln(w)
 	var why []string
 	if !r.Enough {
-		why = append(why, fmt.Sprintf("%d seeds (the %s rule needs %d)", len(g["pool"].On), rule, minSeeds[rule]))
+		why = append(why, fmt.Sprintf("%d seeds (the %s rule needs %d)", len(g["pool"].On), rule, gateRules[rule].minSeeds))
 	}
 	if !r.PoolOK {
 		why = append(why, "memory does not raise the pool score by more than 2·SE")

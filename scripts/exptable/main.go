@@ -154,7 +154,7 @@ func main() {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
-		if _, ok := minSeeds[*gateRule]; !ok {
+		if _, ok := gateRules[*gateRule]; !ok {
 			fmt.Fprintf(os.Stderr, "exptable: -gate-rule %q: want %s or %s\n", *gateRule, RulePaired, RuleUnpaired)
 			os.Exit(2)
 		}
