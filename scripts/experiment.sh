@@ -106,7 +106,7 @@ THREADS=${THREADS:-2}                 # threads of the single-process phases
 RL_TASK=${RL_TASK:-find-living-thing}
 SFT_TASKS=${SFT_TASKS:-light-bulb,melt,use-thermometer}
 RL_SFT_FROM=${RL_SFT_FROM:-8}         # first RL-family variation in SFT (the pool 0..POOL-1 stays unseen)
-RL_LR=${RL_LR:-3e-3}                 # LoRA lr of the RL updates (constant; KL ≤ 0.02, clip ≤ 6 % per step measured)
+RL_LR=${RL_LR:-1e-4}                 # LoRA lr of the RL updates (constant): calibrated on s17 (docs/experiment.md, "The RL step size, calibrated"; Study 3 ran at 3e-3)
 MINI_BATCHES=${MINI_BATCHES:-4} # mini-batches per PPO epoch (update.mini_batches): PPO_EPOCHS × this = 8 updates per step in every arm (Study 3)
 PPO_EPOCHS=${PPO_EPOCHS:-2}
 OLD_LOGP=${OLD_LOGP:-rollout} # π_old from the rollout's own log-probs (no recompute pass; docs/experiment.md)
@@ -116,6 +116,7 @@ KEY=${KEY:-observation}     # memory.key of runs, eval and the SFT's memory reco
 THRESHOLD=${THRESHOLD:-0.99} # retrieval threshold: observation keys of the same state ≥ 0.97, other rooms' listings ≤ 0.92; 0.99 since gate run 7 (docs/experiment.md, Study 3)
 TIPS_IN=${TIPS_IN:-last-turn} # memory.tips_in of runs and eval (Study 3; Study 2's runs: every-turn with TOP_K=1)
 SFT_TIPS_IN=${SFT_TIPS_IN:-$TIPS_IN} # placement in the SFT's memory records
+HELDOUT_EPISODES=${HELDOUT_EPISODES:-3} # episodes per held-out variation in the primary measurement (Study 3b: 3; Study 3 had 1)
 CTX=${CTX:-4096}
 EVAL_TEMP=${EVAL_TEMP:-0.4}
 RANK=${RANK:-8}          # rank of the fresh RL LoRA on the SFT base (alpha 2·rank)
@@ -296,7 +297,7 @@ evaluate() {
 	mkdir -p "$dir/eval"
 	# held-out variations of the RL family, memory off (the paper's main claim)
 	# shellcheck disable=SC2046
-	"$EMPO2" eval "${rl[@]}" --tasks "$RL_TASK" --split test --memory off $(vars_flag "$TEST_VARS") \
+	"$EMPO2" eval "${rl[@]}" --tasks "$RL_TASK" --split test --memory off $(vars_flag "$TEST_VARS") --episodes "$HELDOUT_EPISODES" \
 		-o "$dir/eval/test-off.json" || return 1
 	# the training pool, memory off and (for runs) on with the run's memory
 	"$EMPO2" eval "${rl[@]}" --tasks "$RL_TASK" --split train --variations "$POOL" "${memboth[@]}" \
