@@ -11,7 +11,7 @@
 #   and diagnosis.
 #
 #   scripts/experiment.sh            # or: make experiment        (≤ 120 min; with WARM=s17 at 48 steps: Study 3 67.0 min, Study 3b 50.0 min measured, 2 cores)
-#   scripts/experiment.sh quick      # or: make experiment-quick  (≤ 10 min smoke test; its gate is not enforced)
+#   scripts/experiment.sh quick      # or: make experiment-quick  (≤ 10 min smoke test, 355 s measured idle; its gate is not enforced)
 #   scripts/experiment.sh gate       # the warm start and its gate only, at the gate run's sizes (docs/experiment.md)
 #   OUT=dir SEEDS="1 2" ARMS="grpo empo2" STEPS=20 scripts/experiment.sh
 #   RESUME=1 scripts/experiment.sh   # continue in an existing OUT, skipping finished stages
