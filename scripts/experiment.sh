@@ -15,9 +15,11 @@
 #   scripts/experiment.sh gate       # the warm start and its gate only, at the gate run's sizes (docs/experiment.md)
 #   OUT=dir SEEDS="1 2" ARMS="grpo empo2" STEPS=20 scripts/experiment.sh
 #   RESUME=1 scripts/experiment.sh   # continue in an existing OUT, skipping finished stages
-#   UNTIL=warmstart scripts/experiment.sh  # stop after a stage (demos model sft readsft | warm, gate warmstart runs report)
+#   UNTIL=warmstart scripts/experiment.sh  # stop after a stage (chain | demos model sft readsft | warm, then gate warmstart runs report)
 #   WARM=build/p7/s17.gguf scripts/experiment.sh  # a given warm start (a full-SFT base model) instead of
 #                                    # building one: the demos/model/sft/readsft stages become one "warm" stage
+#   RECIPE=sft scripts/experiment.sh # build the warm start as gate runs 1-8 did (demos, sft, readsft) instead of
+#                                    # the default probe chain to s17 (one "chain" stage; docs/experiment.md, gate run 10)
 #
 # Everything is written under $OUT (default build/experiment, quick:
 # build/experiment-quick); OUT/table.md is the results table, OUT/report/
@@ -110,6 +112,9 @@ RL_LR=${RL_LR:-1e-4}                 # LoRA lr of the RL updates (constant): cal
 MINI_BATCHES=${MINI_BATCHES:-4} # mini-batches per PPO epoch (update.mini_batches): PPO_EPOCHS × this = 8 updates per step in every arm (Study 3)
 PPO_EPOCHS=${PPO_EPOCHS:-2}
 OLD_LOGP=${OLD_LOGP:-rollout} # π_old from the rollout's own log-probs (no recompute pass; docs/experiment.md)
+if [[ "$MODE" == full ]]; then RECIPE=${RECIPE:-chain}; else RECIPE=${RECIPE:-sft}; fi # how the warm start is built (no WARM):
+# chain: the probe chain to s17 from a fresh model (scripts/probe-scratch.sh chain; docs/experiment.md, gate run 10; its
+# stages' sizes are its own, not SFT_*); sft: demos → full SFT → reading stage (gate runs 1–8; no gate passed on it)
 WARM=${WARM:-} # a warm start to use as OUT/sft.gguf instead of building one (the probe chain's build/p7/s17.gguf in Study 3's run)
 STEP_LIMIT=${STEP_LIMIT:-15} # episode length in simulator moves, in runs, evaluations and the gate (Study 3: 15, as gate runs 7-9; 0: the task's own 30)
 KEY=${KEY:-observation}     # memory.key of runs, eval and the SFT's memory records (docs/experiment.md, Study 3: memory settings)
@@ -152,6 +157,7 @@ log() { printf '%s  %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 
 ((POOL <= RL_SFT_FROM || RL_SFT_VARS == 0)) || die "POOL=$POOL overlaps the RL-family SFT demonstrations (variations $RL_SFT_FROM…): raise RL_SFT_FROM"
 [[ "$STEP_LIMIT" =~ ^[0-9]+$ ]] || die "STEP_LIMIT=$STEP_LIMIT: want a whole number of moves (0: the task's own)"
+[[ "$RECIPE" == chain || "$RECIPE" == sft ]] || die "RECIPE=$RECIPE: want chain or sft"
 [[ -z "$WARM" || -f "$WARM" ]] || die "WARM=$WARM: no such file (a full-SFT base model, e.g. build/p7/s17.gguf)"
 ((STEP_LIMIT == 0)) || LIMIT=(--step-limit "$STEP_LIMIT")
 [[ -x "$EMPO2" ]] || die "$EMPO2 not found: run 'make build' first (or set EMPO2=path)"
@@ -456,8 +462,26 @@ warm() { # WARM was checked at the start
 	} >"$OUT/warm.txt"
 }
 
+# ---- 1-3 instead: the probe chain (RECIPE=chain, make experiment's default) ---
+# OUT/base: the fresh model and the other families' demos exactly as the
+# chain's base was built (the gate mode's demos at threshold 0.95, the
+# setting of its day); OUT/chain: the chain's stages (scripts/probe-scratch.sh
+# chain, which skips finished ones); its s17.gguf becomes OUT/sft.gguf.
+chain() {
+	local keep=(PATH="$PATH" HOME="$HOME" TMPDIR="${TMPDIR:-/tmp}" LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}")
+	env -i "${keep[@]}" EMPO2="$EMPO2" GO="$GO" OUT="$OUT/base" UNTIL=model RESUME=1 THRESHOLD=0.95 scripts/experiment.sh gate
+	env -i "${keep[@]}" P="$OUT/chain" B="$OUT/base" E="$EMPO2" scripts/probe-scratch.sh chain
+	cp "$OUT/chain/s17.gguf" "$OUT/sft.gguf"
+	{
+		echo "warm start: the probe chain (RECIPE=chain; scripts/probe-scratch.sh chain), stage seconds in chain/chain-timing.tsv"
+		sha256sum "$OUT/base/model.gguf" "$OUT"/chain/s{1,6,7,8,9,10,17}.gguf "$OUT/sft.gguf"
+	} >"$OUT/warm.txt"
+}
+
 if [[ -n "$WARM" ]]; then
 	stage warm warm
+elif [[ "$RECIPE" == chain ]]; then
+	stage chain chain
 else
 	stage demos demos
 	stage model model

@@ -40,14 +40,17 @@
 #   scripts/probe-scratch.sh s16data && scripts/probe-scratch.sh s16   # from s13: true tips after failed 15-step attempts (--attempt-tips)
 #   scripts/probe-scratch.sh s17data && scripts/probe-scratch.sh s17   # from s10: s13 and s16 in one stage
 #   EXTRA="--variations 36 --threshold 0.99 --step-limit 15 --seed 1" scripts/probe-scratch.sh ev build/p7/s15.gguf NAME   # all 36 dev variations
+# make experiment's warm start (docs/experiment.md, "Gate run 10"): the stages s17 needs, in order, from B's fresh model
+#   P=OUT/chain B=OUT/base scripts/probe-scratch.sh chain   # base s1data s1 s6data s6 … s10 s13data s17parts s17data s17
 # Seventh round (docs/experiment.md, "Condensing the chain"): s1 → c2 → c3, three SFT stages instead of ten
 #   scripts/probe-scratch.sh c2data && scripts/probe-scratch.sh c2   # from s1: s6's, s7's and s10's code-written records in one epoch
 #   scripts/probe-scratch.sh c3data && scripts/probe-scratch.sh c3   # from c2: s17's recipe on c2's own memory
 set -euo pipefail
-cd "$(dirname "$0")/.."
+SELF=$(realpath "$0")
+cd "$(dirname "$SELF")/.."
 E=${E:-bin/empo2}
-P=build/p7
-B=build/g7base
+P=${P:-build/p7}     # where the stages write (make experiment's chain: OUT/chain)
+B=${B:-build/g7base} # the fresh model and the other families' demos (THRESHOLD=0.95 OUT=B UNTIL=model scripts/experiment.sh gate)
 SUF=${SUF:-}
 mkdir -p "$P"
 export TMPDIR=${TMPDIR:-$PWD/.tmp} CGO_CFLAGS=${CGO_CFLAGS:--O3 -march=native} CGO_CXXFLAGS=${CGO_CXXFLAGS:--O3 -march=native}
@@ -150,6 +153,10 @@ data1) # one stage: the other families, 128 plain tours (seeds 11-12), seed 13's
 	jq -c -f scripts/probe-shorten.jq <"$P/short-raw.jsonl" | shuf -n 1000 --random-source=<(yes) >"$P/short.jsonl"
 	mix "$P/d1.jsonl" "$P"/other.jsonl "$P"/plain.jsonl "$P"/read.jsonl "$P"/short.jsonl ;;
 d1) sft "$B/model.gguf" "$P/d1.jsonl" "$P/d1.gguf" 3 3e-3 3e-4 ;;
+base) # data1's first part alone (what the chain from s1 on needs): the other families and the plain tours of seeds 11-12
+	grep -v '"task":"find-living-thing"' "$B/sft-train.jsonl" >"$P/other.jsonl"
+	: >"$P/plain.jsonl"
+	for s in 11 12; do rtour "$s" 0 "$P/r.jsonl" && cat "$P/r.jsonl" >>"$P/plain.jsonl"; done ;;
 s1data) # the skills: the other families and 192 plain tours (seeds 11, 12, 14); after data1
 	cp "$P/plain.jsonl" "$P/plain3.jsonl"
 	rtour 14 0 "$P/r.jsonl" && cat "$P/r.jsonl" >>"$P/plain3.jsonl"
@@ -314,6 +321,30 @@ s16data) # honest tips after failures: s13 writes success-style tips after a fai
 	WRONG=0 rtour 40 0 "$P/plain16.jsonl"
 	mix "$P/s16.jsonl" "$P/attempt16.jsonl" "$P/own16.jsonl" "$P/short16.jsonl" "$P/plain16.jsonl" ;;
 s16) sft "$P/s13.gguf" "$P/s16.jsonl" "$P/s16.gguf" 1 3e-4 3e-5 ;;
+s17parts) # s16data without s13's memory (what s17 takes from s16: no s13 model needed): the attempt tips
+	# with their demos (seeds 35-37), the short read records of seeds 460-469 through filt, the plain tours of seed 40
+	export TH=0.99
+	: >"$P/attempt16.jsonl"
+	for s in 35 36 37; do
+		"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore --tour random-direct \
+			--seed "$s" --simplifications easy --attempt-tips 4 --step-limit 15 -o "$P/r.jsonl" >/dev/null
+		cat "$P/r.jsonl" >>"$P/attempt16.jsonl"
+	done
+	export WRONG=0.5
+	shortall 460 469 "$P/short16raw.jsonl"
+	filt <"$P/short16raw.jsonl" >"$P/short16.jsonl"
+	WRONG=0 rtour 40 0 "$P/plain16.jsonl" ;;
+chain) # make experiment's warm start: s17 from the fresh model B/model.gguf (fresh model → s1, s6–s10, s17),
+	# every stage once (a finished stage is skipped: P/.done-STAGE), its seconds in P/chain-timing.tsv
+	[[ -f "$P/chain-timing.tsv" ]] || printf 'stage\tseconds\n' >"$P/chain-timing.tsv"
+	for st in base s1data s1 s6data s6 s7data s7 s8data s8 s9data s9 s10data s10 s13data s17parts s17data s17; do
+		[[ ! -f "$P/.done-$st" ]] || continue
+		t=$SECONDS
+		"$SELF" "$st"
+		printf '%s\t%d\n' "$st" $((SECONDS - t)) >>"$P/chain-timing.tsv"
+		touch "$P/.done-$st"
+		echo "$(date -u +%H:%M:%S)  chain: $st done ($((SECONDS - t)) s)" >&2
+	done ;;
 s17data) # one stage instead of two (a step towards a condensed recipe): s13's records and s16's that do not
 	# come from s13's memory (the attempt tips with their demos, the short read records, the plain tours)
 	mix "$P/s17.jsonl" "$P/s13.jsonl" "$P/attempt16.jsonl" "$P/short16.jsonl" "$P/plain16.jsonl" ;;
