@@ -144,9 +144,7 @@ mix() { cat "${@:2}" | shuf --random-source=<(yes) >"$1"; }
 name=${1:?usage: scripts/probe-scratch.sh NAME}
 case $name in
 data1) # one stage: the other families, 128 plain tours (seeds 11-12), seed 13's tours with 4 read records each, 1,000 jq-shortened room choices
-	grep -v '"task":"find-living-thing"' "$B/sft-train.jsonl" >"$P/other.jsonl"
-	: >"$P/plain.jsonl"
-	for s in 11 12; do rtour "$s" 0 "$P/r.jsonl" && cat "$P/r.jsonl" >>"$P/plain.jsonl"; done
+	"$SELF" base
 	rtour 13 4 "$P/read.jsonl"
 	: >"$P/short-raw.jsonl"
 	for s in $(seq 100 110); do rtour "$s" 12 "$P/r.jsonl" && { grep '"memory":"read-all"' "$P/r.jsonl" | grep "$ROOM" >>"$P/short-raw.jsonl" || true; }; done
@@ -307,23 +305,13 @@ s16data) # honest tips after failures: s13 writes success-style tips after a fai
 	# short read record of seeds 460-469 (wrong tips 0.5), through tipdirect, avoid and explore, the plain
 	# tours of seed 40
 	export TH=0.99
-	: >"$P/attempt16.jsonl"
-	for s in 35 36 37; do
-		"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore --tour random-direct \
-			--seed "$s" --simplifications easy --attempt-tips 4 --step-limit 15 -o "$P/r.jsonl" >/dev/null
-		cat "$P/r.jsonl" >>"$P/attempt16.jsonl"
-	done
+	"$SELF" s17parts
 	ownmem s13 own16 15
 	ownread own16 own16.jsonl filt 38 39
-	export WRONG=0.5
-	shortall 460 469 "$P/short16raw.jsonl"
-	filt <"$P/short16raw.jsonl" >"$P/short16.jsonl"
-	WRONG=0 rtour 40 0 "$P/plain16.jsonl"
 	mix "$P/s16.jsonl" "$P/attempt16.jsonl" "$P/own16.jsonl" "$P/short16.jsonl" "$P/plain16.jsonl" ;;
 s16) sft "$P/s13.gguf" "$P/s16.jsonl" "$P/s16.gguf" 1 3e-4 3e-5 ;;
-s17parts) # s16data without s13's memory (what s17 takes from s16: no s13 model needed): the attempt tips
+s17parts) # s16data's records that need no s13 model (all that s17 takes from s16): the attempt tips
 	# with their demos (seeds 35-37), the short read records of seeds 460-469 through filt, the plain tours of seed 40
-	export TH=0.99
 	: >"$P/attempt16.jsonl"
 	for s in 35 36 37; do
 		"$E" env demos textlab --force --tasks find-living-thing --split train --skip-variations 8 --kind explore --tour random-direct \
