@@ -176,7 +176,7 @@ func NewContext(model *Model, p ContextParams) (*Context, error) {
 	default:
 		return nil, fmt.Errorf("%w: FlashAttn %q (want auto, on or off)", ErrInvalidArgument, p.FlashAttn)
 	}
-	cc := C.llama_init_from_model(model.c, cp)
+	cc := initFromModel(model.c, cp)
 	if cc == nil {
 		return nil, fmt.Errorf("%w: llama_init_from_model failed (see log)", ErrContext)
 	}
@@ -224,7 +224,7 @@ func (c *Context) Close() error {
 	if c.c == nil {
 		return nil
 	}
-	C.llama_free(c.c)
+	llamaFree(c.c)
 	C.llama_batch_free(c.batch)
 	c.c = nil
 	for a := range c.adapters {

@@ -71,6 +71,11 @@ func initBackend() {
 	backendOnce.Do(func() {
 		C.empo2_set_log()
 		C.llama_backend_init()
+		// every backend a llama_context creates is freed after the
+		// context's scheduler (backend_reset.go)
+		if err := wrapAllBackends(); err != nil {
+			log.Warn().Err(err).Msg("llama: backends beyond the table are freed by llama.cpp's own order")
+		}
 	})
 }
 

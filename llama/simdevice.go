@@ -27,5 +27,5 @@ func RegisterSimDevice(threads int) error {
 	if C.empo_sim_register(C.int(max(threads, 1))) != 0 {
 		return fmt.Errorf("%w: cannot register the %s stand-in device (no CPU device)", ErrModelLoad, SimDevice)
 	}
-	return nil
+	return wrapAllBackends() // its backends too are freed after a context's scheduler
 }
