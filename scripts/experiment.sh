@@ -110,6 +110,7 @@ SFT_TASKS=${SFT_TASKS:-light-bulb,melt,use-thermometer}
 RL_SFT_FROM=${RL_SFT_FROM:-8}         # first RL-family variation in SFT (the pool 0..POOL-1 stays unseen)
 RL_LR=${RL_LR:-1e-4}                 # LoRA lr of the RL updates (constant): calibrated on s17 (docs/experiment.md, "The RL step size, calibrated"; Study 3 ran at 3e-3)
 MINI_BATCHES=${MINI_BATCHES:-4} # mini-batches per PPO epoch (update.mini_batches): PPO_EPOCHS × this = 8 updates per step in every arm (Study 3)
+MICRO_BATCH=${MICRO_BATCH:-1}   # sequences per forward/backward (update.micro_batch): 1 = no padding to a mini-batch's longest episode, 2.8x faster updates (docs/experiment.md, Study 3c); Studies 3, 3b: 8
 PPO_EPOCHS=${PPO_EPOCHS:-2}
 OLD_LOGP=${OLD_LOGP:-rollout} # π_old from the rollout's own log-probs (no recompute pass; docs/experiment.md)
 if [[ "$MODE" == full ]]; then RECIPE=${RECIPE:-chain}; else RECIPE=${RECIPE:-sft}; fi # how the warm start is built (no WARM):
@@ -404,7 +405,7 @@ run_one() {
 				--set "batch.tasks=$BATCH_TASKS" --set "batch.rollouts=$BATCH_ROLLOUTS" \
 				--set "context=$CTX" --set env_options.simplifications=easy \
 				--set "memory.threshold=$THRESHOLD" --set "memory.tips_in=$TIPS_IN" --set "memory.key=$KEY" --set "update.lr=$RL_LR" \
-				--set "update.mini_batches=$MINI_BATCHES" --set "update.ppo_epochs=$PPO_EPOCHS" \
+				--set "update.mini_batches=$MINI_BATCHES" --set "update.ppo_epochs=$PPO_EPOCHS" --set "update.micro_batch=$MICRO_BATCH" \
 				--set "update.old_logp=$OLD_LOGP" --set "rollout.tip_temperature=$TIP_TEMP" \
 				--set "env_options.step_limit=$STEP_LIMIT" >>"$dir.train.log" 2>&1 || return 1
 			cat "$dir.train.log" >>"$dir/train.log" && rm "$dir.train.log"
