@@ -122,16 +122,6 @@ static int empo_wrap_reg_devices(ggml_backend_reg_t reg) {
 	return n_out;
 }
 
-// empo_wrap_all_regs wraps the devices of every registered backend.
-static int empo_wrap_all_regs(void) {
-	int n = 0;
-	for (size_t i = 0; i < ggml_backend_reg_count(); i++) {
-		n = empo_wrap_reg_devices(ggml_backend_reg_get(i));
-		if (n < 0) return n;
-	}
-	return n;
-}
-
 static void empo_llama_free(struct llama_context * ctx) {
 	empo_defer_begin();
 	llama_free(ctx);
@@ -170,8 +160,9 @@ static struct ggml_backend_reg empo_fake_reg;
 
 // empo_fake_check: wraps a stand-in registry twice, creates a backend through
 // ggml_backend_dev_init and reports whether its reset is gone (1), the
-// numbers of wrapped devices after each wrap in *n1, *n2, and frees the
-// backend.
+// numbers of wrapped devices after each wrap in *n1, *n2; frees it (at once:
+// *frees_now), then creates a second one and frees it inside a deferral
+// (*frees_deferred: the count before the deferral ends).
 static int empo_fake_check(int * n1, int * n2, int * resets, int * frees, int * frees_now, int * frees_deferred) {
 	empo_fake_dev.iface.init_backend = empo_fake_init;
 	empo_fake_dev.reg = &empo_fake_reg;
@@ -212,8 +203,10 @@ func wrapBackendReset(reg C.ggml_backend_reg_t) error {
 // wrapAllBackends wraps the devices of every registered backend (the CPU's
 // included); initBackend calls it once.
 func wrapAllBackends() error {
-	if C.empo_wrap_all_regs() < 0 {
-		return fmt.Errorf("%w: more than %d devices", ErrModelLoad, int(C.EMPO_MAX_WRAPPED_DEVS))
+	for i := C.size_t(0); i < C.ggml_backend_reg_count(); i++ {
+		if err := wrapBackendReset(C.ggml_backend_reg_get(i)); err != nil {
+			return err
+		}
 	}
 	return nil
 }
